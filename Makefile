@@ -1,0 +1,29 @@
+# Two commands do all the set-up: `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO_DIR ?= /tmp/pfs-demo
+
+.PHONY: setup demo test lint fmt bench clean
+
+setup:
+	@./scripts/setup.sh
+
+demo: setup
+	@$(PY) -m dask_pfs.demo --dir $(DEMO_DIR)
+
+test: setup
+	@./scripts/ensure-tools.sh
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info
