@@ -1,0 +1,124 @@
+"""The ``pfs`` command line: one group, one module per command under ``dask_pfs.commands``.
+
+Exit codes: 0 success; 1 the job ran but some entries failed (errors are counted and
+logged); 2 bad input or a refused action, with nothing changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+
+import click
+
+from . import __version__
+from .cluster import ClusterOptions
+from .errors import PfsError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="pfs")
+def cli() -> None:
+    """Parallel file-system tools: scan trees into Parquet manifests and act on them with Dask."""
+
+
+def cluster_options(func: Callable) -> Callable:
+    """Options shared by every command that runs on a cluster."""
+    opts = [
+        click.option(
+            "--scheduler",
+            envvar="PFS_SCHEDULER",
+            metavar="ADDR",
+            help="Dask scheduler (tcp://host:8786). Default: start a local cluster.",
+        ),
+        click.option("--scheduler-file", type=click.Path(), help="Dask scheduler file (batch systems)."),
+        click.option("--workers", type=click.IntRange(1), help="Worker processes of the local cluster."),
+        click.option("--threads", type=click.IntRange(1), help="I/O threads per worker (default 64)."),
+        click.option(
+            "--cluster",
+            "cluster_kind",
+            type=click.Choice(["local", "slurm"]),
+            default="local",
+            show_default=True,
+            help="Cluster to start when no scheduler is given.",
+        ),
+        click.option("--slurm-jobs", type=click.IntRange(1), default=1, show_default=True),
+        click.option("--slurm-cores", type=click.IntRange(1), default=4, show_default=True),
+        click.option("--slurm-memory", default="8GiB", show_default=True),
+        click.option("--slurm-walltime", default="01:00:00", show_default=True),
+        click.option("--slurm-queue"),
+        click.option("--slurm-account"),
+        click.option("--slurm-interface"),
+        click.option("--slurm-local-directory"),
+        click.option(
+            "--progress/--no-progress",
+            default=None,
+            help="Live progress bar (default: on when stderr is a terminal).",
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        slurm = None
+        if kwargs.pop("cluster_kind") == "slurm":
+            slurm = {
+                "jobs": kwargs["slurm_jobs"],
+                "cores": kwargs["slurm_cores"],
+                "memory": kwargs["slurm_memory"],
+                "walltime": kwargs["slurm_walltime"],
+                "queue": kwargs["slurm_queue"],
+                "account": kwargs["slurm_account"],
+                "interface": kwargs["slurm_interface"],
+                "local_directory": kwargs["slurm_local_directory"],
+                "threads": kwargs["threads"],
+            }
+        for key in [k for k in kwargs if k.startswith("slurm_")]:
+            kwargs.pop(key)
+        kwargs["cluster"] = ClusterOptions(
+            scheduler=kwargs.pop("scheduler"),
+            scheduler_file=kwargs.pop("scheduler_file"),
+            workers=kwargs.pop("workers"),
+            threads=kwargs["threads"],
+            slurm=slurm,
+        )
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def echo_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"pfs: error: {message}", err=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from . import commands  # noqa: F401  (registers the subcommands)
+
+    try:
+        cli.main(args=argv, prog_name="pfs", standalone_mode=False)
+    except PfsError as exc:
+        fail(str(exc), exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("pfs: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("pfs: interrupted", err=True)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

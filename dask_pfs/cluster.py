@@ -1,0 +1,82 @@
+"""Getting a Dask client: the embedded default, an existing scheduler, or a batch cluster.
+
+With no scheduler given pfs starts a ``LocalCluster`` of worker *processes* sized for the
+machine and shuts it down afterwards.  Each worker runs a few Dask tasks at a time; the
+concurrency that matters on network storage (operations in flight) comes from the per-process
+I/O thread pool, sized by ``PFS_THREADS`` (see ``operators.pool``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from distributed import Client, LocalCluster
+
+TASKS_PER_WORKER = 4
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    scheduler: str | None = None  # tcp://host:8786
+    scheduler_file: str | None = None
+    workers: int | None = None  # embedded cluster: worker processes
+    threads: int | None = None  # I/O threads per worker process
+    slurm: dict | None = None  # options for dask_pfs.jobqueue.start_slurm_cluster
+
+    @classmethod
+    def from_env(cls, **overrides) -> ClusterOptions:
+        values = {"scheduler": os.environ.get("PFS_SCHEDULER") or None}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+@contextlib.contextmanager
+def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
+    """A client for the whole job; anything this started is shut down on exit."""
+    options = options or ClusterOptions.from_env()
+    if options.scheduler or options.scheduler_file:
+        client = Client(options.scheduler, scheduler_file=options.scheduler_file, set_as_default=False, timeout="30s")
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    if options.slurm is not None:
+        from .jobqueue import start_slurm_cluster
+
+        cluster = start_slurm_cluster(**options.slurm)
+    else:
+        env = {"PFS_THREADS": str(options.threads)} if options.threads else {}
+        cluster = LocalCluster(
+            n_workers=options.workers or default_workers(),
+            threads_per_worker=TASKS_PER_WORKER,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=logging.ERROR,
+            env=env,
+        )
+    try:
+        with Client(cluster, set_as_default=False) as client:
+            yield client
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.close(timeout=10)
+
+
+def dashboard_link(client: Client) -> str | None:
+    try:
+        return client.dashboard_link
+    except Exception:  # no dashboard (bokeh missing or disabled)
+        return None
+
+
+def total_task_slots(client: Client) -> int:
+    return max(1, sum(client.nthreads().values()))

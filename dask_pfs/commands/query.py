@@ -1,0 +1,178 @@
+"""``pfs query``, ``pfs du`` and ``pfs info``: reading manifests with DuckDB."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..cli import cli, cluster_options, echo_json
+from ..errors import PfsError
+from ..manifest import has_marker, open_manifest
+from ..progress import human_bytes, make_reporter
+from ..query import BY_CHOICES, connection, du_sql, run_query, select_sql
+
+
+def _print_table(columns: list[str], rows: list[tuple], title: str | None = None) -> None:
+    table = Table(title=title, show_lines=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*["" if v is None else str(v) for v in row])
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+
+
+@cli.command("query")
+@click.argument("manifest")
+@click.option("--where", help="SQL condition, e.g. \"size > 1e9 AND mtime < '2026-01-01'\".")
+@click.option("--select", "select", help="Columns or expressions (default: all).")
+@click.option("--order-by", "order", help="SQL ORDER BY expression.")
+@click.option("--limit", type=int)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "parquet"]),
+    default="table",
+    show_default=True,
+)
+@click.option("-o", "--output", help="Write to this file instead of stdout (required for parquet).")
+@click.option("--allow-incomplete", is_flag=True, help="Read a manifest without a completion marker.")
+def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomplete) -> None:
+    """Select rows of a manifest with SQL (DuckDB)."""
+    m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+    con = connection()
+    sql = select_sql(m, where, select, order, limit)
+    if fmt == "parquet" or (output and fmt in ("csv", "json")):
+        if not output:
+            raise PfsError("--format parquet needs -o FILE")
+        opts = {"parquet": "FORMAT parquet", "csv": "FORMAT csv, HEADER", "json": "FORMAT json, ARRAY true"}[fmt]
+        run_query(con, f"COPY ({sql}) TO '{output.replace(chr(39), chr(39) * 2)}' ({opts})")
+        return
+    rel = run_query(con, sql)
+    cols = rel.columns
+    rows = rel.fetchall()
+    if fmt == "table":
+        _print_table(cols, rows)
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        w.writerows(rows)
+    else:
+        click.echo(json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str, indent=1))
+
+
+@cli.command("du")
+@click.argument("target")
+@click.option("--by", type=click.Choice(BY_CHOICES), default="parent", show_default=True)
+@click.option(
+    "--depth",
+    type=click.IntRange(0),
+    default=None,
+    help="With --by parent: total per directory at this depth (default 1).",
+)
+@click.option("--where", help="SQL condition to restrict the rows counted.")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@cluster_options
+def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress) -> None:
+    """Sizes and counts of a manifest, or of a URL (scanned first into a temporary manifest)."""
+    if by == "parent" and depth is None:
+        depth = 1
+    tmp = None
+    if not has_marker(target) and not (os.path.isdir(target) and _looks_like_manifest(target)):
+        from ..scan import scan
+
+        tmp = tempfile.TemporaryDirectory(prefix="pfs-du-")
+        scan(
+            target,
+            os.path.join(tmp.name, "m"),
+            cluster=cluster,
+            threads=threads,
+            progress=make_reporter(progress),
+        )
+        target = os.path.join(tmp.name, "m")
+    try:
+        m = open_manifest(target)
+        con = connection()
+        rows = run_query(con, du_sql(m, by, depth if by == "parent" else None, where)).fetchall()
+        total = run_query(con, du_sql(m, "type", None, where)).fetchall()
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    totals = {
+        "entries": sum(r[1] for r in total),
+        "files": sum(r[2] for r in total),
+        "bytes": sum(r[3] for r in total),
+        "errors": sum(r[4] for r in total),
+    }
+    if as_json:
+        keys = ("key", "entries", "files", "bytes", "errors")
+        echo_json(
+            {
+                "root": m.root,
+                "by": by,
+                "depth": depth,
+                "total": totals,
+                "groups": [dict(zip(keys, r, strict=True)) for r in rows],
+            }
+        )
+        return
+    shown = rows[:limit] if limit else rows
+    _print_table(
+        [by, "bytes", "size", "files", "entries", "errors"],
+        [
+            (
+                (r[0] if r[0] not in ("", None) else "."),
+                r[3],
+                human_bytes(r[3]),
+                f"{r[2]:,}",
+                f"{r[1]:,}",
+                r[4] or "",
+            )
+            for r in shown
+        ],
+        title=f"{m.root} by {by}" + (f" at depth {depth}" if by == "parent" else ""),
+    )
+    more = len(rows) - len(shown)
+    click.echo(
+        f"total: {human_bytes(totals['bytes'])} in {totals['files']:,} files, {totals['entries']:,} entries"
+        + (f", {totals['errors']:,} errors" if totals["errors"] else "")
+        + (f" ({more:,} more groups not shown; --limit 0 shows all)" if more > 0 else "")
+    )
+
+
+def _looks_like_manifest(path: str) -> bool:
+    return any(n.startswith("part-") and n.endswith(".parquet") for n in os.listdir(path))
+
+
+@cli.command("info")
+@click.argument("manifest")
+@click.option("--json", "as_json", is_flag=True)
+def info_cmd(manifest, as_json) -> None:
+    """Show a manifest's completion marker: root, counts, errors, timings."""
+    m = open_manifest(manifest)
+    if as_json:
+        echo_json(m.info)
+        return
+    i, c = m.info, m.info.get("counts", {})
+    click.echo(f"manifest  {m.url}  (schema v{i['schema_version']}, pfs {i.get('pfs_version')})")
+    click.echo(f"root      {i['root']}")
+    click.echo(
+        f"entries   {c.get('entries', 0):,}: {c.get('files', 0):,} files, {c.get('directories', 0):,} "
+        f"directories, {c.get('symlinks', 0):,} symlinks, {c.get('other', 0):,} other"
+    )
+    click.echo(f"bytes     {human_bytes(c.get('bytes', 0))} ({c.get('bytes', 0):,})")
+    click.echo(f"errors    {c.get('errors', 0):,}")
+    for e in i.get("errors", [])[:5]:
+        click.echo(f"          {e}")
+    click.echo(
+        f"scanned   {i.get('started')} .. {i.get('finished')} ({i.get('seconds')} s, {i.get('tasks')} tasks, "
+        f"{i.get('parts')} parts)"
+    )

@@ -1,0 +1,50 @@
+"""``pfs scan URL -o MANIFEST_DIR``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli import cli, cluster_options, echo_json
+from ..progress import human_bytes, make_reporter
+from ..scan import scan
+
+
+@cli.command("scan")
+@click.argument("url")
+@click.option("-o", "--output", "out", required=True, help="Manifest directory to write (local path or URL).")
+@click.option("--overwrite", is_flag=True, help="Replace a manifest already in the output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@cluster_options
+def scan_cmd(url: str, out: str, overwrite: bool, as_json: bool, cluster, threads, progress) -> None:
+    """Scan URL (a path, a mount, s3://, sftp://...) into a Parquet manifest."""
+
+    def show_dashboard(link: str) -> None:
+        if not as_json:
+            click.echo(f"dashboard: {link}", err=True)
+
+    result = scan(
+        url,
+        out,
+        cluster=cluster,
+        threads=threads,
+        overwrite=overwrite,
+        progress=make_reporter(progress),
+        on_dashboard=show_dashboard,
+    )
+    c = result.counts
+    if as_json:
+        echo_json(result.summary())
+    else:
+        click.echo(
+            f"scanned {result.root}: {c['entries']:,} entries ({c['files']:,} files, {c['directories']:,} "
+            f"directories, {c['symlinks']:,} symlinks, {c['other']:,} other), {human_bytes(c['bytes'])} "
+            f"in {result.seconds:.1f} s ({c['entries'] / max(result.seconds, 1e-9):,.0f} entries/s), "
+            f"{result.tasks} tasks -> {result.manifest}"
+        )
+    if result.errors:
+        click.echo(f"pfs: {result.errors:,} entries could not be read, e.g.:", err=True)
+        for sample in result.error_samples[:5]:
+            click.echo(f"  {sample}", err=True)
+        sys.exit(1)

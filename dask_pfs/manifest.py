@@ -1,0 +1,164 @@
+"""Manifest directories: the completion marker, opening for reading, and safe clean-up.
+
+A manifest is a directory of ``part-*.parquet`` files plus ``_manifest.json``, written last.
+No marker means the scan failed or was interrupted: readers refuse such a directory unless
+asked to read it anyway (then they warn).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import pyarrow.dataset as ds
+
+from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHEMA_VERSION
+
+from . import __version__
+from .errors import IncompleteManifestError, PfsError
+
+
+def _fs(url: str):
+    return fsspec.core.url_to_fs(url)
+
+
+@dataclass
+class Manifest:
+    """An opened manifest directory."""
+
+    url: str
+    info: dict[str, Any]
+    complete: bool
+
+    @property
+    def root(self) -> str:
+        return self.info["root"]
+
+    @property
+    def parts_glob(self) -> str:
+        """What DuckDB's ``read_parquet`` takes."""
+        return f"{self.url.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"
+
+    def part_files(self) -> list[str]:
+        fs, path = _fs(self.url)
+        names = sorted(fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"))
+        return names
+
+    def dataset(self) -> ds.Dataset:
+        fs, _ = _fs(self.url)
+        return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
+
+    def relation_sql(self) -> str:
+        """A DuckDB table expression over the parts (works for an empty manifest too)."""
+        files = self.part_files()
+        if not files:
+            cols = ", ".join(f'NULL::{_duck_type(f)} AS "{f.name}"' for f in SCHEMA)
+            return f"(SELECT {cols} WHERE false)"
+        return f"read_parquet({_sql_str(self.parts_glob)})"
+
+
+def _duck_type(field) -> str:
+    import pyarrow as pa
+
+    t = field.type
+    if pa.types.is_dictionary(t) or pa.types.is_string(t):
+        return "VARCHAR"
+    if pa.types.is_binary(t):
+        return "BLOB"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ"
+    if pa.types.is_unsigned_integer(t):
+        return "UBIGINT"
+    return "BIGINT"
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def has_marker(url: str) -> bool:
+    fs, path = _fs(url)
+    return fs.exists(f"{path.rstrip('/')}/{MARKER_NAME}")
+
+
+def open_manifest(url: str | os.PathLike, allow_incomplete: bool = False) -> Manifest:
+    """Open a manifest; refuse one without a completion marker unless ``allow_incomplete``."""
+    url = os.fspath(url)
+    fs, path = _fs(url)
+    if not fs.isdir(path):
+        raise PfsError(f"{url}: no such manifest directory")
+    marker = f"{path.rstrip('/')}/{MARKER_NAME}"
+    if not fs.exists(marker):
+        if not allow_incomplete:
+            raise IncompleteManifestError(
+                f"{url}: no {MARKER_NAME}: the scan that wrote it failed or was interrupted "
+                "(rerun the scan, or pass --allow-incomplete to read it anyway)"
+            )
+        warnings.warn(f"{url}: incomplete manifest (no {MARKER_NAME})", stacklevel=2)
+        return Manifest(url, {"root": None, "complete": False}, False)
+    with fs.open(marker, "r") as f:
+        info = json.load(f)
+    version = info.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise PfsError(f"{url}: manifest schema version {version}, this pfs reads version {SCHEMA_VERSION}")
+    return Manifest(url, info, True)
+
+
+def prepare_output(url: str, overwrite: bool) -> None:
+    """Make the output directory, refusing to clobber an existing manifest unless ``overwrite``."""
+    fs, path = _fs(url)
+    path = path.rstrip("/")
+    if fs.exists(path):
+        if not fs.isdir(path):
+            raise PfsError(f"{url}: exists and is not a directory")
+        existing = fs.ls(path, detail=False)
+        if existing:
+            looks_like_manifest = any(
+                os.path.basename(p).startswith((PART_PREFIX, MARKER_NAME, ".part-")) for p in existing
+            )
+            if not looks_like_manifest:
+                raise PfsError(f"{url}: directory is not empty and holds no manifest; refusing to write there")
+            if not overwrite:
+                raise PfsError(f"{url}: already holds a manifest; pass --overwrite to replace it")
+            remove_manifest_files(url)
+    fs.makedirs(path, exist_ok=True)
+
+
+def remove_manifest_files(url: str, keep: set[str] | None = None) -> int:
+    """Delete the marker, part files and temp parts (except names in ``keep``); return the count."""
+    fs, path = _fs(url)
+    removed = 0
+    for p in fs.ls(path.rstrip("/"), detail=False):
+        name = os.path.basename(p.rstrip("/"))
+        is_ours = name == MARKER_NAME or name.startswith((PART_PREFIX, ".part-"))
+        if is_ours and (keep is None or name not in keep):
+            fs.rm(p)
+            removed += 1
+    return removed
+
+
+def write_marker(url: str, info: dict[str, Any]) -> None:
+    """Write ``_manifest.json`` last (temp name + rename where the file system has one)."""
+    fs, path = _fs(url)
+    info = {
+        "format": "pfs-manifest",
+        "schema_version": SCHEMA_VERSION,
+        "pfs_version": __version__,
+        "host": socket.gethostname(),
+        **info,
+    }
+    final = f"{path.rstrip('/')}/{MARKER_NAME}"
+    data = json.dumps(info, indent=2, sort_keys=False, default=str)
+    if fs.protocol in ("file", "local") or "file" in fs.protocol:
+        tmp = final + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(data)
+        os.replace(tmp, final)
+    else:
+        with fs.open(final, "w") as f:
+            f.write(data)

@@ -1,0 +1,109 @@
+"""Progress reporting for long jobs: a live bar on a terminal, log lines elsewhere.
+
+Engines call ``update(counters)`` whenever a chunk finishes; the reporter decides how often
+anything is shown.  ``LogProgress`` is what Airflow tasks and batch jobs get: one line per
+interval with counts and rates.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Protocol
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+class Reporter(Protocol):
+    def start(self, title: str) -> None: ...
+
+    def update(self, counters: dict) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def describe(counters: dict, elapsed: float) -> str:
+    entries = counters.get("entries", 0)
+    rate = entries / elapsed if elapsed > 0 else 0.0
+    text = f"{entries:,} entries, {human_bytes(counters.get('bytes', 0))}, {rate:,.0f} entries/s"
+    errors = counters.get("errors", 0)
+    return text + (f", {errors:,} errors" if errors else "")
+
+
+class NullProgress:
+    def start(self, title: str) -> None:
+        pass
+
+    def update(self, counters: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class LogProgress:
+    """One log line every ``interval`` seconds (and at the end)."""
+
+    def __init__(self, logger: logging.Logger | None = None, interval: float = 10.0) -> None:
+        self.log = logger or logging.getLogger("pfs")
+        self.interval = interval
+        self.title = ""
+        self.counters: dict = {}
+
+    def start(self, title: str) -> None:
+        self.title = title
+        self.t0 = self.last = time.monotonic()
+
+    def update(self, counters: dict) -> None:
+        self.counters = counters
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.log.info("%s: %s", self.title, describe(counters, now - self.t0))
+
+    def stop(self) -> None:
+        self.log.info("%s done: %s", self.title, describe(self.counters, time.monotonic() - self.t0))
+
+
+class RichProgress:
+    """A live status line: entries, bytes, entries/s, errors, elapsed."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+            refresh_per_second=5,
+        )
+
+    def start(self, title: str) -> None:
+        self.t0 = time.monotonic()
+        self.progress.start()
+        self.task = self.progress.add_task(title, total=None, status="starting")
+
+    def update(self, counters: dict) -> None:
+        self.progress.update(self.task, status=describe(counters, time.monotonic() - self.t0))
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+
+def make_reporter(enabled: bool | None) -> Reporter:
+    """A bar on a terminal unless disabled; nothing when stderr is not a TTY."""
+    if enabled is False or (enabled is None and not sys.stderr.isatty()):
+        return NullProgress()
+    return RichProgress()

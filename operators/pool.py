@@ -1,0 +1,41 @@
+"""One thread pool per process for blocking file-system calls.
+
+Metadata syscalls release the GIL, so on network storage the useful concurrency is the
+number of operations in flight, not the number of cores.  Every task running in a worker
+process shares this pool, which bounds the process's in-flight operations however many
+Dask tasks run at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+DEFAULT_THREADS = 64
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_size = 0
+
+
+def default_threads() -> int:
+    """``PFS_THREADS`` from the environment (set per worker by clusters and the Helm chart), else 64."""
+    try:
+        return max(1, int(os.environ.get("PFS_THREADS", DEFAULT_THREADS)))
+    except ValueError:
+        return DEFAULT_THREADS
+
+
+def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
+    """The process-wide pool, (re)made when a different size is asked for."""
+    global _pool, _size
+    want = threads or default_threads()
+    with _lock:
+        if _pool is None or _size != want:
+            old = _pool
+            _pool = ThreadPoolExecutor(max_workers=want, thread_name_prefix="pfs-io")
+            _size = want
+            if old is not None:
+                old.shutdown(wait=False)
+        return _pool

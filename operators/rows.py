@@ -1,0 +1,200 @@
+"""Collect manifest rows column-wise and turn them into sorted Arrow tables."""
+
+from __future__ import annotations
+
+import stat as st
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .names import decode
+from .schema import ROW_COLUMNS, SCHEMA
+
+Row = tuple  # values in ROW_COLUMNS order
+
+_I_PATH = ROW_COLUMNS.index("path")
+_I_ERROR = ROW_COLUMNS.index("error")
+_I_TYPE = ROW_COLUMNS.index("type")
+
+
+def type_of_mode(mode: int) -> str:
+    if st.S_ISREG(mode):
+        return "file"
+    if st.S_ISDIR(mode):
+        return "directory"
+    if st.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+def row_from_stat(rel: bytes, s, link_target: bytes | None = None, checksum: str | None = None) -> Row:
+    """A row from an ``os.lstat`` result; ``rel`` is the path relative to the scan root."""
+    path, path_raw = decode(rel)
+    target, target_raw = decode(link_target) if link_target is not None else (None, None)
+    return (
+        path,
+        path_raw,
+        type_of_mode(s.st_mode),
+        s.st_size,
+        s.st_mtime_ns,
+        s.st_atime_ns,
+        s.st_ctime_ns,
+        s.st_mode,
+        s.st_uid,
+        s.st_gid,
+        s.st_ino,
+        s.st_dev,
+        s.st_nlink,
+        target,
+        target_raw,
+        checksum,
+        None,
+    )
+
+
+def error_row(rel: bytes | str, kind: str, error: BaseException | str) -> Row:
+    """A row for an entry whose stat or listing failed: path, guessed type and the error text."""
+    if isinstance(rel, bytes):
+        path, path_raw = decode(rel)
+    else:
+        path, path_raw = rel, None
+    values: list[Any] = [None] * len(ROW_COLUMNS)
+    values[_I_PATH] = path
+    values[1] = path_raw
+    values[_I_TYPE] = kind
+    values[_I_ERROR] = describe_error(error)
+    return tuple(values)
+
+
+def with_error(row: Row, error: BaseException | str) -> Row:
+    values = list(row)
+    values[_I_ERROR] = describe_error(error)
+    return tuple(values)
+
+
+def describe_error(error: BaseException | str) -> str:
+    if isinstance(error, str):
+        return error
+    if isinstance(error, OSError) and error.strerror:
+        return f"{type(error).__name__}: [Errno {error.errno}] {error.strerror}"
+    return f"{type(error).__name__}: {error}"
+
+
+def row_from_info(rel: str, info: dict[str, Any]) -> Row:
+    """A row from an fsspec ``info``/``ls(detail=True)`` dict (object stores, sftp, ...)."""
+    kind = {"file": "file", "directory": "directory", "link": "symlink"}.get(info.get("type"), "other")
+    if info.get("islink"):
+        kind = "symlink"
+    mtime = _ns(info.get("mtime", info.get("LastModified", info.get("last_modified", info.get("updated")))))
+    atime = _ns(info.get("atime"))
+    ctime = _ns(info.get("created", info.get("ctime")))
+    mode = info.get("mode")
+    target = info.get("destination")
+    return (
+        rel,
+        None,
+        kind,
+        info.get("size") if kind != "directory" else info.get("size", 0),
+        mtime,
+        atime,
+        ctime,
+        int(mode) if mode is not None else None,
+        _int(info.get("uid")),
+        _int(info.get("gid")),
+        _int(info.get("ino")),
+        None,
+        _int(info.get("nlink")),
+        str(target) if target is not None else None,
+        None,
+        None,
+        None,
+    )
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _ns(value: Any) -> int | None:
+    """Nanoseconds since the epoch from the many shapes backends use (float, datetime, str)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return int(value * 1_000_000_000)
+    if hasattr(value, "timestamp"):
+        if getattr(value, "tzinfo", 1) is None:
+            from datetime import UTC
+
+            value = value.replace(tzinfo=UTC)
+        return int(value.timestamp() * 1_000_000) * 1000
+    try:
+        from datetime import datetime
+
+        return _ns(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+class RowBuffer:
+    """Rows appended one at a time, turned into a schema-v1 table sorted by path."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+
+    def extend(self, rows: Iterable[Row]) -> None:
+        self.rows.extend(rows)
+
+    def take_table(self) -> pa.Table:
+        """The buffered rows as a table (sorted by path); the buffer is emptied."""
+        rows, self.rows = self.rows, []
+        return rows_to_table(rows)
+
+
+def rows_to_table(rows: list[Row]) -> pa.Table:
+    # lists, not tuples: pyarrow 26 converts a tuple of str ~1000x slower than a list
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in ROW_COLUMNS]
+    data = dict(zip(ROW_COLUMNS, columns, strict=True))
+    paths = pa.array(data["path"], pa.string())
+    split = pc.split_pattern(paths, "/", max_splits=None, reverse=False)
+    depth = pc.cast(pc.list_value_length(split), pa.int32())
+    name = _name_of(paths)
+    parent = pc.dictionary_encode(_parent_of(paths))
+    arrays = {
+        "path": paths,
+        "name": name,
+        "parent": parent,
+        "depth": depth,
+    }
+    for col in ROW_COLUMNS:
+        if col == "path":
+            continue
+        field = SCHEMA.field(col)
+        if col == "type":
+            arrays[col] = pc.dictionary_encode(pa.array(data[col], pa.string()))
+        elif pa.types.is_timestamp(field.type):
+            arrays[col] = pa.array(data[col], pa.int64()).cast(field.type)
+        else:
+            arrays[col] = pa.array(data[col], field.type)
+    table = pa.table([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+    return table.sort_by("path") if len(rows) > 1 else table
+
+
+def _name_of(paths: pa.Array) -> pa.Array:
+    return pc.replace_substring_regex(paths, pattern=r"^.*/", replacement="")
+
+
+def _parent_of(paths: pa.Array) -> pa.Array:
+    has_parent = pc.match_substring(paths, "/")
+    parents = pc.replace_substring_regex(paths, pattern=r"/[^/]*$", replacement="")
+    return pc.if_else(has_parent, parents, pa.scalar("", pa.string()))

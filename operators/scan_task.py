@@ -1,0 +1,60 @@
+"""One scan task: walk a bounded slice of the tree and write its rows as Parquet parts.
+
+This is the function the engine ships to workers.  It returns only counters, the names of
+the parts it wrote and the directories it did not get to, never rows, so the driver's
+memory does not grow with the tree.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .local_scan import LocalLister
+from .parts import part_name, write_part
+from .pool import default_threads, get_pool
+from .remote_scan import FsspecLister
+from .rows import RowBuffer
+from .walk import Budget, DirItem, Tally, walk
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """Where to scan and where to write; the same for every task of a scan."""
+
+    protocol: str  # "file" takes the scandir fast path
+    root: str  # path within the file system, no protocol
+    out_url: str
+    storage_options: dict = field(default_factory=dict)
+    out_storage_options: dict = field(default_factory=dict)
+    threads: int | None = None
+    flush_rows: int = 200_000
+
+    def lister(self):
+        if self.protocol in ("file", "local"):
+            return LocalLister(self.root)
+        return FsspecLister(self.protocol, self.root, self.storage_options)
+
+
+@dataclass
+class ChunkResult:
+    task_id: str
+    parts: list[str]
+    tally: Tally
+    frontier: list[DirItem]
+    seconds: float
+
+
+def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budget) -> ChunkResult:
+    """Walk below ``items`` within ``budget``; write parts named after ``task_id``."""
+    start = time.monotonic()
+    threads = spec.threads or default_threads()
+    parts: list[str] = []
+
+    def emit(buf: RowBuffer) -> None:
+        if len(buf):
+            table = buf.take_table()
+            parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
+
+    tally, frontier = walk(spec.lister(), items, get_pool(threads), threads, budget, emit, spec.flush_rows)
+    return ChunkResult(task_id, parts, tally, frontier, time.monotonic() - start)

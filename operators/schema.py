@@ -1,0 +1,50 @@
+"""Manifest schema v1: one row per entry under the scan root.
+
+This module owns the schema: writers build tables with :data:`SCHEMA` and readers check
+``schema_version`` in ``_manifest.json`` against :data:`SCHEMA_VERSION`.  The README's
+"Manifest schema" section documents every column; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+MARKER_NAME = "_manifest.json"
+PART_PREFIX = "part-"
+PART_SUFFIX = ".parquet"
+
+TYPES = ("file", "directory", "symlink", "other")
+
+_TS = pa.timestamp("ns", tz="UTC")
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+SCHEMA = pa.schema(
+    [
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("path_raw", pa.binary()),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("parent", _DICT, nullable=False),
+        pa.field("depth", pa.int32(), nullable=False),
+        pa.field("type", _DICT, nullable=False),
+        pa.field("size", pa.int64()),
+        pa.field("mtime", _TS),
+        pa.field("atime", _TS),
+        pa.field("ctime", _TS),
+        pa.field("mode", pa.uint32()),
+        pa.field("uid", pa.int64()),
+        pa.field("gid", pa.int64()),
+        pa.field("ino", pa.uint64()),
+        pa.field("dev", pa.uint64()),
+        pa.field("nlink", pa.int64()),
+        pa.field("link_target", pa.string()),
+        pa.field("link_target_raw", pa.binary()),
+        pa.field("checksum", pa.string()),
+        pa.field("error", pa.string()),
+    ],
+    metadata={b"pfs.schema_version": str(SCHEMA_VERSION).encode()},
+)
+
+COLUMNS = tuple(SCHEMA.names)
+# Columns a row builder fills; name/parent/depth are derived from path when the table is built.
+ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("name", "parent", "depth"))

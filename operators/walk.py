@@ -1,0 +1,150 @@
+"""A bounded, concurrent directory walk: the engine-free heart of a scan task.
+
+A task is handed a few directories (``DirItem``s) and walks below them breadth-first on the
+process's thread pool: listing jobs feed stat jobs, stat jobs feed new directories.  It stops
+*starting* directories once its budget of entries or seconds is spent and hands the rest back
+as its frontier, so the driver can spread that work over idle workers.  Backends only say how
+to list one directory (:class:`Lister`); the scheduling here is shared by all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .rows import Row, RowBuffer, with_error
+
+# (path relative to the scan root, the directory's own row as its parent saw it; None for the root)
+DirItem = tuple[bytes | str, Row | None]
+
+
+@dataclass
+class Listing:
+    """What listing one directory produced."""
+
+    item: DirItem
+    vanished: bool = False
+    error: BaseException | None = None
+    rows: list[Row] = field(default_factory=list)
+    subdirs: list[DirItem] = field(default_factory=list)
+    pending: list[Future] = field(default_factory=list)  # stat batches still running -> (rows, subdirs)
+
+
+class Lister(Protocol):
+    def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing: ...
+
+    def root_error_row(self, error: BaseException) -> Row: ...
+
+
+@dataclass
+class Tally:
+    entries: int = 0
+    files: int = 0
+    directories: int = 0
+    symlinks: int = 0
+    other: int = 0
+    bytes: int = 0
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+
+    def count(self, row: Row) -> None:
+        from .schema import ROW_COLUMNS
+
+        kind = row[ROW_COLUMNS.index("type")]
+        self.entries += 1
+        if kind == "file":
+            self.files += 1
+            self.bytes += row[ROW_COLUMNS.index("size")] or 0
+        elif kind == "directory":
+            self.directories += 1
+        elif kind == "symlink":
+            self.symlinks += 1
+        else:
+            self.other += 1
+        err = row[ROW_COLUMNS.index("error")]
+        if err is not None:
+            self.errors += 1
+            if len(self.error_samples) < 5:
+                self.error_samples.append(f"{row[0]}: {err}")
+
+    def add(self, other: Tally) -> None:
+        for name in ("entries", "files", "directories", "symlinks", "other", "bytes", "errors"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        room = 20 - len(self.error_samples)
+        if room > 0:
+            self.error_samples.extend(other.error_samples[:room])
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "error_samples"}
+
+
+@dataclass
+class Budget:
+    max_entries: int = 50_000
+    max_seconds: float = 1.0
+
+
+def walk(
+    lister: Lister,
+    items: list[DirItem],
+    pool: ThreadPoolExecutor,
+    concurrency: int,
+    budget: Budget,
+    emit: Callable[[RowBuffer], None],
+    flush_rows: int = 200_000,
+) -> tuple[Tally, list[DirItem]]:
+    """Walk below ``items`` until the budget is spent; return the tally and the unstarted frontier.
+
+    ``emit`` is called with the row buffer whenever it holds ``flush_rows`` rows and once at
+    the end, so a task's memory is bounded by ``flush_rows`` whatever the directory sizes.
+    """
+    tally = Tally()
+    buf = RowBuffer()
+    pending: deque[DirItem] = deque(items)
+    inflight: set[Future] = set()
+    start = time.monotonic()
+
+    def spent() -> bool:
+        return tally.entries >= budget.max_entries or time.monotonic() - start >= budget.max_seconds
+
+    def take(rows: list[Row]) -> None:
+        for row in rows:
+            tally.count(row)
+        buf.extend(rows)
+        if len(buf) >= flush_rows:
+            emit(buf)
+
+    while True:
+        while pending and len(inflight) < concurrency and not spent():
+            item = pending.popleft()
+            fut = pool.submit(lister.list_dir, item, pool)
+            fut.pfs_kind = "list"  # type: ignore[attr-defined]
+            inflight.add(fut)
+        if not inflight:
+            break
+        done, inflight = wait(inflight, return_when=FIRST_COMPLETED)
+        for fut in done:
+            if getattr(fut, "pfs_kind", "") == "list":
+                listing: Listing = fut.result()
+                _, own_row = listing.item
+                if listing.vanished:
+                    own_row = None
+                elif listing.error is not None:
+                    own_row = (
+                        with_error(own_row, listing.error)
+                        if own_row is not None
+                        else lister.root_error_row(listing.error)
+                    )
+                take(listing.rows + ([own_row] if own_row is not None else []))
+                pending.extend(listing.subdirs)
+                inflight.update(listing.pending)
+            else:
+                rows, subdirs = fut.result()
+                take(rows)
+                pending.extend(subdirs)
+    emit(buf)
+    return tally, list(pending)
