@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 from .cluster import ClusterOptions, connect
 from .errors import IncompleteManifestError, PfsError
 from .manifest import Manifest, open_manifest
+from .remove import RemoveResult, remove  # noqa: F401  (public API)
 from .scan import ScanResult, scan
 
 __all__ = [

@@ -1,0 +1,91 @@
+"""``pfs rm URL`` and ``pfs rm --manifest DIR [--where SQL]``: a thin layer over :func:`dask_pfs.remove`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli import cli, cluster_options, echo_json
+from ..errors import PfsError
+from ..progress import human_bytes, make_reporter
+from ..remove import RemoveResult, remove
+
+
+@cli.command("rm")
+@click.argument("url", required=False)
+@click.option("--manifest", help="Remove exactly the entries of this manifest (directory or URL).")
+@click.option("--where", help="With --manifest: SQL condition selecting the rows, e.g. \"name LIKE '%.tmp'\".")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation (asked only on a terminal).")
+@click.option("--force", is_flag=True, help="Allow removing /, your home directory, a mount point or a bucket.")
+@click.option("-n", "--dry-run", is_flag=True, help="Remove nothing; print what would go and the totals.")
+@click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Paths a dry run prints.")
+@click.option("--ignore-changes", is_flag=True, help="Remove manifest entries even if they changed since the scan.")
+@click.option("--log", help="Parquet log of failed and skipped entries (default: MANIFEST/_rm-failures.parquet).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@cluster_options
+def rm_cmd(
+    url, manifest, where, yes, force, dry_run, show, ignore_changes, log, as_json, cluster, threads, progress
+) -> None:
+    """Remove a tree (URL), or the entries of a manifest selected by --where.
+
+    Symlinks are never followed; nothing outside the tree (or the manifest's root) is touched.
+    Exit codes: 0 done, 1 some entries could not be removed, 2 refused (nothing removed).
+    """
+    if url is None and manifest is None:
+        raise PfsError("give a URL to remove, or --manifest DIR")
+    confirm = None
+    if not yes and sys.stdin.isatty():
+
+        def confirm(message: str) -> bool:
+            return click.confirm(message, default=False, err=True)
+
+    result = remove(
+        url,
+        manifest=manifest,
+        where=where,
+        cluster=cluster,
+        dry_run=dry_run,
+        force=force,
+        ignore_changes=ignore_changes,
+        threads=threads,
+        progress=make_reporter(progress),
+        log=log,
+        confirm=confirm,
+        show=show,
+    )
+    if as_json:
+        echo_json(result.summary())
+    else:
+        _print(result)
+    if result.exit_code:
+        sys.exit(result.exit_code)
+
+
+def _print(r: RemoveResult) -> None:
+    if r.dry_run:
+        for path in r.would_remove:
+            click.echo(path)
+        more = r.removed_files + r.removed_dirs - len(r.would_remove)
+        if more > 0:
+            click.echo(f"... and {more:,} more")
+    verb = "would remove" if r.dry_run else "removed"
+    skipped = []
+    for label, n in (
+        ("changed", r.skipped_changed),
+        ("missing", r.skipped_missing),
+        ("non-empty directories", r.skipped_nonempty),
+        ("rows with scan errors", r.skipped_error),
+    ):
+        if n:
+            skipped.append(f"{n:,} {label}")
+    click.echo(
+        f"{verb} {r.removed_files:,} entries and {r.removed_dirs:,} directories ({human_bytes(r.bytes)}) "
+        f"under {r.target} in {r.seconds:.1f} s"
+        + (f"; skipped {', '.join(skipped)}" if skipped else "")
+        + (f"; {r.failed:,} failed" if r.failed else "")
+    )
+    for line in r.problems[:5]:
+        click.echo(f"  {line}", err=True)
+    if r.log:
+        click.echo(f"log of failed and skipped entries: {r.log}", err=True)

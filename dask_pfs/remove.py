@@ -1,0 +1,498 @@
+"""The ``pfs rm`` driver: remove a live tree, or exactly the rows of a (filtered) manifest.
+
+Tree mode streams: tasks list a bounded slice of directories, unlink what they list at once and
+hand back unlisted subdirectories as frontier (as the scan driver does); directories whose
+subtree a task finished are removed inside it, the rest by the driver at the end, deepest level
+first.  Manifest mode streams the DuckDB selection in Arrow batches: every selected row is
+checked (relative, no symlinked ancestor) before the first unlink, then non-directories go in
+chunks, then directories level by level, deepest first.  The driver holds counters, a bounded
+frontier and the directories left for the last pass; problems go straight to a Parquet log.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat as st
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from distributed import Client, as_completed
+
+from operators.names import decode
+from operators.remove import (
+    RemoveSpec,
+    RmCounts,
+    TreeChunkResult,
+    remove_tree_chunk,
+    rmdir_entries,
+    unlink_entries,
+)
+from operators.safety import check_paths
+from operators.walk import Budget, DirItem
+
+from .cluster import ClusterOptions, connect, total_task_slots
+from .errors import PfsError
+from .manifest import open_manifest
+from .progress import NullProgress, Reporter, human_bytes
+from .query import connection
+from .urls import Location, resolve
+
+CHUNK = 2000  # manifest rows per unlink / rmdir task
+CHECK_CHUNK = 20_000  # manifest rows per safety-check task (cheap: one lstat per distinct directory)
+FAILURE_LOG = "_rm-failures.parquet"  # next to the manifest; does not match part-*.parquet
+LOG_SCHEMA = pa.schema(
+    [("path", pa.string()), ("path_raw", pa.binary()), ("status", pa.string()), ("error", pa.string())]
+)
+
+
+@dataclass
+class RemoveResult:
+    target: str  # the tree, or the manifest's root
+    mode: str  # "tree" or "manifest"
+    dry_run: bool
+    removed_files: int = 0  # non-directories: files, symlinks, others
+    removed_dirs: int = 0
+    bytes: int = 0
+    failed: int = 0
+    skipped_changed: int = 0
+    skipped_missing: int = 0
+    skipped_nonempty: int = 0
+    skipped_error: int = 0  # manifest rows whose scan recorded an error
+    seconds: float = 0.0
+    tasks: int = 0
+    log: str | None = None  # Parquet log of failed and skipped entries, when there were any
+    problems: list[str] = field(default_factory=list)  # first few "path: status: error"
+    would_remove: list[str] = field(default_factory=list)  # dry run: first paths
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def summary(self) -> dict:
+        return {**asdict(self), "exit_code": self.exit_code}
+
+    def take(self, counts: RmCounts) -> None:
+        for name in RmCounts.COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(counts, name))
+
+    def progress(self) -> dict:
+        return {"entries": self.removed_files + self.removed_dirs, "bytes": self.bytes, "errors": self.failed}
+
+
+@dataclass(frozen=True)
+class RemoveTuning:
+    max_entries: int = 50_000
+    max_seconds: float = 1.0
+    first_seconds: float = 0.25
+    max_dirs_per_task: int = 512
+    inflight_per_slot: int = 2
+
+
+def remove(
+    url: str | os.PathLike | None = None,
+    *,
+    manifest: str | os.PathLike | None = None,
+    where: str | None = None,
+    client: Client | None = None,
+    cluster: ClusterOptions | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    ignore_changes: bool = False,
+    threads: int | None = None,
+    progress: Reporter | None = None,
+    log: str | os.PathLike | None = None,
+    confirm: Callable[[str], bool] | None = None,
+    storage_options: dict | None = None,
+    show: int = 20,
+    tuning: RemoveTuning | None = None,
+) -> RemoveResult:
+    """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where``.
+
+    Raises :class:`PfsError` (nothing removed) for a missing target, a refused target (``/``,
+    the home directory, a mount point, a bucket, unless ``force``), an unsafe manifest row, or
+    when ``confirm(message)`` returns false.  ``confirm`` is called after every check and
+    before the first unlink.  ``show`` bounds the paths a dry run lists.
+    """
+    if (url is None) == (manifest is None):
+        raise PfsError("give either a URL or --manifest, not both")
+    if where and manifest is None:
+        raise PfsError("--where needs --manifest")
+    t0 = time.monotonic()
+    job = _Job(
+        dry_run=dry_run,
+        force=force,
+        ignore_changes=ignore_changes,
+        threads=threads,
+        progress=progress or NullProgress(),
+        confirm=confirm,
+        show=show,
+        tuning=tuning or RemoveTuning(),
+    )
+    if manifest is not None:
+        prepared = job.prepare_manifest(os.fspath(manifest), where, log, storage_options)
+    else:
+        prepared = job.prepare_tree(os.fspath(url), log, storage_options)
+    if prepared is not None:  # done without a cluster (a single file or link)
+        prepared.seconds = time.monotonic() - t0
+        return prepared
+    try:
+        if client is None:
+            with connect(cluster or ClusterOptions.from_env(threads=threads)) as own:
+                job.run(own)
+        else:
+            job.run(client)
+    finally:
+        job.close_log()
+    job.result.seconds = time.monotonic() - t0
+    return job.result
+
+
+class _Log:
+    """Problems (failed, changed, non-empty) appended to a Parquet file, opened on first use."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.writer: pq.ParquetWriter | None = None
+        self.file = None
+        self.rows = 0
+
+    def write(self, problems: list[tuple[bytes, str, str]]) -> None:
+        if not problems or self.url is None:
+            return
+        if self.writer is None:
+            self.file = fsspec.open(self.url, "wb").open()
+            self.writer = pq.ParquetWriter(self.file, LOG_SCHEMA, compression="zstd")
+        texts = [decode(rel) for rel, _, _ in problems]
+        self.writer.write_table(
+            pa.table(
+                [
+                    [t for t, _ in texts],
+                    [r for _, r in texts],
+                    [s for _, s, _ in problems],
+                    [e for _, _, e in problems],
+                ],
+                schema=LOG_SCHEMA,
+            )
+        )
+        self.rows += len(problems)
+
+    def close(self) -> str | None:
+        if self.writer is None:
+            return None
+        self.writer.close()
+        self.file.close()
+        self.writer = None
+        return self.url
+
+
+@dataclass
+class _Job:
+    dry_run: bool
+    force: bool
+    ignore_changes: bool
+    threads: int | None
+    progress: Reporter
+    confirm: Callable[[str], bool] | None
+    show: int
+    tuning: RemoveTuning
+    spec: RemoveSpec | None = None
+    result: RemoveResult | None = None
+    log: _Log | None = None
+    selection: tuple | None = None  # manifest mode: (con, relation sql, condition)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    # ------------------------------------------------------------ preparing (no deletion here)
+
+    def _spec(self, loc: Location) -> RemoveSpec:
+        return RemoveSpec(
+            protocol=loc.protocol,
+            root=loc.path,
+            storage_options=loc.storage_options,
+            threads=self.threads,
+            dry_run=self.dry_run,
+            ignore_changes=self.ignore_changes,
+            sample_limit=self.show,
+        )
+
+    def _ask(self, message: str) -> None:
+        if self.confirm is not None and not self.dry_run and not self.confirm(message):
+            raise PfsError("not confirmed: nothing removed")
+
+    def prepare_tree(self, url: str, log: str | os.PathLike | None, storage_options: dict | None):
+        loc = resolve(url, storage_options)
+        kind, size = _probe(loc)
+        if kind != "link":
+            refuse_target(loc, self.force)
+        self.result = RemoveResult(loc.url, "tree", self.dry_run)
+        default_log = os.path.join(tempfile.gettempdir(), f"pfs-rm-failures-{self.run_id}.parquet")
+        self.log = _Log(None if self.dry_run else os.fspath(log) if log else default_log)
+        if kind == "directory":
+            self.spec = self._spec(loc)
+            self._ask(f"Remove {loc.url} and everything below it?")
+            return None
+        # a file, a symlink (never followed) or another non-directory: no cluster needed
+        self._ask(f"Remove {loc.url}?")
+        parent, _, name = loc.path.rstrip("/").rpartition("/")
+        spec = replace(
+            self._spec(Location(loc.url, loc.protocol, parent or "/", loc.storage_options)), ignore_changes=True
+        )
+        raw = os.fsencode(name) if loc.is_local else name.encode()
+        counts = unlink_entries(spec, [(decode(raw)[0], raw, kind, size, None)])
+        self._collect(counts)
+        self.result.log = self.log.close()
+        return self.result
+
+    def prepare_manifest(self, url: str, where: str | None, log, storage_options: dict | None):
+        m = open_manifest(url)
+        loc = resolve(m.root, storage_options)
+        try:
+            kind, _ = _probe(loc)
+        except PfsError:
+            raise PfsError(f"{m.root} (root of manifest {url}): no such file or directory") from None
+        if not where:
+            refuse_target(loc, self.force)  # the whole manifest is the whole tree
+        if kind != "directory":
+            raise PfsError(f"{m.root} (root of manifest {url}) is not a directory")
+        self.spec = self._spec(loc)
+        self.result = RemoveResult(m.root, "manifest", self.dry_run)
+        default_log = f"{url.rstrip('/')}/{FAILURE_LOG}"
+        if not self.dry_run and not log:
+            fs, path = fsspec.core.url_to_fs(default_log)
+            if fs.exists(path):
+                fs.rm(path)  # a stale log from an earlier run would be misread as this run's
+        self.log = _Log(None if self.dry_run else os.fspath(log) if log else default_log)
+        con = connection()
+        cond = f"({where})" if where else "TRUE"
+        self.selection = (con, m.relation_sql(), cond)
+        try:
+            (n_error,) = con.execute(
+                f"SELECT count(*) FROM {m.relation_sql()} AS m WHERE {cond} AND error IS NOT NULL"
+            ).fetchall()[0]
+            n_files, n_bytes, n_dirs = con.execute(
+                f"SELECT count(*) FILTER (WHERE type <> 'directory'), "
+                f"coalesce(sum(size) FILTER (WHERE type <> 'directory'), 0), "
+                f"count(*) FILTER (WHERE type = 'directory') "
+                f"FROM {m.relation_sql()} AS m WHERE {cond} AND error IS NULL"
+            ).fetchall()[0]
+        except Exception as exc:  # duckdb.Error: a bad --where
+            raise PfsError(f"--where: {str(exc).splitlines()[0]}") from None
+        self.result.skipped_error = n_error
+        self.totals = (n_files, n_bytes, n_dirs)
+        return None
+
+    # ------------------------------------------------------------ running
+
+    def run(self, client: Client) -> None:
+        slots = total_task_slots(client)
+        self.max_inflight = slots * self.tuning.inflight_per_slot
+        self.slots = slots
+        self.client = client
+        self.progress.start(f"rm {self.result.target}" + (" (dry run)" if self.dry_run else ""))
+        try:
+            if self.result.mode == "tree":
+                self._run_tree()
+            else:
+                self._run_manifest()
+        finally:
+            self.progress.stop()
+
+    def _submit(self, func, *args):
+        self.result.tasks += 1
+        return self.client.submit(
+            func, *args, key=f"pfs-rm-{self.run_id}-{self.result.tasks:07d}", pure=False, retries=1
+        )
+
+    def _collect(self, counts: RmCounts) -> None:
+        r = self.result
+        r.take(counts)
+        self.log.write(counts.problems)
+        for rel, status, error in counts.problems:
+            if len(r.problems) >= 10:
+                break
+            r.problems.append(f"{decode(rel)[0]}: {status}: {error}")
+        room = self.show - len(r.would_remove)
+        r.would_remove.extend(decode(rel)[0] for rel in counts.samples[: max(room, 0)])
+        self.progress.update(r.progress())
+
+    def _chunks(self, func, chunks: Iterable, on_result: Callable[[RmCounts], None] | None = None) -> None:
+        """Run ``func(spec, chunk)`` for every chunk with a bounded number in flight."""
+        on_result = on_result or self._collect
+        pending = as_completed(loop=self.client.loop)
+        inflight = 0
+        try:
+            for chunk in chunks:
+                while inflight >= self.max_inflight:
+                    fut = next(pending)
+                    on_result(fut.result())
+                    fut.release()
+                    inflight -= 1
+                pending.add(self._submit(func, self.spec, chunk))
+                inflight += 1
+            for fut in pending:
+                on_result(fut.result())
+                fut.release()
+        except BaseException:
+            pending.clear()
+            raise
+
+    def _rmdir_levels(self, levels: Iterable[tuple[int, list]]) -> None:
+        """Directories level by level: a level starts only when the deeper one is done."""
+        for _, rels in levels:
+            self._chunks(rmdir_entries, (rels[i : i + CHUNK] for i in range(0, len(rels), CHUNK)))
+
+    def _run_tree(self) -> None:
+        spec, tuning = self.spec, self.tuning
+        frontier: deque[DirItem] = deque([(b"" if spec.is_local else "", None)])
+        left: dict[int, list] = {0: [b""]}
+        pending = as_completed(loop=self.client.loop)
+        inflight = 0
+
+        def submit() -> None:
+            nonlocal inflight
+            while frontier and inflight < self.max_inflight:
+                free = self.max_inflight - inflight
+                per_task = max(1, min(tuning.max_dirs_per_task, math.ceil(len(frontier) / free)))
+                items = [frontier.popleft() for _ in range(min(per_task, len(frontier)))]
+                narrow = len(frontier) + inflight < self.slots
+                budget = Budget(tuning.max_entries, tuning.first_seconds if narrow else tuning.max_seconds)
+                pending.add(self._submit(remove_tree_chunk, spec, items, budget))
+                inflight += 1
+
+        try:
+            submit()
+            for fut in pending:
+                res: TreeChunkResult = fut.result()
+                fut.release()
+                inflight -= 1
+                self._collect(res.counts)
+                for rel in res.left_dirs:
+                    left.setdefault(rel.count(b"/") + 1, []).append(rel)
+                frontier.extend(res.frontier)
+                submit()
+        except BaseException:
+            pending.clear()
+            raise
+        self._rmdir_levels((d, left[d]) for d in sorted(left, reverse=True))
+
+    def _run_manifest(self) -> None:
+        con, relation, cond = self.selection
+        n_files, n_bytes, n_dirs = self.totals
+        base = f"FROM {relation} AS m WHERE {cond} AND error IS NULL"
+        # 1. every selected row is checked before anything is removed
+        refused = 0
+        samples: list[str] = []
+
+        def on_check(res) -> None:
+            nonlocal refused
+            refused += res[0]
+            samples.extend(f"{decode(rel)[0]!r}: {why}" for rel, why in res[1][: 5 - len(samples)])
+
+        reader = con.cursor().sql(f"SELECT path, path_raw {base}").to_arrow_reader(CHECK_CHUNK)
+        self._chunks(check_batch, reader, on_check)
+        if refused:
+            raise PfsError(
+                f"refusing: {refused:,} selected manifest rows could act outside {self.result.target} "
+                f"(nothing removed), e.g. " + "; ".join(samples)
+            )
+        self._ask(
+            f"Remove {n_files:,} entries ({human_bytes(n_bytes)}) and {n_dirs:,} directories "
+            f"under {self.result.target}?"
+        )
+        # 2. non-directories, in chunks all over the cluster
+        sql = f"SELECT path, path_raw, type, size, epoch_ns(mtime) AS mtime {base} AND type <> 'directory'"
+        self._chunks(unlink_batch, con.cursor().sql(sql).to_arrow_reader(CHUNK))
+        # 3. directories, deepest level first
+        sql = f"SELECT depth, path, path_raw {base} AND type = 'directory' ORDER BY depth DESC"
+        self._rmdir_levels(_levels(con.cursor().sql(sql).to_arrow_reader(CHUNK)))
+
+    def close_log(self) -> None:
+        if self.log is not None and self.result is not None:
+            self.result.log = self.log.close()
+
+
+def _levels(reader) -> Iterable[tuple[int, list[bytes]]]:
+    """Group a depth-descending stream of directory rows into chunks tagged by depth.
+
+    Consecutive chunks of one depth are yielded separately (each at most CHUNK rows); the
+    caller's level barrier is per yielded item, which keeps deeper levels strictly first.
+    """
+    for batch in reader:
+        depths = batch.column("depth").to_pylist()
+        rels = _rels(batch)
+        start = 0
+        for i in range(1, len(depths) + 1):
+            if i == len(depths) or depths[i] != depths[start]:
+                yield depths[start], rels[start:i]
+                start = i
+
+
+def _rels(batch: pa.RecordBatch) -> list[bytes]:
+    """Exact path bytes of an Arrow batch with ``path`` and ``path_raw`` columns."""
+    paths, raws = batch.column("path").to_pylist(), batch.column("path_raw").to_pylist()
+    return [raw if raw is not None else path.encode("utf-8") for path, raw in zip(paths, raws, strict=True)]
+
+
+def check_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> tuple[int, list[tuple[bytes, str]]]:
+    """Worker side of the safety pass over one Arrow batch of (path, path_raw)."""
+    return check_paths(spec.root_bytes, _rels(batch), spec.is_local)
+
+
+def unlink_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> RmCounts:
+    """Worker side of the unlink pass over one Arrow batch of manifest rows."""
+    cols = [batch.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "mtime")]
+    return unlink_entries(spec, list(zip(*cols, strict=True)))
+
+
+def _probe(loc: Location) -> tuple[str, int | None]:
+    """("directory" | "link" | "file", size); "file" is any other non-directory; PfsError when missing."""
+    if loc.is_local:
+        try:
+            s = os.lstat(loc.path)
+        except FileNotFoundError:
+            raise PfsError(f"{loc.url}: no such file or directory") from None
+        except OSError as exc:
+            raise PfsError(f"{loc.url}: {exc.strerror}") from None
+        if st.S_ISLNK(s.st_mode):
+            return "link", s.st_size
+        return ("directory" if st.S_ISDIR(s.st_mode) else "file"), s.st_size
+    fs = loc.filesystem()
+    try:
+        info = fs.info(loc.path)
+    except FileNotFoundError:
+        raise PfsError(f"{loc.url}: no such file or directory") from None
+    except OSError as exc:
+        raise PfsError(f"{loc.url}: {exc}") from None
+    return ("directory" if info.get("type") == "directory" else "file"), info.get("size")
+
+
+def refuse_target(loc: Location, force: bool) -> None:
+    """PfsError unless ``force`` when the target is ``/``, holds the home directory, or is a mount point / bucket."""
+    if force:
+        return
+    reason = None
+    if loc.is_local:
+        path = os.path.realpath(loc.path)
+        home = os.path.realpath(os.path.expanduser("~"))
+        if path == "/":
+            reason = "it is the root directory"
+        elif home == path or home.startswith(path.rstrip("/") + "/"):
+            reason = "it is (or holds) your home directory"
+        elif os.path.ismount(path):
+            reason = "it is a mount point"
+    else:
+        bare = loc.path.strip("/")
+        if not bare or "/" not in bare:
+            reason = "it is a whole bucket or file system root"
+    if reason:
+        raise PfsError(f"refusing to remove {loc.url}: {reason} (pass --force to remove it anyway)")
+
+
+__all__ = ["RemoveResult", "RemoveTuning", "refuse_target", "remove"]

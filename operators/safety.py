@@ -1,0 +1,90 @@
+"""Keeping destructive actions inside their root.
+
+A manifest row names a path *relative* to a root.  Before anything is deleted or overwritten,
+every selected row goes through :func:`resolve_under`: no absolute path, no ``..``, and no
+ancestor (strictly between the root and the entry) that is a symlink on disk *now*, since a
+directory swapped for a link after the scan would send the action somewhere else.  Ancestors
+are checked with ``lstat`` and cached per directory, so a chunk of sibling rows costs one
+``lstat`` per distinct directory, not per row.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as st
+from dataclasses import dataclass, field
+
+from .names import UnsafePathError, check_relative
+
+
+def full_path(root: bytes, rel: bytes) -> bytes:
+    """``root/rel`` for a checked relative path (``rel == b""`` is the root itself)."""
+    if not rel:
+        return root
+    return root + rel if root.endswith(b"/") else root + b"/" + rel
+
+
+@dataclass
+class AncestorCheck:
+    """Refuses paths that pass through a symlinked (or non-directory) ancestor below ``root``.
+
+    One instance per chunk of rows: ``cache`` maps a relative directory to ``None`` (a real
+    directory or missing) or the reason it is unsafe.
+    """
+
+    root: bytes
+    cache: dict[bytes, str | None] = field(default_factory=dict)
+
+    def ancestor_problem(self, rel: bytes) -> str | None:
+        """Why ``rel`` is unsafe to act on through its parents, or ``None``."""
+        parts = rel.split(b"/")
+        prefix = b""
+        for part in parts[:-1]:
+            prefix = prefix + b"/" + part if prefix else part
+            if prefix not in self.cache:
+                self.cache[prefix] = self._probe(prefix)
+            problem = self.cache[prefix]
+            if problem is not None:
+                return problem
+        return None
+
+    def _probe(self, rel_dir: bytes) -> str | None:
+        try:
+            s = os.lstat(full_path(self.root, rel_dir))
+        except FileNotFoundError:
+            return None  # gone: acting below it finds nothing, and cannot escape
+        except OSError as exc:
+            return f"cannot check ancestor {os.fsdecode(rel_dir)!r}: {exc.strerror}"
+        if st.S_ISLNK(s.st_mode):
+            return f"ancestor {os.fsdecode(rel_dir)!r} is a symlink"
+        if not st.S_ISDIR(s.st_mode):
+            return None  # a file where a directory was: nothing below it to reach
+        return None
+
+
+def resolve_under(root: bytes, rel: bytes, ancestors: AncestorCheck | None = None) -> bytes:
+    """The absolute path of manifest row ``rel`` under ``root``; :class:`UnsafePathError` if it could escape.
+
+    ``ancestors`` (local file systems only) adds the "no symlinked directory on the way" check.
+    """
+    check_relative(rel)
+    if ancestors is not None:
+        problem = ancestors.ancestor_problem(rel)
+        if problem is not None:
+            raise UnsafePathError(problem)
+    return full_path(root, rel)
+
+
+def check_paths(root: bytes, rels: list[bytes], local: bool, limit: int = 20) -> tuple[int, list[tuple[bytes, str]]]:
+    """Check a chunk of relative paths; return (number refused, first ``limit`` (path, reason))."""
+    ancestors = AncestorCheck(root) if local else None
+    refused = 0
+    samples: list[tuple[bytes, str]] = []
+    for rel in rels:
+        try:
+            resolve_under(root, rel, ancestors)
+        except UnsafePathError as exc:
+            refused += 1
+            if len(samples) < limit:
+                samples.append((rel, str(exc)))
+    return refused, samples
