@@ -1,0 +1,141 @@
+"""The ``pfs_dask`` connection: which Dask cluster pfs operators run on.
+
+Two modes.  ``local`` (host ``local``, or extra ``{"mode": "local", "workers": N, "threads": N}``)
+starts an embedded LocalCluster inside the task and stops it afterwards.  Otherwise host and
+port name a running Dask scheduler (``tcp://host:8786``; extra ``protocol`` for tls/ws, or
+extra ``scheduler_file``); only that mode can run deferrable jobs, which must outlive the task.
+With no ``pfs_dask_default`` connection defined, the default behaves like the CLI:
+``PFS_SCHEDULER`` if set, else an embedded cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+from distributed import Client
+
+from dask_pfs.cluster import ClusterOptions, connect
+
+DEFAULT_PORT = 8786
+LOCAL_HOSTS = ("local", "localcluster", "embedded")
+
+
+def _positive_int(value: Any, what: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise AirflowException(f"pfs_dask connection: {what} must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise AirflowException(f"pfs_dask connection: {what} must be at least 1, got {number}")
+    return number
+
+
+def options_from_connection(
+    host: str | None, port: int | None, schema: str | None, extra: dict[str, Any]
+) -> ClusterOptions:
+    """ClusterOptions for a connection's fields (pure, so it is easy to reason about and test)."""
+    mode = str(extra.get("mode") or "").lower()
+    host = (host or "").strip()
+    workers = _positive_int(extra.get("workers"), "workers")
+    threads = _positive_int(extra.get("threads"), "threads")
+    if mode not in ("", "local", "scheduler"):
+        raise AirflowException(f"pfs_dask connection: mode must be 'local' or 'scheduler', got {mode!r}")
+    if mode == "local" or host.lower() in LOCAL_HOSTS or (not host and not extra.get("scheduler_file")):
+        if mode == "scheduler":
+            raise AirflowException("pfs_dask connection: mode 'scheduler' needs a host (or scheduler_file)")
+        return ClusterOptions(workers=workers, threads=threads)
+    if extra.get("scheduler_file"):
+        return ClusterOptions(scheduler_file=str(extra["scheduler_file"]), threads=threads)
+    if "://" in host:
+        address = host if host.rsplit(":", 1)[-1].isdigit() else f"{host}:{port or DEFAULT_PORT}"
+    else:
+        protocol = extra.get("protocol") or schema or "tcp"
+        address = f"{protocol}://{host}:{port or DEFAULT_PORT}"
+    return ClusterOptions(scheduler=address, threads=threads)
+
+
+class PfsDaskHook(BaseHook):
+    """Owns connecting to the cluster: ``with hook.client() as client: ...``."""
+
+    conn_name_attr = "pfs_dask_conn_id"
+    default_conn_name = "pfs_dask_default"
+    conn_type = "pfs_dask"
+    hook_name = "pfs (Dask cluster)"
+
+    def __init__(
+        self,
+        pfs_dask_conn_id: str = default_conn_name,
+        *,
+        workers: int | None = None,
+        threads: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.pfs_dask_conn_id = pfs_dask_conn_id
+        self.workers = workers
+        self.threads = threads
+        self._options: ClusterOptions | None = None
+
+    def get_conn(self) -> ClusterOptions:
+        """The cluster options this connection stands for (looked up once)."""
+        if self._options is None:
+            try:
+                conn = self.get_connection(self.pfs_dask_conn_id)
+            except AirflowNotFoundException:
+                if self.pfs_dask_conn_id != self.default_conn_name:
+                    raise
+                options = ClusterOptions.from_env()
+                self.log.info("No %s connection: using %s", self.default_conn_name, options.scheduler or "local")
+            else:
+                options = options_from_connection(conn.host, conn.port, conn.schema, conn.extra_dejson)
+            overrides = {"workers": self.workers, "threads": self.threads}
+            if options.scheduler or options.scheduler_file:
+                overrides.pop("workers")  # a running cluster has the workers it has
+            self._options = ClusterOptions(**{**options.__dict__, **{k: v for k, v in overrides.items() if v}})
+        return self._options
+
+    @property
+    def is_local(self) -> bool:
+        options = self.get_conn()
+        return not (options.scheduler or options.scheduler_file)
+
+    def scheduler_address(self) -> str:
+        """The running scheduler's address; an error for the embedded mode (it dies with the task)."""
+        options = self.get_conn()
+        if options.scheduler:
+            return options.scheduler
+        if options.scheduler_file:
+            import json
+
+            with open(options.scheduler_file) as f:
+                return json.load(f)["address"]
+        raise AirflowException(
+            f"connection {self.pfs_dask_conn_id!r} starts an embedded LocalCluster, which dies with the task: "
+            "deferrable=True needs a running Dask scheduler (set the connection's host and port)"
+        )
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Client]:
+        """A Dask client for the whole task; an embedded cluster is shut down on exit."""
+        options = self.get_conn()
+        self.log.info("Dask cluster: %s", options.scheduler or options.scheduler_file or "embedded LocalCluster")
+        with connect(options) as client:
+            yield client
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["login", "password"],
+            "relabeling": {"host": "Scheduler host (or 'local')", "schema": "Protocol (tcp, tls, ws)"},
+            "placeholders": {
+                "host": "dask-scheduler.example.org or local",
+                "port": str(DEFAULT_PORT),
+                "schema": "tcp",
+                "extra": '{"mode": "local", "workers": 4, "threads": 32}',
+            },
+        }

@@ -1,0 +1,8 @@
+"""pfs operators: each runs one engine call on the ``pfs_dask`` cluster and returns small counts."""
+
+from __future__ import annotations
+
+from .base import PfsBaseOperator
+from .scan import PfsScanOperator
+
+__all__ = ["PfsBaseOperator", "PfsScanOperator"]

@@ -1,0 +1,141 @@
+"""What every pfs operator shares: cluster connection, deferral, progress logs, reporting.
+
+A concrete operator is small: it names its engine, turns its (templated) arguments into a
+:class:`~airflow_pfs.jobs.JobSpec` in :meth:`PfsBaseOperator.job_spec` (raising a clear error for
+bad values), and picks the few numbers worth returning in :meth:`PfsBaseOperator.report`.
+Results are small dicts (manifest URI, counts, bytes, errors): file lists never go through XCom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from airflow.sdk import Asset, BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException
+from distributed import Client
+
+from dask_pfs.errors import PfsError
+from dask_pfs.progress import LogProgress
+
+from .. import jobs
+from ..hooks import PfsDaskHook
+from ..triggers import PfsJobTrigger
+
+
+class PfsBaseOperator(BaseOperator):
+    """Run one pfs engine call on the ``pfs_dask`` cluster.
+
+    :param pfs_dask_conn_id: the ``pfs_dask`` connection (a scheduler address, or local mode).
+    :param workers: worker processes for an embedded LocalCluster.
+    :param threads: I/O threads per worker process (operations in flight per process).
+    :param deferrable: run the job on the cluster and free the Airflow worker while it runs.
+        Needs a running scheduler; a retry re-attaches to the job still running.
+    :param poll_interval: seconds between job status checks when deferred.
+    :param progress_interval: seconds between progress lines in the task log.
+    :param fail_on_errors: fail the task when the engine reports per-entry errors.
+    """
+
+    engine: ClassVar[str]
+    fail_on_errors_default: ClassVar[bool] = True
+    template_fields: Sequence[str] = ()
+    ui_color = "#e2f0d9"
+
+    def __init__(
+        self,
+        *,
+        pfs_dask_conn_id: str = PfsDaskHook.default_conn_name,
+        workers: int | None = None,
+        threads: int | None = None,
+        deferrable: bool = False,
+        poll_interval: float = 5.0,
+        progress_interval: float = 30.0,
+        fail_on_errors: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pfs_dask_conn_id = pfs_dask_conn_id
+        self.workers = workers
+        self.threads = threads
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.progress_interval = progress_interval
+        self.fail_on_errors = self.fail_on_errors_default if fail_on_errors is None else fail_on_errors
+        self._client: Client | None = None
+
+    # --- what a concrete operator provides -------------------------------------------------------
+
+    def job_spec(self, context: Context) -> jobs.JobSpec:
+        """Validate the rendered arguments and describe the engine call."""
+        raise NotImplementedError
+
+    def report(self, summary: dict) -> dict:
+        """The small dict returned to XCom and put on outlet asset events."""
+        return {k: v for k, v in summary.items() if not isinstance(v, list | dict)}
+
+    # --- shared machinery ------------------------------------------------------------------------
+
+    @property
+    def hook(self) -> PfsDaskHook:
+        return PfsDaskHook(self.pfs_dask_conn_id, workers=self.workers, threads=self.threads)
+
+    def execute(self, context: Context) -> dict:
+        spec = self.job_spec(context)
+        hook = self.hook
+        if self.deferrable:
+            self._submit_and_defer(context, hook, spec)
+        try:
+            with hook.client() as client:
+                self._client = client
+                summary = jobs.run_engine(spec, client, LogProgress(self.log, self.progress_interval))
+        except PfsError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
+        finally:
+            self._client = None
+        return self._finish(context, summary)
+
+    def _submit_and_defer(self, context: Context, hook: PfsDaskHook, spec: jobs.JobSpec) -> None:
+        address = hook.scheduler_address()
+        ti = context["ti"]
+        name = jobs.job_name(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+        with hook.client() as client:
+            action = jobs.attach_or_submit(client, name, spec, self.progress_interval)
+        self.log.info("pfs job %s on %s: %s", name, address, action)
+        self.defer(
+            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict) -> dict:
+        """Resume after the trigger fired: forget the job on the scheduler, then report."""
+        name, status = event.get("name"), event.get("status")
+        if status != jobs.MISSING:
+            try:
+                with Client(self.hook.scheduler_address(), timeout="30s", set_as_default=False) as client:
+                    jobs.forget(client, name)
+            except OSError as exc:
+                self.log.warning("Could not clean up pfs job %s on the scheduler: %s", name, exc)
+        if status != jobs.FINISHED:
+            detail = event.get("error") or "no result recorded"
+            raise AirflowException(f"{self.task_id}: pfs job {name} {status}: {detail}")
+        return self._finish(context, event["result"])
+
+    def _finish(self, context: Context, summary: dict) -> dict:
+        result = self.report(summary)
+        errors = int(result.get("errors") or 0)
+        samples = summary.get("error_samples") or []
+        if errors:
+            self.log.warning("%s: %d errors, e.g. %s", self.task_id, errors, "; ".join(samples[:5]))
+            if self.fail_on_errors:
+                raise AirflowException(f"{self.task_id}: {errors} errors, e.g. {'; '.join(samples[:3])}")
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = dict(result)
+        return result
+
+    def on_kill(self) -> None:
+        """The task was killed while running in the worker: drop the client, which cancels its tasks."""
+        client = self._client
+        if client is not None:
+            self.log.info("Killed: closing the Dask client, which cancels the running tasks")
+            client.close()

@@ -1,0 +1,69 @@
+"""PfsScanOperator: scan a tree into a Parquet manifest."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException
+
+from ..jobs import JobSpec
+from ..paths import to_url
+from .base import PfsBaseOperator
+
+
+class PfsScanOperator(PfsBaseOperator):
+    """Scan ``path`` (a mount or URL) into the manifest directory ``manifest``.
+
+    Returns ``{"manifest", "root", "entries", "files", "directories", "bytes", "errors", ...}``;
+    downstream operators take the result (or the same URI) as their ``manifest``.  Per-entry errors
+    (unreadable directories) are recorded in the manifest and do not fail the task unless
+    ``fail_on_errors=True``.
+    """
+
+    engine = "scan"
+    fail_on_errors_default = False
+    template_fields: Sequence[str] = ("path", "manifest", "storage_options", "out_storage_options")
+
+    def __init__(
+        self,
+        *,
+        path: Any,
+        manifest: Any,
+        overwrite: bool = False,
+        storage_options: dict | None = None,
+        out_storage_options: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.path = path
+        self.manifest = manifest
+        self.overwrite = overwrite
+        self.storage_options = storage_options
+        self.out_storage_options = out_storage_options
+
+    def job_spec(self, context: Context) -> JobSpec:
+        url, options = to_url(self.path, "path")
+        out, out_options = to_url(self.manifest, "manifest")
+        if not isinstance(self.overwrite, bool):
+            raise AirflowException(f"overwrite must be True or False, got {self.overwrite!r}")
+        if url.rstrip("/") == out.rstrip("/"):
+            raise AirflowException(f"manifest must not be the scanned directory itself: {out!r}")
+        kwargs = {
+            "overwrite": self.overwrite,
+            "storage_options": {**options, **(self.storage_options or {})} or None,
+            "out_storage_options": {**out_options, **(self.out_storage_options or {})} or None,
+            "threads": self.threads,
+        }
+        return JobSpec(self.engine, (url, out), kwargs)
+
+    def report(self, summary: dict) -> dict:
+        counts = summary.get("counts") or {}
+        return {
+            "manifest": summary["manifest"],
+            "root": summary["root"],
+            **{k: counts.get(k, 0) for k in ("entries", "files", "directories", "symlinks", "bytes", "errors")},
+            "seconds": round(float(summary.get("seconds") or 0), 3),
+            "exit_code": summary.get("exit_code", 0),
+        }

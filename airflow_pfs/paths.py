@@ -1,0 +1,59 @@
+"""Operator arguments that name places: plain paths, URLs, ObjectStoragePath, upstream results.
+
+Everything becomes ``(url, storage_options)`` for the engine at execute time, after templating,
+so a bad value fails the task with a message that names the argument.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import ObjectStoragePath
+from airflow.sdk.exceptions import AirflowException
+
+LOCAL_PROTOCOLS = ("", "file", "local")
+
+
+def to_url(value: Any, what: str) -> tuple[str, dict]:
+    """``(url, storage_options)`` for a str, PathLike or ObjectStoragePath (with its connection)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise AirflowException(f"{what} is required")
+    if isinstance(value, ObjectStoragePath):
+        if value.protocol in LOCAL_PROTOCOLS:
+            return _local(value.path, what), {}
+        options = dict(value.fs.storage_options) if value.conn_id else dict(value.storage_options)
+        return f"{value.protocol}://{value.path}", options
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise AirflowException(f"{what} must be a path, URL or ObjectStoragePath, got {type(value).__name__}")
+    value = value.strip()
+    if "://" in value and not value.startswith("file://"):
+        return value, {}
+    return _local(value.removeprefix("file://"), what), {}
+
+
+def _local(path: str, what: str) -> str:
+    if not os.path.isabs(path):
+        raise AirflowException(f"{what} must be an absolute path or a URL, got {path!r}")
+    return path
+
+
+def manifest_url(value: Any, what: str = "manifest") -> tuple[str, dict]:
+    """Like :func:`to_url`, also taking an upstream pfs operator's result dict (its ``manifest``)."""
+    if isinstance(value, Mapping):
+        if "manifest" not in value:
+            raise AirflowException(f"{what}: the upstream result has no 'manifest' key: {sorted(value)}")
+        value = value["manifest"]
+    return to_url(value, what)
+
+
+def check_where(where: Any) -> str | None:
+    """A DuckDB filter over manifest rows, or None; it must be a string (templated or not)."""
+    if where is None or (isinstance(where, str) and not where.strip()):
+        return None
+    if not isinstance(where, str):
+        raise AirflowException(f"where must be a SQL condition string, got {type(where).__name__}")
+    return where.strip()

@@ -1,0 +1,103 @@
+"""Waiting for a pfs job on the Dask scheduler from the triggerer, without an Airflow worker.
+
+The trigger polls the job's state record and its published driver task with an asynchronous
+Dask client, logs progress lines at a steady interval, and fires one event when the job ends.
+It only reads: the job keeps running whatever happens to the triggerer.  ``on_kill`` (a user
+marked the task failed or cleared it) is the one place that cancels the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+from distributed import Client, Event, Variable
+
+from dask_pfs.progress import describe
+
+from . import jobs
+
+
+class PfsJobTrigger(BaseTrigger):
+    """Fires ``{"status": finished|error|cancelled|missing, "name", "result", "error"}``."""
+
+    def __init__(
+        self,
+        scheduler: str,
+        name: str,
+        poll_interval: float = 5.0,
+        progress_interval: float = 30.0,
+        connect_timeout: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.scheduler = scheduler
+        self.name = name
+        self.poll_interval = poll_interval
+        self.progress_interval = progress_interval
+        self.connect_timeout = connect_timeout
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "scheduler": self.scheduler,
+                "name": self.name,
+                "poll_interval": self.poll_interval,
+                "progress_interval": self.progress_interval,
+                "connect_timeout": self.connect_timeout,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        # The client is closed before the event is yielded: the generator may never be resumed.
+        async with Client(self.scheduler, asynchronous=True, timeout=self.connect_timeout) as client:
+            payload = await self._wait(client)
+        yield TriggerEvent(payload)
+
+    async def _wait(self, client: Client) -> dict:
+        future = None
+        started = last_log = time.monotonic()
+        while True:
+            record = await _read_record(client, self.name)
+            future_status = None
+            if future is None and self.name in await client.list_datasets():
+                future = await client.get_dataset(self.name)
+            if future is not None:
+                future_status = future.status
+            state = jobs.decide(record, future_status)
+            now = time.monotonic()
+            if state != jobs.RUNNING:
+                break
+            if now - last_log >= self.progress_interval:
+                last_log = now
+                counters = record.get("counters") or {}
+                self.log.info("%s: %s", record.get("title") or self.name, describe(counters, now - started))
+            await asyncio.sleep(self.poll_interval)
+        error = record.get("error")
+        if state == jobs.ERROR and not error and future is not None:
+            exc = await future.exception()
+            error = jobs.describe_error(exc) if exc is not None else f"driver task {future_status}"
+        if state == jobs.FINISHED and future is not None:
+            # the outcome is in the record; a held result would be recomputed if its worker died
+            await client.unpublish_dataset(self.name)
+        return {"status": state, "name": self.name, "result": record.get("result"), "error": error}
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task: stop the job on the cluster."""
+        async with Client(self.scheduler, asynchronous=True, timeout=self.connect_timeout) as client:
+            await Event(jobs.cancel_name(self.name), client=client).set()
+            if self.name in await client.list_datasets():
+                future = await client.get_dataset(self.name)
+                await client.cancel([future], force=True)
+                await client.unpublish_dataset(self.name)
+        self.log.info("Cancelled pfs job %s", self.name)
+
+
+async def _read_record(client: Client, name: str) -> dict:
+    try:
+        return await Variable(jobs.state_name(name), client=client).get(timeout=jobs.RECORD_TIMEOUT) or {}
+    except TimeoutError:
+        return {}

@@ -1,0 +1,212 @@
+"""The Airflow provider against real Airflow (dag.test() with an SQLite metadata DB) and real
+Dask clusters: the embedded LocalCluster, and scheduler + worker processes for deferral."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from .conftest import asset_events, load_dag, run_states, xcom_results
+
+
+def make_source(root) -> int:
+    """A small tree: 3 directories of 20 files; returns the number of entries."""
+    for d in range(3):
+        sub = root / f"d{d}"
+        sub.mkdir(parents=True)
+        for i in range(20):
+            (sub / f"f{i:02d}.txt").write_bytes(b"x" * (i + 1))
+    return 3 + 60
+
+
+def test_provider_registered(tmp_path):
+    """``airflow providers list`` (a fresh AIRFLOW_HOME) shows pfs; the manager knows its hook."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
+    env["AIRFLOW_HOME"] = str(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "providers", "list", "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    providers = {p["package_name"]: p for p in json.loads(proc.stdout.strip().splitlines()[-1])}
+    assert providers["pfs"]["version"] == "0.1.0"
+    from airflow.providers_manager import ProvidersManager
+
+    hook = ProvidersManager().hooks["pfs_dask"]
+    assert hook.hook_class_name == "airflow_pfs.hooks.PfsDaskHook"
+    assert hook.connection_id_attribute_name == "pfs_dask_conn_id"
+
+
+def test_connection_modes():
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_pfs.hooks import options_from_connection as opts
+
+    assert opts("local", None, None, {"workers": "3", "threads": 16}).workers == 3
+    assert opts(None, None, None, {"mode": "local"}).scheduler is None
+    assert opts("sched.example.org", None, None, {}).scheduler == "tcp://sched.example.org:8786"
+    assert opts("sched", 9000, "tls", {}).scheduler == "tls://sched:9000"
+    assert opts("tcp://10.0.0.1:8788", None, None, {}).scheduler == "tcp://10.0.0.1:8788"
+    assert opts(None, None, None, {"scheduler_file": "/s.json"}).scheduler_file == "/s.json"
+    with pytest.raises(AirflowException, match="mode must be"):
+        opts("x", None, None, {"mode": "cloud"})
+    with pytest.raises(AirflowException, match="workers must be at least 1"):
+        opts("local", None, None, {"workers": 0})
+
+
+def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
+    """Scan, a downstream task reading the manifest, the asset event, and bad arguments."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    entries = make_source(src)
+    out.mkdir()
+    dag_run = load_dag("pfs_test_dags.py", "pfs_local").test(run_conf={"src": str(src), "out": str(out)})
+    logs = capfd.readouterr().out
+    assert run_states(dag_run) == {
+        "scan": "success",
+        "count_rows": "success",
+        "relative_path": "failed",
+        "missing_root": "failed",
+        "deferrable_local": "failed",
+    }
+    results = xcom_results(dag_run)
+    scan = results["scan"]
+    assert scan["manifest"] == str(out / "scan") and scan["entries"] == entries and scan["files"] == 60
+    assert scan["bytes"] == 3 * sum(range(1, 21)) and scan["errors"] == 0
+    assert results["count_rows"] == {"rows": entries, "entries": entries}
+    assert scan in asset_events("file:///pfs-test/manifest")
+    assert f"scan {src} done: {entries} entries" in logs  # LogProgress in the task log
+    assert "path must be an absolute path or a URL, got 'data/project'" in logs
+    assert "no-such-dir: no such file or directory" in logs
+    assert "deferrable=True needs a running Dask scheduler" in logs
+
+
+def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd, caplog, monkeypatch):
+    """In the worker and deferred (the trigger runs inline in dag.test), on separate Dask processes."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    entries = make_source(src)
+    out.mkdir()
+    monkeypatch.setenv("PFS_TEST_SRC", str(src))
+    dag_run = load_dag("pfs_test_dags.py", "pfs_remote").test(run_conf={"src": str(src), "out": str(out)})
+    logs = capfd.readouterr().out + caplog.text
+    assert run_states(dag_run) == {
+        "scan_sync": "success",
+        "scan_deferred": "success",
+        "count_deferred": "success",
+        "deferred_missing": "failed",
+        "scan_object_storage_path": "success",
+    }
+    results = xcom_results(dag_run)
+    for task_id, name in [("scan_sync", "sync"), ("scan_deferred", "deferred"), ("scan_object_storage_path", "osp")]:
+        assert results[task_id]["manifest"] == str(out / name)
+        assert results[task_id]["entries"] == entries
+    assert results["count_deferred"] == {"rows": entries, "entries": entries}
+    assert results["scan_deferred"] in asset_events("file:///pfs-test/deferred")
+    assert "[DAG TEST] running trigger in line" in logs
+    assert f"Dask cluster: {dask_processes}" in logs
+    assert "pfs job pfs-job-pfs_remote.scan_deferred-" in logs and ": submitted" in logs
+    assert "deferred_missing: pfs job pfs-job-pfs_remote.deferred_missing-" in logs
+    assert "error: " in logs and "no-such-dir: no such file or directory" in logs
+    _assert_nothing_left(dask_processes)
+
+
+def _assert_nothing_left(address: str) -> None:
+    """Reported jobs are forgotten: no published driver, no state record."""
+    from distributed import Client
+
+    with Client(address, timeout="30s") as client:
+        assert not [n for n in client.list_datasets() if str(n).startswith("pfs-job-")]
+
+
+def _slow_operator(**kwargs):
+    """A one-class operator over a test engine that runs for a while (as PfsSyncOperator will be)."""
+    from airflow_pfs.jobs import JobSpec
+    from airflow_pfs.operators import PfsBaseOperator
+
+    class PfsSlowOperator(PfsBaseOperator):
+        engine = "tests.airflow.slow_engine:slow"
+        template_fields = ("marker",)
+
+        def __init__(self, *, marker: str, seconds: float, **kw):
+            super().__init__(**kw)
+            self.marker, self.seconds = marker, seconds
+
+        def job_spec(self, context):
+            return JobSpec(self.engine, (self.marker, self.seconds))
+
+    return PfsSlowOperator(task_id="slow", deferrable=True, poll_interval=0.1, progress_interval=0.1, **kwargs)
+
+
+def _context(run_id: str) -> dict:
+    ti = SimpleNamespace(dag_id="pfs_direct", task_id="slow", run_id=run_id, map_index=-1)
+    return {"ti": ti, "outlet_events": {}}
+
+
+def _defer(op, context):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    return deferred.value.trigger
+
+
+def test_retry_reattaches_to_running_job(airflow_db, dask_processes, tmp_path, capfd, caplog):
+    """A second execute (a retry) of the same task instance attaches to the job still running."""
+    from airflow_pfs import jobs
+
+    marker = tmp_path / "runs"
+    op = _slow_operator(marker=str(marker), seconds=3)
+    context = _context("retry-1")
+    first = _defer(op, context)
+    second = _defer(op, context)  # the retry: the job is still running
+    logs = capfd.readouterr().out + caplog.text
+    assert ": submitted" in logs and ": attached (running)" in logs
+    assert second.name == first.name == jobs.job_name("pfs_direct", "slow", "retry-1")
+    event = asyncio.run(anext(second.run()))
+    assert event.payload["status"] == "finished"
+    result = op.execute_complete(context, event.payload)
+    assert result == {"runs": 1, "steps": result["steps"], "exit_code": 0}
+    assert marker.read_text() == "run\n"  # the engine ran once
+    _assert_nothing_left(dask_processes)
+
+
+def test_killing_deferred_task_cancels_job(airflow_db, dask_processes, tmp_path):
+    """Trigger.on_kill (the user killed the deferred task) stops the driver on the cluster."""
+    import time
+
+    from distributed import Client
+
+    from airflow_pfs import jobs
+
+    marker = tmp_path / "runs"
+    op = _slow_operator(marker=str(marker), seconds=60)
+    trigger = _defer(op, _context("kill-1"))
+    with Client(dask_processes, timeout="30s") as client:
+        deadline = time.monotonic() + 30
+        while jobs.read_record(client, trigger.name).get("state") != "running":
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        asyncio.run(trigger.on_kill())
+        while jobs.read_record(client, trigger.name).get("state") != "cancelled":
+            assert time.monotonic() - t0 < 10, "the driver did not stop"
+            time.sleep(0.1)
+        jobs.forget(client, trigger.name)
+    assert marker.read_text() == "run\n"
+
+
+def test_deferred_job_needs_scheduler(airflow_db, tmp_path):
+    from airflow.sdk.exceptions import AirflowException
+
+    op = _slow_operator(marker=str(tmp_path / "m"), seconds=1, pfs_dask_conn_id="pfs_local")
+    with pytest.raises(AirflowException, match="deferrable=True needs a running Dask scheduler"):
+        op.execute(_context("local-1"))

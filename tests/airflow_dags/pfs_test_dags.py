@@ -1,0 +1,64 @@
+"""DAGs the provider tests run with dag.test(): paths come in as params (run_conf)."""
+
+from __future__ import annotations
+
+import os
+
+from airflow.sdk import DAG, Asset, ObjectStoragePath, task
+
+from airflow_pfs.operators import PfsScanOperator
+
+MANIFEST_ASSET = Asset(name="pfs_test_manifest", uri="file:///pfs-test/manifest")
+DEFERRED_ASSET = Asset(name="pfs_test_deferred", uri="file:///pfs-test/deferred")
+PARAMS = {"src": "/nonexistent", "out": "/nonexistent"}
+LOCAL = {"pfs_dask_conn_id": "pfs_local", "progress_interval": 0}
+
+
+@task
+def count_rows(result: dict) -> dict:
+    """Read the manifest the scan wrote (the XCom holds only its URI and counts)."""
+    from dask_pfs import open_manifest
+    from dask_pfs.query import connection
+
+    manifest = open_manifest(result["manifest"])
+    rows = connection().execute(f"SELECT count(*) FROM {manifest.relation_sql()}").fetchall()[0][0]
+    return {"rows": rows, "entries": result["entries"]}
+
+
+with DAG("pfs_local", schedule=None, params=PARAMS) as pfs_local:
+    scan = PfsScanOperator(
+        task_id="scan", path="{{ params.src }}", manifest="{{ params.out }}/scan", outlets=[MANIFEST_ASSET], **LOCAL
+    )
+    count_rows(scan.output)
+    PfsScanOperator(task_id="relative_path", path="data/project", manifest="{{ params.out }}/rel", **LOCAL)
+    PfsScanOperator(task_id="missing_root", path="{{ params.src }}/no-such-dir", manifest="{{ params.out }}/x", **LOCAL)
+    PfsScanOperator(
+        task_id="deferrable_local", path="{{ params.src }}", manifest="{{ params.out }}/d", deferrable=True, **LOCAL
+    )
+
+
+with DAG("pfs_remote", schedule=None, params=PARAMS) as pfs_remote:
+    # the default pfs_dask connection: the test points it at a separately started scheduler
+    PfsScanOperator(task_id="scan_sync", path="{{ params.src }}", manifest="{{ params.out }}/sync")
+    deferred = PfsScanOperator(
+        task_id="scan_deferred",
+        path="{{ params.src }}",
+        manifest="{{ params.out }}/deferred",
+        deferrable=True,
+        poll_interval=0.2,
+        progress_interval=0.2,
+        outlets=[DEFERRED_ASSET],
+    )
+    count_rows.override(task_id="count_deferred")(deferred.output)
+    PfsScanOperator(
+        task_id="deferred_missing",
+        path="{{ params.src }}/no-such-dir",
+        manifest="{{ params.out }}/missing",
+        deferrable=True,
+        poll_interval=0.2,
+    )
+    PfsScanOperator(
+        task_id="scan_object_storage_path",
+        path=ObjectStoragePath(f"file://{os.environ.get('PFS_TEST_SRC', '/nonexistent')}"),
+        manifest="{{ params.out }}/osp",
+    )
