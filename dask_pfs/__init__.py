@@ -11,6 +11,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .cluster import ClusterOptions, connect
+from .copy import CopyResult, copy  # noqa: F401  (public API)
 from .errors import IncompleteManifestError, PfsError
 from .manifest import Manifest, open_manifest
 from .remove import RemoveResult, remove  # noqa: F401  (public API)

@@ -1,0 +1,170 @@
+"""``pfs cp SRC DST`` and ``pfs cp --manifest DIR [--where SQL] DST``."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from ..cli import cli, cluster_options, echo_json
+from ..copy import MiB, copy
+from ..errors import PfsError
+from ..progress import NullProgress, Reporter, describe, human_bytes
+
+
+class CopyProgress:
+    """A bar over bytes with files, MB/s and ETA; while the source is scanned, the scan's counters."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.progress: Progress | None = None
+
+    def start(self, title: str) -> None:
+        self.stop()
+        self.t0 = time.monotonic()
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+            refresh_per_second=4,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task(title, total=None, status="starting")
+
+    def update(self, c: dict) -> None:
+        if self.progress is None:
+            return
+        elapsed = max(time.monotonic() - self.t0, 1e-9)
+        if "total_files" not in c:  # the scan before the copy
+            self.progress.update(self.task, status=describe(c, elapsed))
+            return
+        status = (
+            f"{c.get('files', 0) + c.get('symlinks', 0) + c.get('hardlinks', 0) + c.get('skipped', 0):,}"
+            f"/{c['total_files']:,} files, {human_bytes(c.get('bytes', 0))}/{human_bytes(c['total_bytes'])}, "
+            f"{c.get('bytes', 0) / elapsed / 1e6:,.1f} MB/s" + (f", {c['failed']:,} failed" if c.get("failed") else "")
+        )
+        self.progress.update(self.task, total=max(c["total_bytes"], 1), completed=c.get("bytes", 0), status=status)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def make_copy_reporter(enabled: bool | None) -> Reporter:
+    if enabled is False or (enabled is None and not sys.stderr.isatty()):
+        return NullProgress()
+    return CopyProgress()
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise click.BadParameter(f"not a size: {text!r} (e.g. 256M, 1G, 65536)") from None
+
+
+@cli.command("cp")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--manifest", help="Copy the rows of this manifest (relative to its root) instead of scanning SRC.")
+@click.option("--where", help="With --manifest: SQL condition selecting the rows to copy.")
+@click.option("--manifest-out", help="Keep the scan of SRC in this manifest directory (default: a temporary one).")
+@click.option("--overwrite", is_flag=True, help="Rewrite every destination file that exists.")
+@click.option("--skip-existing", is_flag=True, help="Skip identical existing files, replace ones that differ.")
+@click.option("-L", "--dereference", "follow", is_flag=True, help="Copy what symlinks to files point at.")
+@click.option("--preserve", is_flag=True, help="Also copy ownership (uid/gid; needs root).")
+@click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per task.")
+@click.option("--chunk-bytes", default="256M", show_default=True, help="Bytes per task.")
+@click.option("--split-size", default="256M", show_default=True, help="Copy bigger files in ranges of this size.")
+@click.option("--failure-log", help="Parquet file listing failed paths (default: one in the temp dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@cluster_options
+def cp_cmd(
+    paths,
+    manifest,
+    where,
+    manifest_out,
+    overwrite,
+    skip_existing,
+    follow,
+    preserve,
+    chunk_files,
+    chunk_bytes,
+    split_size,
+    failure_log,
+    as_json,
+    cluster,
+    threads,
+    progress,
+) -> None:
+    """Copy a tree: pfs cp SRC DST, or pfs cp --manifest DIR [--where SQL] DST.
+
+    \b
+    Like cp -r, with rsync's trailing slash:
+      pfs cp a b     b is an existing directory: copies to b/a; else b becomes the copy of a
+      pfs cp a/ b    copies the contents of a into b (created if missing)
+      pfs cp f b     one file: into b when b is a directory, else to the name b
+      pfs cp --manifest M --where "size > 1e6" b   the selected rows, below b
+    SRC is scanned first (pfs scan) and the copy runs from that manifest. Files land under a
+    temporary name (.NAME.pfs-tmp-*) and are renamed when complete; a rerun removes leftovers.
+    Symlinks stay symlinks (-L copies what they point at), hard links within the tree stay
+    linked, sparse files stay sparse, mode and mtime are kept (ownership with --preserve).
+    Existing files: identical ones (size and mtime) are skipped; one that differs is an
+    error unless --skip-existing (replace it) or --overwrite (rewrite all).
+    Object stores: no symlinks (skipped), big files are uploaded whole by one task.
+
+    Exit codes: 0 done; 1 some files failed (see the failure log); 2 refused, nothing copied.
+    """
+    if manifest:
+        if len(paths) != 1:
+            raise PfsError("with --manifest give only DST")
+        src, dst = None, paths[0]
+    else:
+        if len(paths) != 2:
+            raise PfsError("usage: pfs cp SRC DST (or pfs cp --manifest DIR DST)")
+        src, dst = paths
+    result = copy(
+        src,
+        dst,
+        manifest=manifest,
+        where=where,
+        cluster=cluster,
+        overwrite=overwrite,
+        skip_existing=skip_existing,
+        follow_symlinks=follow,
+        preserve=preserve,
+        threads=threads,
+        progress=make_copy_reporter(progress),
+        chunk_files=chunk_files,
+        chunk_bytes=_size(chunk_bytes),
+        split_size=max(_size(split_size), MiB // 1024),
+        manifest_out=manifest_out,
+        failure_log=failure_log,
+    )
+    c = result.counts
+    if as_json:
+        echo_json(result.summary())
+    else:
+        click.echo(
+            f"copied {result.source} -> {result.destination}: {c['files']:,} files, {human_bytes(c['bytes'])}, "
+            f"{c['dirs']:,} directories, {c['symlinks']:,} symlinks, {c['hardlinks']:,} hard links, "
+            f"{c['skipped']:,} skipped in {result.seconds:.1f} s "
+            f"({c['bytes'] / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s, {result.tasks} tasks)"
+        )
+    if result.failures:
+        click.echo(f"pfs: {result.failures:,} entries failed (log: {result.failure_log}), e.g.:", err=True)
+        for path, error in result.failure_samples[:5]:
+            click.echo(f"  {path}: {error}", err=True)
+        sys.exit(1)

@@ -1,0 +1,527 @@
+"""The copy driver: scan (or read) a manifest, then copy it in phases on a Dask cluster.
+
+Phases, each streamed out of DuckDB in record batches so the driver never holds the manifest:
+
+1. check every selected path stays below the root (nothing is written before this passes);
+2. directories (owner-writable for now; stale temp files of interrupted runs removed);
+3. files in chunks by count and bytes; big files as byte-range tasks plus a "finish" task
+   that depends on them and renames the completed temp file into place;
+4. hard links to files copied in 3 (POSIX destinations);
+5. directory modes and times, after their contents, then the destination root's.
+
+Copy semantics (like ``cp -r``, with rsync's trailing slash):
+
+* ``copy("a", "b")``: ``b`` is an existing directory -> ``b/a`` is the copy; otherwise ``b`` is
+  created as the copy of ``a``.
+* ``copy("a/", "b")``: the *contents* of ``a`` go into ``b`` (created if missing).
+* A single file: into ``b`` when ``b`` is a directory, else copied to the name ``b``.
+* ``copy(None, "b", manifest=M, where=SQL)``: the selected rows of manifest ``M`` go into ``b``
+  (contents semantics, relative to the manifest's root or to ``src`` when given).
+
+Existing destination files: identical ones (same size and mtime; size only on object stores)
+are skipped; by default a file that exists and differs is a failure (exit code 1), with
+``skip_existing`` it is replaced, and ``overwrite`` rewrites every file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+from distributed import Client, as_completed
+
+from operators.copy import (
+    CopySpec,
+    Entry,
+    Outcome,
+    copy_files,
+    copy_part,
+    finish_file,
+    link_files,
+    make_dirs,
+    set_dir_meta,
+)
+from operators.copy_plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
+from operators.names import UnsafePathError, check_relative, to_bytes
+
+from .cluster import ClusterOptions, connect, total_task_slots
+from .errors import PfsError
+from .manifest import Manifest, open_manifest
+from .progress import NullProgress, Reporter
+from .query import connection
+from .urls import Location, resolve
+
+MiB = 1 << 20
+BATCH_ROWS = 20_000
+DIR_CHUNK = 1_000
+FAILURE_SAMPLES = 20
+_META = "path, path_raw, type, size, epoch_ns(mtime) AS mtime_ns, epoch_ns(atime) AS atime_ns, mode, uid, gid"
+
+
+@dataclass
+class CopyResult:
+    source: str
+    destination: str
+    counts: dict
+    seconds: float
+    failures: int
+    failure_samples: list[tuple[str, str]] = field(default_factory=list)
+    failure_log: str | None = None
+    manifest: str | None = None
+    tasks: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failures else 0
+
+    def summary(self) -> dict:
+        return {**asdict(self), "exit_code": self.exit_code}
+
+
+@dataclass(frozen=True)
+class _Target:
+    src: Location
+    dst: Location  # the root the manifest's rows are copied below
+    fresh: bool  # dst did not exist: nothing to compare against
+    rename: dict[bytes, bytes]  # single file copied to a new name
+    make_root: bool
+
+
+def copy(
+    src: str | os.PathLike | None,
+    dst: str | os.PathLike,
+    *,
+    manifest: str | os.PathLike | None = None,
+    where: str | None = None,
+    client: Client | None = None,
+    cluster: ClusterOptions | None = None,
+    overwrite: bool = False,
+    skip_existing: bool = False,
+    follow_symlinks: bool = False,
+    preserve: bool = False,
+    threads: int | None = None,
+    progress: Reporter | None = None,
+    chunk_files: int = 500,
+    chunk_bytes: int = 256 * MiB,
+    split_size: int = 256 * MiB,
+    storage_options: dict | None = None,
+    dst_storage_options: dict | None = None,
+    manifest_out: str | os.PathLike | None = None,
+    failure_log: str | os.PathLike | None = None,
+) -> CopyResult:
+    """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
+
+    Raises :class:`PfsError` (exit code 2, destination untouched) for refused requests: missing
+    source, unsafe manifest paths, a destination inside the source, conflicting options.
+    """
+    t0 = time.monotonic()
+    if overwrite and skip_existing:
+        raise PfsError("--overwrite and --skip-existing exclude each other")
+    if src is None and manifest is None:
+        raise PfsError("give a source or --manifest")
+    if where and manifest is None:
+        raise PfsError("--where needs --manifest")
+    progress = progress or NullProgress()
+    # everything that can refuse the request runs before a cluster is started or anything is written
+    if manifest is None:
+        target = _live_target(os.fspath(src), os.fspath(dst), storage_options, dst_storage_options)
+    else:
+        m = open_manifest(manifest)
+        root = os.fspath(src) if src is not None else m.root
+        target = _manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
+    with ExitStack() as stack:
+        if client is None:
+            client = stack.enter_context(connect(cluster or ClusterOptions.from_env(threads=threads)))
+        if manifest is None:
+            if manifest_out is None:
+                manifest_out = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="pfs-cp-")), "m")
+            from .scan import scan
+
+            scan(
+                target.src.url,
+                manifest_out,
+                client,
+                threads=threads,
+                storage_options=storage_options,
+                progress=progress,
+            )
+            m = open_manifest(manifest_out)
+        rows_root = resolve(os.fspath(src) if manifest is not None and src is not None else m.root, storage_options)
+        spec = CopySpec(
+            src_protocol=rows_root.protocol,
+            src_root=rows_root.path,
+            dst_protocol=target.dst.protocol,
+            dst_root=target.dst.path,
+            token=uuid.uuid4().hex[:12],
+            on_exist="overwrite" if overwrite else "skip" if skip_existing else "error",
+            check_existing=not target.fresh,
+            follow_symlinks=follow_symlinks,
+            preserve=preserve,
+            threads=threads,
+            src_options=rows_root.storage_options,
+            dst_options=target.dst.storage_options,
+        )
+        job = _Job(client, spec, m, where, target, ChunkLimits(chunk_files, chunk_bytes, split_size), progress)
+        job.run()
+        log = job.write_failure_log(failure_log)
+        return CopyResult(
+            source=target.src.url,
+            destination=target.dst.url,
+            counts=job.total.counts(),
+            seconds=round(time.monotonic() - t0, 3),
+            failures=job.failed,
+            failure_samples=job.samples,
+            failure_log=log,
+            manifest=os.fspath(manifest_out or manifest) if (manifest_out or manifest) else None,
+            tasks=job.tasks,
+        )
+
+
+# ---------------------------------------------------------------- where things go
+
+
+def _exists(loc: Location) -> tuple[bool, bool]:
+    """(exists, is a directory) without following a symlink at the end for local paths."""
+    if loc.is_local:
+        return os.path.lexists(loc.path), os.path.isdir(loc.path)
+    fs = loc.filesystem()
+    try:
+        info = fs.info(loc.path)
+    except FileNotFoundError:
+        return False, False
+    return True, info.get("type") == "directory"
+
+
+def _child(loc: Location, name: str) -> Location:
+    return resolve(loc.child(name), loc.storage_options)
+
+
+def _live_target(src: str, dst: str, so: dict | None, dso: dict | None) -> _Target:
+    contents = src.endswith("/") and len(src) > 1
+    s = resolve(src, so)
+    d = resolve(dst, dso)
+    s_exists, s_dir = _exists(s) if not s.is_local else (os.path.exists(s.path), os.path.isdir(s.path))
+    if not s_exists:
+        raise PfsError(f"{src}: no such file or directory")
+    d_exists, d_dir = _exists(d)
+    name = os.path.basename(s.path.rstrip("/"))
+    if not s_dir:  # one file
+        if d_dir:
+            return _Target(s, d, False, {}, False)
+        parent = os.path.dirname(d.path.rstrip("/")) or "/"
+        ploc = resolve(parent if d.is_local else f"{d.protocol}://{parent}", dso)
+        if d.is_local and not os.path.isdir(parent):
+            raise PfsError(f"{dst}: parent directory does not exist")
+        new = os.fsencode(os.path.basename(d.path.rstrip("/")))
+        return _Target(s, ploc, False, {os.fsencode(name): new}, False)
+    if d_exists and not d_dir:
+        raise PfsError(f"{dst}: exists and is not a directory")
+    if d_dir and not contents:
+        d = _child(d, name)
+        d_exists, d_dir = _exists(d)
+        if d_exists and not d_dir:
+            raise PfsError(f"{d.url}: exists and is not a directory")
+    _refuse_inside(s, d)
+    return _Target(s, d, not d_exists, {}, True)
+
+
+def _manifest_target(root: str, dst: str, so: dict | None, dso: dict | None) -> _Target:
+    s = resolve(root, so)
+    d = resolve(dst, dso)
+    d_exists, d_dir = _exists(d)
+    if d_exists and not d_dir:
+        raise PfsError(f"{dst}: exists and is not a directory")
+    _refuse_inside(s, d)
+    return _Target(s, d, not d_exists, {}, True)
+
+
+def _refuse_inside(s: Location, d: Location) -> None:
+    if not (s.is_local and d.is_local):
+        same = s.protocol == d.protocol and (d.path + "/").startswith(s.path.rstrip("/") + "/")
+    else:
+        rs, rd = os.path.realpath(s.path), os.path.realpath(d.path)
+        same = rd == rs or rd.startswith(rs.rstrip("/") + "/")
+    if same:
+        raise PfsError(f"{d.url} is inside the source {s.url}; refusing to copy a tree into itself")
+
+
+# ---------------------------------------------------------------- the job
+
+
+class _Job:
+    def __init__(self, client, spec, m: Manifest, where, target: _Target, limits: ChunkLimits, progress) -> None:
+        self.client, self.spec, self.m, self.where = client, spec, m, where
+        self.target, self.limits, self.progress = target, limits, progress
+        self.con = connection()
+        self.run_id = spec.token
+        self.total = Outcome()
+        self.failed = 0
+        self.samples: list[tuple[str, str]] = []
+        self.tasks = 0
+        self.totals = {"total_files": 0, "total_bytes": 0}
+        self._log_tmp = os.path.join(tempfile.gettempdir(), f".pfs-cp-failures-{self.run_id}.parquet")
+        self._writer: pq.ParquetWriter | None = None
+        self.max_inflight = total_task_slots(client) * 2
+        self.links = spec.dst_local
+
+    # SQL ------------------------------------------------------------------
+
+    def sel(self) -> str:
+        cond = f"({self.where})" if self.where else "true"
+        return f"sel AS (SELECT * FROM {self.m.relation_sql()} AS m WHERE {cond})"
+
+    def hl(self) -> str:
+        if not self.links:
+            return (
+                "hl AS (SELECT NULL::UBIGINT AS dev, NULL::UBIGINT AS ino, NULL::VARCHAR AS link_first, "
+                "NULL::BLOB AS link_first_raw WHERE false)"
+            )
+        return (
+            "hl AS (SELECT dev, ino, min(path) AS link_first, arg_min(path_raw, path) AS link_first_raw FROM sel "
+            "WHERE type = 'file' AND nlink > 1 AND error IS NULL AND ino IS NOT NULL "
+            "GROUP BY dev, ino HAVING count(*) > 1)"
+        )
+
+    def dirs_sql(self, descending: bool = False) -> str:
+        order = "DESC" if descending else ""
+        if not self.where:
+            return f"WITH {self.sel()} SELECT {_META} FROM sel WHERE type = 'directory' ORDER BY depth {order}, path"
+        # a selection may leave out the directories above its rows: add every ancestor
+        return (
+            f"WITH {self.sel()}, "
+            f"alld AS (SELECT * FROM {self.m.relation_sql()} AS a WHERE type = 'directory'), "
+            "anc AS (SELECT DISTINCT array_to_string(string_split(path, '/')[1:i], '/') AS path "
+            "FROM (SELECT path, unnest(range(1, len(string_split(path, '/')))) AS i FROM sel)), "
+            "want AS (SELECT path FROM sel WHERE type = 'directory' UNION SELECT path FROM anc) "
+            "SELECT want.path, alld.path_raw, 'directory' AS type, alld.size, epoch_ns(alld.mtime) AS mtime_ns, "
+            "epoch_ns(alld.atime) AS atime_ns, alld.mode, alld.uid, alld.gid "
+            f"FROM want LEFT JOIN alld USING (path) ORDER BY len(string_split(want.path, '/')) {order}, want.path"
+        )
+
+    def files_sql(self) -> str:
+        return (
+            f"WITH {self.sel()}, {self.hl()} SELECT {_META}, link_target, link_target_raw FROM sel "
+            "LEFT JOIN hl USING (dev, ino) WHERE type <> 'directory' AND error IS NULL "
+            "AND (hl.link_first IS NULL OR path = hl.link_first) ORDER BY path"
+        )
+
+    def links_sql(self) -> str:
+        return (
+            f"WITH {self.sel()}, {self.hl()} SELECT {_META}, link_first, link_first_raw FROM sel "
+            "JOIN hl USING (dev, ino) WHERE path <> hl.link_first ORDER BY path"
+        )
+
+    def batches(self, sql: str) -> Iterator[pa.RecordBatch]:
+        try:
+            reader = self.con.cursor().sql(sql).to_arrow_reader(BATCH_ROWS)
+        except duckdb.Error as exc:
+            raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
+        yield from reader
+
+    # phases ---------------------------------------------------------------
+
+    def run(self) -> None:
+        self.check_paths()
+        self.count()
+        self.progress.start(f"copy {self.target.src.url} -> {self.target.dst.url}")
+        try:
+            if self.target.make_root and self.spec.dst_has_dirs:
+                make_root(self.target.dst)
+            self.record_scan_errors()
+            self.phase_dirs()
+            self.phase_files()
+            if self.links:
+                self.phase_links()
+            self.phase_dir_meta()
+        finally:
+            self.progress.stop()
+
+    def check_paths(self) -> None:
+        """Refuse the whole job if any selected row (or link target of a hard link) could escape."""
+        bad = self.con.execute(
+            f"WITH {self.sel()} SELECT path FROM sel WHERE path = '' OR regexp_matches(path, "
+            r"'(^/|//|(^|/)\.\.?(/|$)|/$|\x00)') LIMIT 1"
+        ).fetchall()
+        if bad:
+            raise PfsError(f"manifest row with an unsafe path {bad[0][0]!r}; refusing to copy anything")
+        for batch in self.batches(f"WITH {self.sel()} SELECT path, path_raw FROM sel WHERE path_raw IS NOT NULL"):
+            for text, raw in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                try:
+                    check_relative(to_bytes(text, raw))
+                except UnsafePathError as exc:
+                    raise PfsError(f"manifest row with an unsafe path: {exc}; refusing to copy anything") from None
+
+    def count(self) -> None:
+        row = self.con.execute(
+            f"WITH {self.sel()} SELECT count(*) FILTER (WHERE type <> 'directory'), "
+            "coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM sel WHERE error IS NULL"
+        ).fetchall()[0]
+        self.totals = {"total_files": int(row[0]), "total_bytes": int(row[1])}
+
+    def record_scan_errors(self) -> None:
+        sql = f"WITH {self.sel()} SELECT path, error FROM sel WHERE error IS NOT NULL AND type <> 'directory'"
+        for batch in self.batches(sql):
+            for path, error in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                self.add_failures([(path, f"scan: {error}")])
+
+    def phase_dirs(self) -> None:
+        if not self.spec.dst_has_dirs:
+            return
+        runner = _Runner(self, self.max_inflight)
+        buf: list[Entry] = []
+        for batch in self.batches(self.dirs_sql()):
+            for e in entries_from_batch(batch):
+                buf.append(e)
+                if len(buf) >= DIR_CHUNK:
+                    runner.submit("dirs", make_dirs, buf)
+                    buf = []
+        if buf:
+            runner.submit("dirs", make_dirs, buf)
+        runner.drain()
+
+    def phase_files(self) -> None:
+        planner = Planner(self.limits, split=self.spec.dst_local)
+        runner = _Runner(self, self.max_inflight)
+        for batch in self.batches(self.files_sql()):
+            for e in entries_from_batch(batch, self.target.rename):
+                for item in planner.add(e):
+                    self.submit_item(runner, item)
+        for item in planner.finish():
+            self.submit_item(runner, item)
+        runner.drain()
+
+    def submit_item(self, runner: _Runner, item: Chunk | BigFile) -> None:
+        if isinstance(item, Chunk):
+            runner.submit("files", copy_files, item.entries)
+            return
+        e = item.entry
+        parts = [
+            self.client.submit(
+                copy_part,
+                self.spec,
+                e,
+                off,
+                length,
+                key=f"pfs-cp-range-{self.run_id}-{self.tasks}-{i}",
+                pure=False,
+                retries=2,
+            )
+            for i, (off, length) in enumerate(item.ranges)
+        ]
+        self.tasks += len(parts)
+        runner.submit("finish", finish_file, e, *parts, weight=len(parts) + 1, entries=[e])
+
+    def phase_links(self) -> None:
+        runner = _Runner(self, self.max_inflight)
+        buf: list[tuple[Entry, bytes]] = []
+        for batch in self.batches(self.links_sql()):
+            firsts = link_firsts(batch)
+            for e, first in zip(entries_from_batch(batch), firsts, strict=True):
+                buf.append((e, first))
+                if len(buf) >= self.limits.files:
+                    runner.submit("links", link_files, buf, entries=[p[0] for p in buf])
+                    buf = []
+        if buf:
+            runner.submit("links", link_files, buf, entries=[p[0] for p in buf])
+        runner.drain()
+
+    def phase_dir_meta(self) -> None:
+        if not self.spec.dst_local:
+            return
+        runner = _Runner(self, self.max_inflight)
+        buf: list[Entry] = []
+        for batch in self.batches(self.dirs_sql(descending=True)):
+            for e in entries_from_batch(batch):
+                buf.append(e)
+                if len(buf) >= DIR_CHUNK:
+                    runner.submit("dirmeta", set_dir_meta, buf)
+                    buf = []
+        if buf:
+            runner.submit("dirmeta", set_dir_meta, buf)
+        runner.drain()
+        if self.target.make_root and self.spec.src_local and os.path.isdir(self.target.src.path):
+            s = os.stat(self.target.src.path)
+            root = Entry(b"", "directory", 0, s.st_mtime_ns, s.st_atime_ns, s.st_mode, s.st_uid, s.st_gid)
+            self.on_outcome(set_dir_meta(self.spec, [root]))
+
+    # results --------------------------------------------------------------
+
+    def on_outcome(self, out: Outcome) -> None:
+        failures, out.failures = out.failures, []
+        self.total.add(out)
+        self.add_failures(failures)
+        self.progress.update({**self.total.counts(), **self.totals, "failed": self.failed})
+
+    def add_failures(self, failures: list[tuple[str, str]]) -> None:
+        if not failures:
+            return
+        self.failed += len(failures)
+        room = FAILURE_SAMPLES - len(self.samples)
+        self.samples.extend(failures[: max(room, 0)])
+        table = pa.table({"path": [f[0] for f in failures], "error": [f[1] for f in failures]})
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._log_tmp, table.schema)
+        self._writer.write_table(table)
+
+    def write_failure_log(self, path: str | os.PathLike | None) -> str | None:
+        if self._writer is None:
+            return None
+        self._writer.close()
+        final = (
+            os.fspath(path) if path else os.path.join(tempfile.gettempdir(), f"pfs-cp-failures-{self.run_id}.parquet")
+        )
+        os.replace(self._log_tmp, final)
+        return final
+
+
+class _Runner:
+    """Keeps at most ``limit`` task slots busy and folds results into the job as they finish."""
+
+    def __init__(self, job: _Job, limit: int) -> None:
+        self.job = job
+        self.limit = limit
+        self.ac = as_completed(loop=job.client.loop)
+        self.inflight = 0
+        self.meta: dict[str, tuple[int, list[Entry]]] = {}
+
+    def submit(self, kind: str, fn: Callable, *args, weight: int = 1, entries: list[Entry] | None = None) -> None:
+        while self.inflight + weight > self.limit and self.inflight:
+            self.take()
+        key = f"pfs-cp-{kind}-{self.job.run_id}-{self.job.tasks}"
+        fut = self.job.client.submit(fn, self.job.spec, *args, key=key, pure=False, retries=2)
+        self.job.tasks += 1
+        self.inflight += weight
+        self.meta[key] = (weight, entries if entries is not None else list(args[0]))
+        self.ac.add(fut)
+
+    def take(self) -> None:
+        fut = next(self.ac)
+        weight, entries = self.meta.pop(fut.key)
+        self.inflight -= weight
+        try:
+            out = fut.result()
+        except Exception as exc:  # the task itself failed after its retries (e.g. workers kept dying)
+            out = Outcome()
+            for e in entries:
+                out.fail(e.out_rel, exc)
+        fut.release()
+        self.job.on_outcome(out)
+
+    def drain(self) -> None:
+        while self.inflight:
+            self.take()
+
+
+def make_root(loc: Location) -> None:
+    if loc.is_local:
+        os.makedirs(loc.path, exist_ok=True)
+    else:
+        loc.filesystem().makedirs(loc.path, exist_ok=True)

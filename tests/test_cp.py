@@ -1,0 +1,279 @@
+"""pfs cp: real trees, the real Dask cluster (worker processes), moto S3, a worker SIGKILLed mid-copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import threading
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from dask_pfs import PfsError, copy, scan
+from dask_pfs.manifest import prepare_output, write_marker
+from operators.copy import TEMP_MARK, temp_name
+from operators.parts import part_name, write_part
+from operators.rows import row_from_stat, rows_to_table
+from tests.conftest import make_balanced, make_tree, run_pfs, tree_digest
+
+KiB = 1024
+MiB = 1024 * KiB
+SMALL = {"split_size": 64 * KiB, "chunk_files": 4, "chunk_bytes": 256 * KiB}
+NON_UTF8 = b"caf\xe9-latin1.txt"
+
+
+def build_source(root: Path) -> Path:
+    """Small, empty, large (several ranges), sparse, hard-linked, symlinked and oddly named files."""
+    make_tree(
+        root,
+        {
+            "a/b/c.txt": "hello",
+            "a/empty.bin": b"",
+            "a/big.bin": os.urandom(300 * KiB + 7),  # 5 ranges of 64 KiB
+            'with space/it\'s "quoted".txt': "q",
+            "new\nline.txt": "n",
+            "ünïcødé/日本.txt": "u" * 100,
+            "emptydir": None,
+            "links/rel": "->../a/b/c.txt",
+            "links/dangling": "->/nonexistent/target",
+        },
+    )
+    with open(os.path.join(os.fsencode(root), NON_UTF8), "wb") as f:
+        f.write(b"latin-1 name")
+    os.mkdir(os.path.join(os.fsencode(root), b"dir-\xff"))
+    with open(os.path.join(os.fsencode(root), b"dir-\xff/x"), "wb") as f:
+        f.write(b"x" * 10)
+    os.link(root / "a/b/c.txt", root / "hard1")
+    os.link(root / "a/b/c.txt", root / "a/hard2")
+    for name, size in (("sparse-ranged", 40 * MiB), ("sparse-whole", 2 * MiB)):
+        with open(root / name, "wb") as f:  # data, a big hole, data
+            f.write(b"head" * 1000)
+            f.seek(size - 4000)
+            f.write(b"tail" * 1000)
+    os.chmod(root / "a/b/c.txt", 0o640)
+    os.chmod(root / "a/b", 0o750)
+    os.utime(root / "a/big.bin", ns=(1_600_000_000_123_456_789, 1_600_000_000_123_456_789))
+    os.utime(root / "a", ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+    return root
+
+
+def assert_same_tree(src: Path, dst: Path) -> None:
+    assert tree_digest(dst) == tree_digest(src)
+    for dirpath, dirnames, filenames in os.walk(os.fsencode(src)):
+        for name in dirnames + filenames:
+            s = os.lstat(os.path.join(dirpath, name))
+            d = os.lstat(os.path.join(os.fsencode(dst), os.path.relpath(os.path.join(dirpath, name), os.fsencode(src))))
+            assert stat.S_IFMT(d.st_mode) == stat.S_IFMT(s.st_mode), name
+            if not stat.S_ISLNK(s.st_mode):
+                assert stat.S_IMODE(d.st_mode) == stat.S_IMODE(s.st_mode), name
+            assert d.st_mtime_ns == s.st_mtime_ns, name
+
+
+def no_temp_files(root: Path) -> bool:
+    return not [n for _, ds, fs in os.walk(os.fsencode(root)) for n in ds + fs if TEMP_MARK in n]
+
+
+def test_local_copy_is_exact(tmp_path, dask_client):
+    src = build_source(tmp_path / "src")
+    result = copy(src, tmp_path / "dst", client=dask_client, **SMALL)
+    dst = tmp_path / "dst"
+    assert result.exit_code == 0, result.failure_samples
+    assert_same_tree(src, dst)
+    assert no_temp_files(dst)
+    c = result.counts
+    assert c["hardlinks"] == 2 and c["symlinks"] == 2 and c["failed"] == 0
+    # hard links stay one inode, symlinks stay symlinks (a dangling one too)
+    ino = os.stat(dst / "a/b/c.txt").st_ino
+    assert os.stat(dst / "hard1").st_ino == ino == os.stat(dst / "a/hard2").st_ino
+    assert os.readlink(dst / "links/rel") == "../a/b/c.txt"
+    assert os.readlink(dst / "links/dangling") == "/nonexistent/target"
+    # sparse files keep their holes, whether copied in ranges or whole
+    for name in ("sparse-ranged", "sparse-whole"):
+        d = os.stat(dst / name)
+        assert d.st_size == os.stat(src / name).st_size
+        assert d.st_blocks * 512 < 1 * MiB, (name, d.st_blocks)
+    assert os.path.exists(os.path.join(os.fsencode(dst), NON_UTF8))
+
+
+def test_trailing_slash_and_existing_directory_semantics(tmp_path, dask_client):
+    src = make_tree(tmp_path / "src", {"x/y.txt": "y", "z.txt": "z"})
+    # dst missing: dst becomes the copy
+    copy(src, tmp_path / "new", client=dask_client)
+    assert tree_digest(tmp_path / "new") == tree_digest(src)
+    # dst an existing directory: the copy goes to dst/src
+    (tmp_path / "into").mkdir()
+    copy(src, tmp_path / "into", client=dask_client)
+    assert sorted(os.listdir(tmp_path / "into")) == ["src"]
+    assert tree_digest(tmp_path / "into/src") == tree_digest(src)
+    # src/ with a trailing slash: the contents go into dst
+    (tmp_path / "contents").mkdir()
+    copy(f"{src}/", tmp_path / "contents", client=dask_client)
+    assert tree_digest(tmp_path / "contents") == tree_digest(src)
+    # one file: to a new name, or into a directory
+    copy(src / "z.txt", tmp_path / "renamed.txt", client=dask_client)
+    assert (tmp_path / "renamed.txt").read_text() == "z"
+    copy(src / "z.txt", tmp_path / "into", client=dask_client)
+    assert (tmp_path / "into/z.txt").read_text() == "z"
+
+
+def test_existing_files_policies_and_failure_log(tmp_path, dask_client):
+    src = make_tree(tmp_path / "src", {"a.txt": "a" * 10, "d/b.txt": "b" * 10})
+    dst = tmp_path / "dst"
+    copy(f"{src}/", dst, client=dask_client)
+    # a rerun finds identical files and skips them
+    again = copy(f"{src}/", dst, client=dask_client)
+    assert again.exit_code == 0 and again.counts["skipped"] == 2 and again.counts["files"] == 0
+    # a file that differs is an error by default, listed in the Parquet failure log
+    (dst / "d/b.txt").write_text("changed")
+    log = tmp_path / "failures.parquet"
+    failed = copy(f"{src}/", dst, client=dask_client, failure_log=log)
+    assert failed.exit_code == 1 and failed.failures == 1
+    assert (dst / "d/b.txt").read_text() == "changed"
+    assert pq.read_table(log).to_pylist()[0]["path"] == "d/b.txt"
+    # --skip-existing replaces what differs and skips the rest; --overwrite rewrites all
+    fixed = copy(f"{src}/", dst, client=dask_client, skip_existing=True)
+    assert fixed.exit_code == 0 and fixed.counts["files"] == 1 and fixed.counts["skipped"] == 1
+    assert tree_digest(dst) == tree_digest(src)
+    assert copy(f"{src}/", dst, client=dask_client, overwrite=True).counts["files"] == 2
+    with pytest.raises(PfsError):
+        copy(src, dst, client=dask_client, overwrite=True, skip_existing=True)
+
+
+def test_stale_temp_files_are_removed_by_the_next_run(tmp_path, dask_client):
+    src = make_tree(tmp_path / "src", {"d/f.txt": "f"})
+    dst = make_tree(tmp_path / "dst", {"d/" + temp_name(b"f.txt", "deadbeef").decode(): "partial"})
+    result = copy(f"{src}/", dst, client=dask_client)
+    assert result.exit_code == 0
+    assert sorted(os.listdir(dst / "d")) == ["f.txt"]
+
+
+def _hand_made_manifest(out: Path, root: Path, names: list[bytes]) -> None:
+    prepare_output(str(out), False)
+    s = os.stat(root)
+    rows = [row_from_stat(n, os.stat(root / "ok.txt") if n == b"ok.txt" else s) for n in names]
+    write_part(rows_to_table(rows), str(out), part_name("0000000", 0))
+    write_marker(str(out), {"root": str(root), "counts": {}})
+
+
+def test_refusals_leave_the_destination_untouched(tmp_path, dask_client):
+    src = make_tree(tmp_path / "src", {"ok.txt": "ok"})
+    bad = tmp_path / "bad-manifest"
+    _hand_made_manifest(bad, src, [b"ok.txt", b"../escape.txt"])
+    dst = tmp_path / "dst"
+    with pytest.raises(PfsError, match="unsafe path"):
+        copy(None, dst, manifest=bad, client=dask_client)
+    assert not dst.exists()
+    with pytest.raises(PfsError, match="inside the source"):
+        copy(src, src / "sub", client=dask_client)
+    assert sorted(os.listdir(src)) == ["ok.txt"]
+    with pytest.raises(PfsError, match="no such file"):
+        copy(tmp_path / "missing", dst, client=dask_client)
+    assert not dst.exists()
+
+
+def test_manifest_where_copies_selection_with_parent_directories(tmp_path, dask_client):
+    src = make_tree(tmp_path / "src", {"keep/deep/big.bin": b"B" * 5000, "keep/small.txt": "s", "other/x.txt": "x"})
+    m = tmp_path / "m"
+    scan(src, m, dask_client)
+    result = copy(None, tmp_path / "dst", manifest=m, where="size > 1000 AND type = 'file'", client=dask_client)
+    assert result.exit_code == 0 and result.counts["files"] == 1
+    assert tree_digest(tmp_path / "dst") == {
+        b"keep": ("directory",),
+        b"keep/deep": ("directory",),
+        b"keep/deep/big.bin": tree_digest(src)[b"keep/deep/big.bin"],
+    }
+    assert os.stat(tmp_path / "dst/keep/deep").st_mtime_ns == os.stat(src / "keep/deep").st_mtime_ns
+
+
+def test_local_to_s3_and_back_is_byte_identical(tmp_path, dask_client, s3_server, s3fs_fs):
+    src = make_tree(
+        tmp_path / "src",
+        {
+            "a/b/c.txt": "hello",
+            "a/empty.bin": b"",
+            "a/big.bin": os.urandom(200 * KiB),
+            "ünïcødé dir/it's.txt": "u",
+            "top.txt": "t" * 1000,
+        },
+    )
+    s3fs_fs.makedirs("cp-bucket", exist_ok=True)
+    up = copy(f"{src}/", "s3://cp-bucket/tree", client=dask_client, dst_storage_options=s3_server, **SMALL)
+    assert up.exit_code == 0, up.failure_samples
+    assert s3fs_fs.cat_file("cp-bucket/tree/a/b/c.txt") == b"hello"
+    down = copy("s3://cp-bucket/tree/", tmp_path / "back", client=dask_client, storage_options=s3_server, **SMALL)
+    assert down.exit_code == 0, down.failure_samples
+    want = {k: v for k, v in tree_digest(src).items()}
+    assert tree_digest(tmp_path / "back") == want
+    assert no_temp_files(tmp_path / "back")
+
+
+class KillOnRange(WorkerPlugin):
+    """SIGKILL the worker process as soon as it starts executing a range task, once per marker file."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if finish == "executing" and "pfs-cp-range" in str(key) and str(key).endswith("-2"):
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.write(fd, f"{key} {os.getpid()}".encode())
+            os.close(fd)
+            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGKILL)).start()
+
+
+def test_worker_killed_during_ranged_copy(tmp_path):
+    import cloudpickle
+    from distributed import Client, LocalCluster
+
+    import tests.test_cp as me
+
+    cloudpickle.register_pickle_by_value(me)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "huge.bin").write_bytes(os.urandom(8 * MiB))
+    make_balanced(src, dirs=4, files_per_dir=20)
+    marker = tmp_path / "killed"
+    dst = tmp_path / "dst"
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        pids = set(client.run(os.getpid).values())
+        client.register_plugin(KillOnRange(str(marker)), name="kill-on-range")
+        result = copy(f"{src}/", dst, client=client, split_size=512 * KiB)
+        assert marker.exists(), "no worker was killed"
+        assert int(marker.read_text().split()[1]) in pids
+        if result.exit_code != 0:  # Dask gave up on the task: a rerun finishes the copy
+            result = copy(f"{src}/", dst, client=client, split_size=512 * KiB)
+        assert result.exit_code == 0, result.failure_samples
+    assert tree_digest(dst) == tree_digest(src)
+    assert no_temp_files(dst)
+
+
+def test_cli_copy_json_and_refusal(tmp_path):
+    src = make_tree(tmp_path / "src", {"d/f.txt": "f" * 100, "g.txt": "g"})
+    proc = run_pfs("cp", src, tmp_path / "dst", "--workers", "1", "--json", check=True)
+    summary = json.loads(proc.stdout)
+    assert summary["exit_code"] == 0 and summary["counts"]["files"] == 2
+    assert tree_digest(tmp_path / "dst") == tree_digest(src)
+    refused = run_pfs("cp", src, src / "inside", "--workers", "1")
+    assert refused.returncode == 2 and "inside the source" in refused.stderr
+    assert not (src / "inside").exists()
+
+
+def test_cli_help_documents_semantics():
+    from click.testing import CliRunner
+
+    import dask_pfs.commands  # noqa: F401  (registers the commands)
+    from dask_pfs.cli import cli
+
+    out = CliRunner().invoke(cli, ["cp", "--help"]).output
+    for text in ("trailing slash", "--skip-existing", "--split-size", "Exit codes"):
+        assert text in out
