@@ -57,9 +57,7 @@ class AncestorCheck:
             return f"cannot check ancestor {os.fsdecode(rel_dir)!r}: {exc.strerror}"
         if st.S_ISLNK(s.st_mode):
             return f"ancestor {os.fsdecode(rel_dir)!r} is a symlink"
-        if not st.S_ISDIR(s.st_mode):
-            return None  # a file where a directory was: nothing below it to reach
-        return None
+        return None  # a directory, or a file where one was (nothing below it to reach)
 
 
 def resolve_under(root: bytes, rel: bytes, ancestors: AncestorCheck | None = None) -> bytes:
