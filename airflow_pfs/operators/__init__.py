@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from .base import PfsBaseOperator
+from .copy import PfsCopyOperator
+from .remove import PfsRemoveOperator
 from .scan import PfsScanOperator
 
-__all__ = ["PfsBaseOperator", "PfsScanOperator"]
+__all__ = ["PfsBaseOperator", "PfsCopyOperator", "PfsRemoveOperator", "PfsScanOperator"]

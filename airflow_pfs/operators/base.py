@@ -73,6 +73,10 @@ class PfsBaseOperator(BaseOperator):
         """The small dict returned to XCom and put on outlet asset events."""
         return {k: v for k, v in summary.items() if not isinstance(v, list | dict)}
 
+    def error_samples(self, summary: dict) -> list[str]:
+        """A few "path: error" lines from the engine's summary, for the log and the failure message."""
+        return list(summary.get("error_samples") or [])
+
     # --- shared machinery ------------------------------------------------------------------------
 
     @property
@@ -123,7 +127,7 @@ class PfsBaseOperator(BaseOperator):
     def _finish(self, context: Context, summary: dict) -> dict:
         result = self.report(summary)
         errors = int(result.get("errors") or 0)
-        samples = summary.get("error_samples") or []
+        samples = self.error_samples(summary)
         if errors:
             self.log.warning("%s: %d errors, e.g. %s", self.task_id, errors, "; ".join(samples[:5]))
             if self.fail_on_errors:

@@ -77,6 +77,9 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
         "relative_path": "failed",
         "missing_root": "failed",
         "deferrable_local": "failed",
+        "remove_over_cap": "failed",
+        "remove_path_and_manifest": "failed",
+        "remove_bad_where": "failed",
     }
     results = xcom_results(dag_run)
     scan = results["scan"]
@@ -88,6 +91,10 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
     assert "path must be an absolute path or a URL, got 'data/project'" in logs
     assert "no-such-dir: no such file or directory" in logs
     assert "deferrable=True needs a running Dask scheduler" in logs
+    assert "where selects 60 entries, more than max_entries=5: refusing to remove" in logs
+    assert "give either path (a tree to remove) or manifest (rows to remove), not both" in logs
+    assert "where: Binder Error" in logs and "no_such_column" in logs
+    assert len(list(src.rglob("*"))) == entries  # nothing was removed
 
 
 def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd, caplog, monkeypatch):
@@ -95,6 +102,7 @@ def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd
     src, out = tmp_path / "src", tmp_path / "out"
     entries = make_source(src)
     out.mkdir()
+    junk = make_source(out / "junk")
     monkeypatch.setenv("PFS_TEST_SRC", str(src))
     dag_run = load_dag("pfs_test_dags.py", "pfs_remote").test(run_conf={"src": str(src), "out": str(out)})
     logs = capfd.readouterr().out + caplog.text
@@ -103,6 +111,7 @@ def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd
         "scan_deferred": "success",
         "count_deferred": "success",
         "deferred_missing": "failed",
+        "remove_tree_deferred": "success",
         "scan_object_storage_path": "success",
     }
     results = xcom_results(dag_run)
@@ -111,6 +120,9 @@ def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd
         assert results[task_id]["entries"] == entries
     assert results["count_deferred"] == {"rows": entries, "entries": entries}
     assert results["scan_deferred"] in asset_events("file:///pfs-test/deferred")
+    removed = results["remove_tree_deferred"]
+    assert (removed["removed_files"], removed["removed_dirs"], removed["errors"]) == (60, junk - 60 + 1, 0)
+    assert not (out / "junk").exists()
     assert "[DAG TEST] running trigger in line" in logs
     assert f"Dask cluster: {dask_processes}" in logs
     assert "pfs job pfs-job-pfs_remote.scan_deferred-" in logs and ": submitted" in logs

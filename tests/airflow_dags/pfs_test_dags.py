@@ -6,7 +6,7 @@ import os
 
 from airflow.sdk import DAG, Asset, ObjectStoragePath, task
 
-from airflow_pfs.operators import PfsScanOperator
+from airflow_pfs.operators import PfsRemoveOperator, PfsScanOperator
 
 MANIFEST_ASSET = Asset(name="pfs_test_manifest", uri="file:///pfs-test/manifest")
 DEFERRED_ASSET = Asset(name="pfs_test_deferred", uri="file:///pfs-test/deferred")
@@ -30,6 +30,9 @@ with DAG("pfs_local", schedule=None, params=PARAMS) as pfs_local:
         task_id="scan", path="{{ params.src }}", manifest="{{ params.out }}/scan", outlets=[MANIFEST_ASSET], **LOCAL
     )
     count_rows(scan.output)
+    PfsRemoveOperator(task_id="remove_over_cap", manifest=scan.output, where="type = 'file'", max_entries=5, **LOCAL)
+    PfsRemoveOperator(task_id="remove_path_and_manifest", path="{{ params.src }}", manifest=scan.output, **LOCAL)
+    PfsRemoveOperator(task_id="remove_bad_where", manifest=scan.output, where="no_such_column > 1", **LOCAL)
     PfsScanOperator(task_id="relative_path", path="data/project", manifest="{{ params.out }}/rel", **LOCAL)
     PfsScanOperator(task_id="missing_root", path="{{ params.src }}/no-such-dir", manifest="{{ params.out }}/x", **LOCAL)
     PfsScanOperator(
@@ -57,6 +60,7 @@ with DAG("pfs_remote", schedule=None, params=PARAMS) as pfs_remote:
         deferrable=True,
         poll_interval=0.2,
     )
+    PfsRemoveOperator(task_id="remove_tree_deferred", path="{{ params.out }}/junk", deferrable=True, poll_interval=0.2)
     PfsScanOperator(
         task_id="scan_object_storage_path",
         path=ObjectStoragePath(f"file://{os.environ.get('PFS_TEST_SRC', '/nonexistent')}"),

@@ -1,0 +1,110 @@
+"""PfsCopyOperator: copy a tree, or the manifest rows a where-clause selects, to a destination."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException
+
+from ..jobs import JobSpec
+from ..paths import check_where, manifest_url, to_url
+from .base import PfsBaseOperator
+
+COUNTS = ("files", "bytes", "dirs", "symlinks", "hardlinks", "skipped", "failed")
+
+
+class PfsCopyOperator(PfsBaseOperator):
+    """Copy ``src`` (scanned first) or the rows of ``manifest`` selected by ``where`` to ``dst``.
+
+    Semantics are ``pfs cp``'s: ``src="a/"`` copies the contents of ``a`` into ``dst``; with a
+    manifest the selected rows go below ``dst`` relative to the manifest's root (or to ``src``).
+    Existing identical files are skipped; a differing one fails unless ``skip_existing`` or
+    ``overwrite``.  Returns the counts (``files``, ``bytes``, ``dirs``, ``skipped``, ``failed``...).
+    """
+
+    engine = "copy"
+    template_fields: Sequence[str] = (
+        "src",
+        "dst",
+        "manifest",
+        "where",
+        "manifest_out",
+        "storage_options",
+        "dst_storage_options",
+    )
+
+    def __init__(
+        self,
+        *,
+        dst: Any,
+        src: Any = None,
+        manifest: Any = None,
+        where: str | None = None,
+        overwrite: bool = False,
+        skip_existing: bool = False,
+        preserve: bool = False,
+        manifest_out: Any = None,
+        storage_options: dict | None = None,
+        dst_storage_options: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.src = src
+        self.dst = dst
+        self.manifest = manifest
+        self.where = where
+        self.overwrite = overwrite
+        self.skip_existing = skip_existing
+        self.preserve = preserve
+        self.manifest_out = manifest_out
+        self.storage_options = storage_options
+        self.dst_storage_options = dst_storage_options
+
+    def job_spec(self, context: Context) -> JobSpec:
+        if self.src is None and self.manifest is None:
+            raise AirflowException("give src (a tree to copy) or manifest (rows to copy)")
+        for flag in ("overwrite", "skip_existing", "preserve"):
+            if not isinstance(getattr(self, flag), bool):
+                raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if self.overwrite and self.skip_existing:
+            raise AirflowException("overwrite and skip_existing exclude each other")
+        where = check_where(self.where)
+        if where and self.manifest is None:
+            raise AirflowException("where needs a manifest (scan first, then copy its rows)")
+        src, src_options = to_url(self.src, "src") if self.src is not None else (None, {})
+        dst, dst_options = to_url(self.dst, "dst")
+        kwargs: dict[str, Any] = {
+            "where": where,
+            "overwrite": self.overwrite,
+            "skip_existing": self.skip_existing,
+            "preserve": self.preserve,
+            "threads": self.threads,
+            "storage_options": {**src_options, **(self.storage_options or {})} or None,
+            "dst_storage_options": {**dst_options, **(self.dst_storage_options or {})} or None,
+        }
+        if self.manifest is not None:
+            url, manifest_options = manifest_url(self.manifest)
+            kwargs["manifest"] = url
+            if src is None and manifest_options:
+                kwargs["storage_options"] = {**manifest_options, **(kwargs["storage_options"] or {})}
+        if self.manifest_out is not None:
+            kwargs["manifest_out"] = to_url(self.manifest_out, "manifest_out")[0]
+        return JobSpec(self.engine, (src, dst), kwargs)
+
+    def report(self, summary: dict) -> dict:
+        counts = summary.get("counts") or {}
+        return {
+            "source": summary.get("source"),
+            "destination": summary.get("destination"),
+            "manifest": summary.get("manifest"),
+            **{k: counts.get(k, 0) for k in COUNTS},
+            "errors": summary.get("failures", 0),
+            "failure_log": summary.get("failure_log"),
+            "seconds": round(float(summary.get("seconds") or 0), 3),
+            "exit_code": summary.get("exit_code", 0),
+        }
+
+    def error_samples(self, summary: dict) -> list[str]:
+        return [": ".join(map(str, s)) for s in summary.get("failure_samples") or []]

@@ -1,0 +1,65 @@
+"""Stage a dataset from shared storage onto node-local scratch, and announce it as an Asset.
+
+scan the dataset -> copy only the selected files (here: JPEG images under 10 MiB) -> verify.
+The copy emits the ``pfs_staged_dataset`` Asset with its counts in the event's extra, so
+training DAGs can be scheduled on "dataset staged" (see ``use_staged_dataset`` below).
+
+Run it by hand:
+  airflow dags test pfs_stage_dataset -c '{"dataset": "/lustre/datasets/imagenet", "scratch": "/scratch/imagenet"}'
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Asset, Param, task
+
+from airflow_pfs.operators import PfsCopyOperator, PfsScanOperator
+
+STAGED = Asset(name="pfs_staged_dataset", uri="file:///scratch/pfs/staged-dataset")
+SELECT = "type = 'file' AND lower(name) LIKE '%.jpg' AND size < 10 * 1024 * 1024"
+
+with DAG(
+    "pfs_stage_dataset",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={
+        "dataset": Param("/lustre/datasets/images", type="string", description="tree on shared storage"),
+        "scratch": Param("/scratch/images", type="string", description="node-local destination"),
+        "manifests": Param("/scratch/pfs-manifests", type="string", description="where scan manifests go"),
+    },
+    tags=["pfs", "example"],
+) as dag:
+    scan = PfsScanOperator(
+        task_id="scan_dataset",
+        path="{{ params.dataset }}",
+        manifest="{{ params.manifests }}/{{ dag.dag_id }}-{{ ts_nodash }}",
+        overwrite=True,
+    )
+    copy = PfsCopyOperator(
+        task_id="copy_to_scratch",
+        manifest=scan.output,  # the scan's manifest URI (the XCom holds counts, never file lists)
+        where=SELECT,
+        dst="{{ params.scratch }}",
+        skip_existing=True,  # a rerun only copies what changed
+        outlets=[STAGED],  # event extra: files, bytes, skipped, failed, ...
+    )
+    scan >> copy
+    # ------------------------------------------------------------------------------------------
+    # VERIFY GOES HERE: PfsVerifyOperator (checksums of dst against the manifest) is not written
+    # yet; its engine (dask_pfs.verify) does not exist.  When it lands:
+    #   verify = PfsVerifyOperator(task_id="verify", manifest=scan.output, where=SELECT,
+    #                              dst="{{ params.scratch }}", outlets=[STAGED])
+    #   copy >> verify   (and move outlets=[STAGED] from copy to verify)
+    # ------------------------------------------------------------------------------------------
+
+
+with DAG("use_staged_dataset", schedule=[STAGED], catchup=False, tags=["pfs", "example"]) as consumer:
+
+    @task(inlets=[STAGED])
+    def report(*, triggering_asset_events=None) -> dict:
+        """A downstream DAG sees the counts the copy put on the asset event."""
+        events = list(triggering_asset_events[STAGED]) if triggering_asset_events else []
+        return events[-1].extra if events else {}
+
+    report()
