@@ -40,9 +40,9 @@ def test_provider_registered(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     providers = {p["package_name"]: p for p in json.loads(proc.stdout.strip().splitlines()[-1])}
     assert providers["pfs"]["version"] == "0.1.0"
-    from airflow.providers_manager import ProvidersManager
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 
-    hook = ProvidersManager().hooks["pfs_dask"]
+    hook = ProvidersManagerTaskRuntime().hooks["pfs_dask"]
     assert hook.hook_class_name == "airflow_pfs.hooks.PfsDaskHook"
     assert hook.connection_id_attribute_name == "pfs_dask_conn_id"
 
@@ -185,6 +185,8 @@ def test_retry_reattaches_to_running_job(airflow_db, dask_processes, tmp_path, c
     assert second.name == first.name == jobs.job_name("pfs_direct", "slow", "retry-1")
     event = asyncio.run(anext(second.run()))
     assert event.payload["status"] == "finished"
+    progress = [line for line in capfd.readouterr().out.splitlines() if "] slow: " in line]
+    assert len(progress) >= 3 and " entries, " in progress[-1]  # the trigger logs progress as it polls
     result = op.execute_complete(context, event.payload)
     assert result == {"runs": 1, "steps": result["steps"], "exit_code": 0}
     assert marker.read_text() == "run\n"  # the engine ran once
