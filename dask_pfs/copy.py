@@ -77,6 +77,7 @@ class CopyResult:
     failure_log: str | None = None
     manifest: str | None = None
     tasks: int = 0
+    phases: dict = field(default_factory=dict)  # seconds per phase (scan, check, dirs, files, links, meta)
 
     @property
     def exit_code(self) -> int:
@@ -137,6 +138,7 @@ def copy(
         m = open_manifest(manifest)
         root = os.fspath(src) if src is not None else m.root
         target = _manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
+    phases: dict[str, float] = {}
     with ExitStack() as stack:
         if client is None:
             client = stack.enter_context(connect(cluster or ClusterOptions.from_env(threads=threads)))
@@ -145,6 +147,7 @@ def copy(
                 manifest_out = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="pfs-cp-")), "m")
             from .scan import scan
 
+            t_scan = time.monotonic()
             scan(
                 target.src.url,
                 manifest_out,
@@ -154,6 +157,7 @@ def copy(
                 progress=progress,
             )
             m = open_manifest(manifest_out)
+            phases["scan"] = round(time.monotonic() - t_scan, 3)
         rows_root = resolve(os.fspath(src) if manifest is not None and src is not None else m.root, storage_options)
         spec = CopySpec(
             src_protocol=rows_root.protocol,
@@ -182,6 +186,7 @@ def copy(
             failure_log=log,
             manifest=os.fspath(manifest_out or manifest) if (manifest_out or manifest) else None,
             tasks=job.tasks,
+            phases=phases | job.phases,
         )
 
 
@@ -271,6 +276,7 @@ class _Job:
         self._writer: pq.ParquetWriter | None = None
         self.max_inflight = total_task_slots(client) * 2
         self.links = spec.dst_local
+        self.phases: dict[str, float] = {}
 
     # SQL ------------------------------------------------------------------
 
@@ -329,20 +335,25 @@ class _Job:
     # phases ---------------------------------------------------------------
 
     def run(self) -> None:
-        self.check_paths()
-        self.count()
+        self.timed("check", self.check_paths)
+        self.timed("check", self.count)
         self.progress.start(f"copy {self.target.src.url} -> {self.target.dst.url}")
         try:
             if self.target.make_root and self.spec.dst_has_dirs:
                 make_root(self.target.dst)
-            self.record_scan_errors()
-            self.phase_dirs()
-            self.phase_files()
+            self.timed("check", self.record_scan_errors)
+            self.timed("dirs", self.phase_dirs)
+            self.timed("files", self.phase_files)
             if self.links:
-                self.phase_links()
-            self.phase_dir_meta()
+                self.timed("links", self.phase_links)
+            self.timed("meta", self.phase_dir_meta)
         finally:
             self.progress.stop()
+
+    def timed(self, name: str, step: Callable[[], None]) -> None:
+        t0 = time.monotonic()
+        step()
+        self.phases[name] = round(self.phases.get(name, 0.0) + time.monotonic() - t0, 3)
 
     def check_paths(self) -> None:
         """Refuse the whole job if any selected row (or link target of a hard link) could escape."""

@@ -23,8 +23,8 @@ from . import __version__
 from .errors import IncompleteManifestError, PfsError
 
 
-def _fs(url: str):
-    return fsspec.core.url_to_fs(url)
+def _fs(url: str, storage_options: dict | None = None):
+    return fsspec.core.url_to_fs(url, **(storage_options or {}))
 
 
 @dataclass
@@ -81,8 +81,8 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def has_marker(url: str) -> bool:
-    fs, path = _fs(url)
+def has_marker(url: str, storage_options: dict | None = None) -> bool:
+    fs, path = _fs(url, storage_options)
     return fs.exists(f"{path.rstrip('/')}/{MARKER_NAME}")
 
 
@@ -109,9 +109,9 @@ def open_manifest(url: str | os.PathLike, allow_incomplete: bool = False) -> Man
     return Manifest(url, info, True)
 
 
-def prepare_output(url: str, overwrite: bool) -> None:
+def prepare_output(url: str, overwrite: bool, storage_options: dict | None = None) -> None:
     """Make the output directory, refusing to clobber an existing manifest unless ``overwrite``."""
-    fs, path = _fs(url)
+    fs, path = _fs(url, storage_options)
     path = path.rstrip("/")
     if fs.exists(path):
         if not fs.isdir(path):
@@ -125,13 +125,13 @@ def prepare_output(url: str, overwrite: bool) -> None:
                 raise PfsError(f"{url}: directory is not empty and holds no manifest; refusing to write there")
             if not overwrite:
                 raise PfsError(f"{url}: already holds a manifest; pass --overwrite to replace it")
-            remove_manifest_files(url)
+            remove_manifest_files(url, storage_options=storage_options)
     fs.makedirs(path, exist_ok=True)
 
 
-def remove_manifest_files(url: str, keep: set[str] | None = None) -> int:
+def remove_manifest_files(url: str, keep: set[str] | None = None, storage_options: dict | None = None) -> int:
     """Delete the marker, part files and temp parts (except names in ``keep``); return the count."""
-    fs, path = _fs(url)
+    fs, path = _fs(url, storage_options)
     removed = 0
     for p in fs.ls(path.rstrip("/"), detail=False):
         name = os.path.basename(p.rstrip("/"))
@@ -142,9 +142,9 @@ def remove_manifest_files(url: str, keep: set[str] | None = None) -> int:
     return removed
 
 
-def write_marker(url: str, info: dict[str, Any]) -> None:
+def write_marker(url: str, info: dict[str, Any], storage_options: dict | None = None) -> None:
     """Write ``_manifest.json`` last (temp name + rename where the file system has one)."""
-    fs, path = _fs(url)
+    fs, path = _fs(url, storage_options)
     info = {
         "format": "pfs-manifest",
         "schema_version": SCHEMA_VERSION,

@@ -87,7 +87,7 @@ def scan(
     loc = resolve(url, storage_options)
     out = os.fspath(out)
     root_kind, root_row = _probe_root(loc)
-    prepare_output(out, overwrite)
+    prepare_output(out, overwrite, out_storage_options)
     if root_kind == "file":
         # A single file: the manifest root is its directory, and it holds one row.
         parent = os.path.dirname(loc.path.rstrip("/")) or "/"
@@ -95,7 +95,7 @@ def scan(
         tally = Tally()
         tally.count(root_row)
         root_url = parent if loc.is_local else f"{loc.protocol}://{parent}"
-        return _finish(loc, out, root_url, tally, [part], 0, started, t0, {"threads": threads})
+        return _finish(loc, out, root_url, tally, [part], 0, started, t0, {"threads": threads}, out_storage_options)
     spec = ScanSpec(
         protocol=loc.protocol,
         root=loc.path,
@@ -209,7 +209,7 @@ def _run(
         "task_slots": slots,
         "run_id": run_id,
     }
-    return _finish(loc, out, loc.url, tally, parts, tasks, started, t0, options)
+    return _finish(loc, out, loc.url, tally, parts, tasks, started, t0, options, spec.out_storage_options)
 
 
 def _finish(
@@ -222,9 +222,10 @@ def _finish(
     started: datetime,
     t0: float,
     options: dict,
+    out_storage_options: dict | None,
 ) -> ScanResult:
     # Parts from attempts that died (a killed worker) are not in ``parts``: remove them, then mark complete.
-    remove_manifest_files(out, keep=set(parts))
+    remove_manifest_files(out, keep=set(parts), storage_options=out_storage_options)
     seconds = time.monotonic() - t0
     counts = tally.as_dict()
     write_marker(
@@ -242,5 +243,6 @@ def _finish(
             "finished": datetime.now(UTC).isoformat(),
             "seconds": round(seconds, 3),
         },
+        out_storage_options,
     )
     return ScanResult(out, root_url, counts, seconds, tasks, tally.error_samples)

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 import fsspec
-from fsspec.registry import known_implementations
+from fsspec.registry import available_protocols
 
 from .errors import PfsError
 
@@ -51,7 +51,7 @@ def resolve(url: str | os.PathLike, storage_options: dict | None = None) -> Loca
     if protocol in ("file", "local"):
         path = os.path.abspath(fsspec.utils.stringify_path(url.removeprefix("file://")))
         return Location(path, "file", path, dict(storage_options or {}))
-    if protocol not in known_implementations and protocol not in fsspec.registry.registry:
+    if protocol not in available_protocols():
         raise PfsError(f"unknown protocol {protocol!r} in {url!r}; known: file, s3, sftp, gs, az, http, ...")
     try:
         cls = fsspec.get_filesystem_class(protocol)

@@ -353,13 +353,13 @@ def _copy_file(spec: CopySpec, e: Entry) -> None:
             try:
                 s = os.fstat(sfd)
                 e = with_stat(e, s)
-                dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                dfd, created = _create(tmp, st.S_IMODE(e.mode))
                 try:
                     sparse = is_sparse(s)
-                    copy_range(sfd, dfd, 0, None, sparse, (s.st_dev, 0))
+                    copy_range(sfd, dfd, 0, s.st_size, sparse, (s.st_dev, 0))  # the size fstat saw
                     if sparse:
                         os.ftruncate(dfd, s.st_size)
-                    _fd_meta(spec, dfd, e)
+                    _fd_meta(spec, dfd, e, created)
                 finally:
                     os.close(dfd)
             finally:
@@ -379,10 +379,38 @@ def _copy_file(spec: CopySpec, e: Entry) -> None:
         raise
 
 
-def _fd_meta(spec: CopySpec, fd: int, e: Entry) -> None:
-    if spec.preserve and e.uid is not None and os.geteuid() == 0:
+def _fd_meta(spec: CopySpec, fd: int, e: Entry, created_mode: int | None = None) -> None:
+    """Ownership and mode; the chmod is skipped when creating the file already gave that mode."""
+    chown = spec.preserve and e.uid is not None and os.geteuid() == 0
+    if chown:
         os.fchown(fd, e.uid, e.gid if e.gid is not None else -1)  # before chmod: chown clears set-id bits
-    os.fchmod(fd, st.S_IMODE(e.mode) if e.mode is not None else 0o644)
+    mode = st.S_IMODE(e.mode) if e.mode is not None else 0o644
+    if chown or mode != created_mode:
+        os.fchmod(fd, mode)
+
+
+def _create(path: bytes, mode: int) -> tuple[int, int]:
+    """A new file (a leftover of an earlier attempt is replaced) created with ``mode`` where the umask
+    allows, so most files need no chmod afterwards (one network round trip less each); returns
+    the descriptor and the mode it was created with."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = os.open(path, flags, mode & 0o777)
+    except FileExistsError:
+        os.unlink(path)
+        fd = os.open(path, flags, mode & 0o777)
+    return fd, mode & 0o777 & ~_umask()
+
+
+def _umask() -> int:
+    global _UMASK
+    if _UMASK is None:
+        _UMASK = os.umask(0o022)
+        os.umask(_UMASK)
+    return _UMASK
+
+
+_UMASK: int | None = None
 
 
 def _copy_to_remote(spec: CopySpec, src, dst: str) -> None:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .names import decode
-from .schema import ROW_COLUMNS, SCHEMA
+from .schema import ROW_COLUMNS, SCHEMA, TIME_UNIT_NS
 
 Row = tuple  # values in ROW_COLUMNS order
 
@@ -183,7 +183,9 @@ def rows_to_table(rows: list[Row]) -> pa.Table:
         if col == "type":
             arrays[col] = pc.dictionary_encode(pa.array(data[col], pa.string()))
         elif pa.types.is_timestamp(field.type):
-            arrays[col] = pa.array(data[col], pa.int64()).cast(field.type)
+            # rows carry nanoseconds; the schema stores microseconds (truncated, like `touch -d`)
+            ns = pa.array(data[col], pa.int64())
+            arrays[col] = pc.divide(ns, TIME_UNIT_NS).cast(field.type)
         else:
             arrays[col] = pa.array(data[col], field.type)
     table = pa.table([arrays[f.name] for f in SCHEMA], schema=SCHEMA)

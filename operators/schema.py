@@ -16,7 +16,10 @@ PART_SUFFIX = ".parquet"
 
 TYPES = ("file", "directory", "symlink", "other")
 
-_TS = pa.timestamp("ns", tz="UTC")
+# Microseconds, UTC: DuckDB reads these as TIMESTAMPTZ, so `mtime < now() - INTERVAL 30 DAY` works
+# as written.  Everything in pfs compares times at this precision (see TIME_UNIT_NS).
+_TS = pa.timestamp("us", tz="UTC")
+TIME_UNIT_NS = 1000
 _DICT = pa.dictionary(pa.int32(), pa.string())
 
 SCHEMA = pa.schema(

@@ -1,0 +1,127 @@
+"""Shared fixtures: a real Dask cluster with worker processes, a moto S3 server on loopback,
+tree builders, and a way to run commands without the DAC capabilities (root ignores file modes)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PFS = [sys.executable, "-m", "dask_pfs"]
+DROP_DAC = [
+    "setpriv",
+    "--bounding-set=-dac_override,-dac_read_search",
+    "--inh-caps=-dac_override,-dac_read_search",
+]
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """One LocalCluster of 2 worker *processes* shared by the suite (start-up costs ~2 s)."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(
+        n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0", env={"PFS_THREADS": "16"}
+    )
+    client = Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="session")
+def scheduler_address(dask_client) -> str:
+    return dask_client.scheduler.address
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API (moto server) on 127.0.0.1; yields storage options for s3fs."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    yield {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}}
+    server.stop()
+
+
+@pytest.fixture
+def s3fs_fs(s3_server):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3_server, skip_instance_cache=True)
+    return fs
+
+
+def run_pfs(*args: str, env: dict | None = None, check: bool = False, drop_dac: bool = False, timeout: float = 180):
+    """Run the ``pfs`` CLI in a subprocess; returns CompletedProcess with text output."""
+    cmd = (DROP_DAC if drop_dac else []) + PFS + [str(a) for a in args]
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"pfs {' '.join(map(str, args))} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def make_tree(root: Path, spec: dict) -> Path:
+    """Build a tree from {relative path: bytes | str (symlink target, prefixed '->') | None (directory)}."""
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, value in spec.items():
+        path = os.path.join(os.fsencode(root), rel if isinstance(rel, bytes) else os.fsencode(rel))
+        if value is None:
+            os.makedirs(path, exist_ok=True)
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if isinstance(value, str) and value.startswith("->"):
+            os.symlink(os.fsencode(value[2:]), path)
+        else:
+            with open(path, "wb") as f:
+                f.write(value if isinstance(value, bytes) else value.encode())
+    return root
+
+
+def make_balanced(root: Path, dirs: int = 20, files_per_dir: int = 50, size: int = 100) -> int:
+    """``dirs`` directories of ``files_per_dir`` small files each; returns the number of entries."""
+    for d in range(dirs):
+        sub = root / f"d{d:03d}" / "sub"
+        sub.mkdir(parents=True, exist_ok=True)
+        for i in range(files_per_dir):
+            (sub / f"f{i:04d}.dat").write_bytes(bytes([i % 251]) * (size + i))
+    return dirs * (2 + files_per_dir)
+
+
+def tree_digest(root: Path) -> dict[bytes, tuple]:
+    """{relative path bytes: (kind, sha256 or link target)} for comparing trees byte for byte."""
+    out: dict[bytes, tuple] = {}
+    base = os.fsencode(root)
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, base)
+            if os.path.islink(full):
+                out[rel] = ("symlink", os.readlink(full))
+            elif os.path.isdir(full):
+                out[rel] = ("directory",)
+            else:
+                with open(full, "rb") as f:
+                    out[rel] = ("file", hashlib.sha256(f.read()).hexdigest())
+    return out
+
+
+@pytest.fixture
+def tmp_tree(tmp_path):
+    return tmp_path
+
+
+def have(cmd: str) -> bool:
+    return shutil.which(cmd) is not None
