@@ -13,8 +13,11 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from distributed import Client, LocalCluster
+if TYPE_CHECKING:
+    from distributed import Client
+
 
 TASKS_PER_WORKER = 4
 
@@ -41,6 +44,8 @@ def default_workers() -> int:
 @contextlib.contextmanager
 def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
     """A client for the whole job; anything this started is shut down on exit."""
+    from distributed import Client, LocalCluster  # imported here: `pfs query` never needs it
+
     options = options or ClusterOptions.from_env()
     if options.scheduler or options.scheduler_file:
         client = Client(options.scheduler, scheduler_file=options.scheduler_file, set_as_default=False, timeout="30s")

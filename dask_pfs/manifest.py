@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
-import pyarrow.dataset as ds
 
 from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHEMA_VERSION
 
@@ -49,7 +48,10 @@ class Manifest:
         names = sorted(fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"))
         return names
 
-    def dataset(self) -> ds.Dataset:
+    def dataset(self):
+        """A ``pyarrow.dataset`` over the part files."""
+        import pyarrow.dataset as ds
+
         fs, _ = _fs(self.url)
         return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from ..cli import cli, cluster_options, echo_json
 from ..errors import PfsError
 from ..progress import human_bytes, make_reporter
-from ..remove import RemoveResult, remove
+
+if TYPE_CHECKING:
+    from ..remove import RemoveResult
 
 
 @cli.command("rm")
@@ -39,6 +42,8 @@ def rm_cmd(
 
         def confirm(message: str) -> bool:
             return click.confirm(message, default=False, err=True)
+
+    from ..remove import remove
 
     result = remove(
         url,

@@ -8,7 +8,6 @@ import click
 
 from ..cli import cli, cluster_options, echo_json
 from ..progress import human_bytes, make_reporter
-from ..scan import scan
 
 
 @cli.command("scan")
@@ -23,6 +22,8 @@ def scan_cmd(url: str, out: str, overwrite: bool, as_json: bool, cluster, thread
     def show_dashboard(link: str) -> None:
         if not as_json:
             click.echo(f"dashboard: {link}", err=True)
+
+    from ..scan import scan
 
     result = scan(
         url,
