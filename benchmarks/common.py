@@ -1,0 +1,87 @@
+"""Shared helpers for the benchmark scripts: cold caches, timing a command, host load, tables."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+NAS = REPO.parent / "shared" / "nas"
+PFS = [str(REPO / ".venv" / "bin" / "pfs")]
+
+
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies from /proc/stat, for the host busy % over a run."""
+    with open("/proc/stat") as f:
+        fields = [float(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def drop_caches(path: str) -> str:
+    """Cold caches: remount the NAS clients for paths under /mnt/nas*, else drop the kernel caches."""
+    if path.startswith("/mnt/nas") and (NAS / "nas.sh").exists():
+        r = subprocess.run([str(NAS / "nas.sh"), "remount"], capture_output=True, text=True)
+        if r.returncode == 0:
+            time.sleep(1)
+            return "remount"
+    subprocess.run(["sync"], check=False)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return "drop_caches"
+    except OSError:
+        return "warm"
+
+
+@dataclass
+class Run:
+    tool: str
+    seconds: float
+    busy: float
+    caches: str
+    rc: int
+    max_rss_kb: int | None = None
+
+
+def timed(tool: str, cmd: list[str] | str, cache_path: str | None, shell: bool = False) -> Run:
+    caches = drop_caches(cache_path) if cache_path else "warm"
+    b0, t0c = cpu_times()
+    t0 = time.monotonic()
+    wrapped = ["/usr/bin/time", "-f", "%M", "-o", "/tmp/pfs-bench-rss"] + (["sh", "-c", cmd] if shell else list(cmd))
+    proc = subprocess.run(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.monotonic() - t0
+    b1, t1c = cpu_times()
+    try:
+        rss = int(Path("/tmp/pfs-bench-rss").read_text().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        rss = None
+    if proc.returncode not in (0, 1):
+        print(f"  {tool}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+    return Run(tool, seconds, 100 * (b1 - b0) / max(t1c - t0c, 1), caches, proc.returncode, rss)
+
+
+def loadavg() -> float:
+    return os.getloadavg()[0]
+
+
+def table(rows: list[Run], baseline: str, n_files: int) -> str:
+    base = next((r.seconds for r in rows if r.tool == baseline), None)
+    out = [
+        f"| tool | seconds | files/s | x vs {baseline} | host busy % | caches |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in rows:
+        ratio = f"{base / r.seconds:.2f}" if base else "-"
+        out.append(
+            f"| `{r.tool}` | {r.seconds:.2f} | {n_files / r.seconds:,.0f} | {ratio} | {r.busy:.0f} | {r.caches} |"
+        )
+    return "\n".join(out)
+
+
+def quote(cmd: list[str]) -> str:
+    return " ".join(shlex.quote(c) for c in cmd)
