@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .rows import Row, RowBuffer, with_error
+from .schema import ROW_COLUMNS
+
+_TYPE, _SIZE, _ERROR = (ROW_COLUMNS.index(c) for c in ("type", "size", "error"))
 
 # (path relative to the scan root, the directory's own row as its parent saw it; None for the root)
 DirItem = tuple[bytes | str, Row | None]
@@ -52,20 +55,18 @@ class Tally:
     error_samples: list[str] = field(default_factory=list)
 
     def count(self, row: Row) -> None:
-        from .schema import ROW_COLUMNS
-
-        kind = row[ROW_COLUMNS.index("type")]
+        kind = row[_TYPE]
         self.entries += 1
         if kind == "file":
             self.files += 1
-            self.bytes += row[ROW_COLUMNS.index("size")] or 0
+            self.bytes += row[_SIZE] or 0
         elif kind == "directory":
             self.directories += 1
         elif kind == "symlink":
             self.symlinks += 1
         else:
             self.other += 1
-        err = row[ROW_COLUMNS.index("error")]
+        err = row[_ERROR]
         if err is not None:
             self.errors += 1
             if len(self.error_samples) < 5:
