@@ -25,6 +25,7 @@ from operators.walk import Budget, DirItem, Tally
 
 from .cluster import ClusterOptions, connect, dashboard_link, total_task_slots
 from .errors import PfsError
+from .limits import Limits, concurrency_report, job_limits
 from .manifest import prepare_output, remove_manifest_files, write_marker
 from .progress import NullProgress, Reporter
 from .urls import Location, resolve
@@ -38,6 +39,7 @@ class ScanResult:
     seconds: float
     tasks: int
     error_samples: list[str] = field(default_factory=list)
+    concurrency: dict = field(default_factory=dict)  # {"mode": "auto", "settled": n} or {"mode": "fixed", ...}
 
     @property
     def errors(self) -> int:
@@ -75,13 +77,25 @@ def scan(
     progress: Reporter | None = None,
     tuning: ScanTuning | None = None,
     on_dashboard=None,
+    checksum: str | None = None,
+    limits: Limits | None = None,
 ) -> ScanResult:
     """Scan ``url`` into a manifest directory ``out``; return counts and timings.
 
     ``client=None`` uses ``cluster`` (or ``PFS_SCHEDULER``), else an embedded LocalCluster.
     Raises :class:`PfsError` (nothing written) when the root is missing or ``out`` already
-    holds a manifest and ``overwrite`` is false.
+    holds a manifest and ``overwrite`` is false.  ``checksum`` (``xxh3``, ``sha256``, ``md5``)
+    fills the checksum column of every file (``operators.checksum``).
     """
+    if checksum is not None:
+        from operators.checksum import check_algorithm
+
+        try:
+            checksum = check_algorithm(checksum)
+        except ValueError as exc:
+            raise PfsError(str(exc)) from None
+    if limits is None and cluster is not None:
+        limits = cluster.limits
     started = datetime.now(UTC)
     t0 = time.monotonic()
     loc = resolve(url, storage_options)
@@ -91,6 +105,19 @@ def scan(
     if root_kind == "file":
         # A single file: the manifest root is its directory, and it holds one row.
         parent = os.path.dirname(loc.path.rstrip("/")) or "/"
+        if checksum and root_row[2] == "file":
+            from operators.checksum import checksum_local, checksum_remote, fill_rows
+
+            one = [root_row]
+            fill_rows(
+                one,
+                lambda _: (
+                    checksum_local(loc.path, checksum)
+                    if loc.is_local
+                    else checksum_remote(loc.filesystem(), loc.path, checksum)
+                ),
+            )
+            root_row = one[0]
         part = write_part(rows_to_table([root_row]), out, part_name("0000000", 0), out_storage_options)
         tally = Tally()
         tally.count(root_row)
@@ -103,12 +130,14 @@ def scan(
         storage_options=loc.storage_options,
         out_storage_options=out_storage_options or {},
         threads=threads,
+        checksum=checksum,
     )
     progress = progress or NullProgress()
     if client is None:
-        with connect(cluster or ClusterOptions.from_env(threads=threads)) as own:
-            return _run(own, spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard)
-    return _run(client, spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard)
+        with connect(cluster or ClusterOptions.from_env(threads=threads)) as own, job_limits(own, limits):
+            return _run(own, spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard, limits)
+    with job_limits(client, limits):
+        return _run(client, spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard, limits)
 
 
 def _probe_root(loc: Location) -> tuple[str, tuple | None]:
@@ -148,6 +177,7 @@ def _run(
     started: datetime,
     t0: float,
     on_dashboard,
+    limits: Limits | None = None,
 ) -> ScanResult:
     link = dashboard_link(client)
     if on_dashboard and link:
@@ -208,6 +238,9 @@ def _run(
         "workers": len(client.nthreads()),
         "task_slots": slots,
         "run_id": run_id,
+        "checksum": spec.checksum,
+        "concurrency": concurrency_report(client),
+        "limits": asdict(limits) if limits else None,
     }
     return _finish(loc, out, loc.url, tally, parts, tasks, started, t0, options, spec.out_storage_options)
 
@@ -245,4 +278,4 @@ def _finish(
         },
         out_storage_options,
     )
-    return ScanResult(out, root_url, counts, seconds, tasks, tally.error_samples)
+    return ScanResult(out, root_url, counts, seconds, tasks, tally.error_samples, options.get("concurrency") or {})

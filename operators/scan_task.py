@@ -10,9 +10,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from .checksum import checksum_local, checksum_remote, fill_rows
+from .concurrency import in_flight_cap
 from .local_scan import LocalLister
+from .names import to_bytes
 from .parts import part_name, write_part
-from .pool import default_threads, get_pool
+from .pool import get_pool
 from .remote_scan import FsspecLister
 from .rows import RowBuffer
 from .walk import Budget, DirItem, Tally, walk
@@ -29,6 +32,7 @@ class ScanSpec:
     out_storage_options: dict = field(default_factory=dict)
     threads: int | None = None
     flush_rows: int = 200_000
+    checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
 
     def lister(self):
         if self.protocol in ("file", "local"):
@@ -48,13 +52,24 @@ class ChunkResult:
 def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budget) -> ChunkResult:
     """Walk below ``items`` within ``budget``; write parts named after ``task_id``."""
     start = time.monotonic()
-    threads = spec.threads or default_threads()
     parts: list[str] = []
+    lister = spec.lister()
+    sum_failures: list[str] = []
+
+    def checksum_of(row) -> str:
+        if isinstance(lister, LocalLister):
+            return checksum_local(lister.full(to_bytes(row[0], row[1])), spec.checksum)
+        return checksum_remote(lister.fs, lister.full(row[0]), spec.checksum)
 
     def emit(buf: RowBuffer) -> None:
         if len(buf):
+            if spec.checksum:
+                sum_failures.extend(fill_rows(buf.rows, checksum_of))
             table = buf.take_table()
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
 
-    tally, frontier = walk(spec.lister(), items, get_pool(threads), threads, budget, emit, spec.flush_rows)
+    cap = in_flight_cap(spec.threads)
+    tally, frontier = walk(lister, items, get_pool(spec.threads), cap, budget, emit, spec.flush_rows)
+    tally.errors += len(sum_failures)
+    tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])
     return ChunkResult(task_id, parts, tally, frontier, time.monotonic() - start)

@@ -15,8 +15,13 @@ from ..progress import human_bytes, make_reporter
 @click.option("-o", "--output", "out", required=True, help="Manifest directory to write (local path or URL).")
 @click.option("--overwrite", is_flag=True, help="Replace a manifest already in the output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--checksum",
+    type=click.Choice(["xxh3", "sha256", "md5"]),
+    help="Also read every file and store its content hash (xxh3 = xxh3-128, fast) in the checksum column.",
+)
 @cluster_options
-def scan_cmd(url: str, out: str, overwrite: bool, as_json: bool, cluster, threads, progress) -> None:
+def scan_cmd(url: str, out: str, overwrite: bool, as_json: bool, checksum, cluster, threads, progress) -> None:
     """Scan URL (a path, a mount, s3://, sftp://...) into a Parquet manifest."""
 
     def show_dashboard(link: str) -> None:
@@ -33,6 +38,7 @@ def scan_cmd(url: str, out: str, overwrite: bool, as_json: bool, cluster, thread
         overwrite=overwrite,
         progress=make_reporter(progress),
         on_dashboard=show_dashboard,
+        checksum=checksum,
     )
     c = result.counts
     if as_json:
