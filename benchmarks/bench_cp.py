@@ -32,6 +32,9 @@ PFUTILS = next(
 )
 
 
+PFS_ARGS: list[str] = []
+
+
 def drop_caches(remount: bool, paths: list[str]) -> None:
     subprocess.run(["sync"], check=False)
     if remount and any(p.startswith("/mnt/nas") for p in paths):
@@ -41,7 +44,7 @@ def drop_caches(remount: bool, paths: list[str]) -> None:
 
 def command(tool: str, src: str, dst: str, workers: int | None) -> list[str]:
     if tool == "pfs":
-        cmd = [PFS, "cp", src, dst, "--no-progress", "--json"]
+        cmd = [PFS, "cp", src, dst, "--no-progress", "--json", *PFS_ARGS]
         return cmd + (["--workers", str(workers)] if workers else [])
     if tool == "cp":
         return ["cp", "-r", src, dst]
@@ -78,6 +81,7 @@ def run(tool: str, src: str, dst: str, args) -> dict:
         summary = json.loads(proc.stdout)
         row["pfs_counts"] = summary["counts"]
         row["pfs_seconds_inside"] = summary["seconds"]
+        row["pfs_phases"] = summary.get("phases")
     if args.verify:
         row["files"] = count_files(dst)
     return row
@@ -138,6 +142,7 @@ def main() -> None:
     p.add_argument("--nas-dst", default="/mnt/nas")
     p.add_argument("--tools", default="pfs,cp,rsync,pfutils", type=lambda s: s.split(","))
     p.add_argument("--workers", type=int, help="pfs --workers (default: pfs's own)")
+    p.add_argument("--pfs-args", default="", help="extra pfs cp options, e.g. '--inplace --threads 16'")
     p.add_argument("--remount", action="store_true", help="nas.sh remount before each run (cold GlusterFS client)")
     p.add_argument("--verify", action="store_true", help="count the files of every copy")
     p.add_argument("--big-dir", help="also time one big file local->local in this directory")
@@ -145,6 +150,7 @@ def main() -> None:
     p.add_argument("--skip-tree", action="store_true")
     p.add_argument("--json-out", help="append all rows to this JSON-lines file")
     args = p.parse_args()
+    PFS_ARGS.extend(args.pfs_args.split())
     rows = [] if args.skip_tree else bench_tree(args)
     if args.big_dir:
         rows += bench_big(args)
