@@ -65,6 +65,7 @@ class CopySpec:
     check_existing: bool = True  # False when the destination root did not exist before the run
     follow_symlinks: bool = False
     preserve: bool = False  # ownership (needs root)
+    inplace: bool = False  # small files straight to their names: no rename (costly on GlusterFS), no atomicity
     threads: int | None = None
     src_options: dict = field(default_factory=dict)
     dst_options: dict = field(default_factory=dict)
@@ -345,7 +346,7 @@ def _copy_file(spec: CopySpec, e: Entry) -> None:
     if not spec.dst_local:
         _copy_to_remote(spec, src, dst)
         return
-    tmp = _temp_of(dst, spec.token)
+    tmp = dst if spec.inplace else _temp_of(dst, spec.token)
     try:
         if spec.src_local:
             flags = os.O_RDONLY | (0 if spec.follow_symlinks else os.O_NOFOLLOW)
@@ -373,7 +374,8 @@ def _copy_file(spec: CopySpec, e: Entry) -> None:
                 os.close(fd)
         if e.mtime_ns is not None:
             os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns))  # after close: NFS flushes on close
-        os.rename(tmp, dst)
+        if tmp != dst:
+            os.rename(tmp, dst)
     except BaseException:
         _unlink_quietly(tmp)
         raise

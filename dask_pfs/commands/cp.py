@@ -85,6 +85,11 @@ def _size(text: str) -> int:
 @click.option("--skip-existing", is_flag=True, help="Skip identical existing files, replace ones that differ.")
 @click.option("-L", "--dereference", "follow", is_flag=True, help="Copy what symlinks to files point at.")
 @click.option("--preserve", is_flag=True, help="Also copy ownership (uid/gid; needs root).")
+@click.option(
+    "--inplace",
+    is_flag=True,
+    help="Write small files straight to their names (no temp name + rename; faster on GlusterFS, not atomic).",
+)
 @click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per task.")
 @click.option("--chunk-bytes", default="256M", show_default=True, help="Bytes per task.")
 @click.option("--split-size", default="256M", show_default=True, help="Copy bigger files in ranges of this size.")
@@ -100,6 +105,7 @@ def cp_cmd(
     skip_existing,
     follow,
     preserve,
+    inplace,
     chunk_files,
     chunk_bytes,
     split_size,
@@ -145,6 +151,7 @@ def cp_cmd(
         skip_existing=skip_existing,
         follow_symlinks=follow,
         preserve=preserve,
+        inplace=inplace,
         threads=threads,
         progress=make_copy_reporter(progress),
         chunk_files=chunk_files,
