@@ -277,3 +277,11 @@ def test_cli_help_documents_semantics():
     out = CliRunner().invoke(cli, ["cp", "--help"]).output
     for text in ("trailing slash", "--skip-existing", "--split-size", "Exit codes"):
         assert text in out
+
+
+def test_inplace_copy_is_exact_without_temp_names(tmp_path, dask_client):
+    src = make_tree(tmp_path / "src", {"d/a.txt": "a" * 100, "b.bin": os.urandom(200 * KiB)})
+    result = copy(f"{src}/", tmp_path / "dst", client=dask_client, inplace=True, **SMALL)
+    assert result.exit_code == 0 and result.counts["files"] == 2
+    assert_same_tree(src, tmp_path / "dst")
+    assert no_temp_files(tmp_path / "dst")
