@@ -1,0 +1,258 @@
+"""Adaptive concurrency: how many file-system operations one worker process keeps in flight.
+
+The best number depends on the storage: a local disk is happy with a few, a file server with
+1 ms round trips wants a hundred, an overloaded metadata server wants fewer.  Unless told a
+fixed number (``--threads`` / ``PFS_THREADS``), every worker process runs one
+:class:`Controller` that gates the process's I/O pool (:class:`GatedExecutor`, 256 threads)
+with a limit it moves while the job runs, by hill climbing on the measured completion rate:
+
+- it measures an interval (>= 0.5 s) at a base limit, then tries a step up (x1.5);
+- a step up is kept only if the rate grew by more than ``gain`` (10 %), and then it climbs on;
+  otherwise (latency rose without a rate gain) it goes back and tries a step down (x0.75);
+- a step down is kept if the rate lost (against where the descent began) is under ``gain`` or
+  half the step, whichever is larger: about the same rate with fewer operations in flight is
+  better for a shared server, while a latency-bound rate would fall as much as the step.
+  When a step down loses rate, the base is where it settles; it holds there for a few
+  intervals and then probes again.  After each change, one pipeline's worth of jobs (admitted
+  under the old limit) finishes before the next interval is measured.
+
+Intervals where no job had to wait for the gate are skipped: the limit did not bound them.
+The cost on the hot path is one lock acquire at the start of a job and one at its end.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+log = logging.getLogger("pfs.concurrency")
+
+MAX_LIMIT = 256  # threads of the gated pool, and the highest limit the controller uses
+START_LIMIT = 16
+
+
+def fixed_threads(threads: int | None = None) -> int | None:
+    """An explicit thread count (argument, else ``PFS_THREADS``), or None for auto-tuning."""
+    if threads:
+        return max(1, int(threads))
+    value = os.environ.get("PFS_THREADS", "").strip().lower()
+    if value in ("", "auto", "0"):
+        return None
+    try:
+        return max(1, int(value))
+    except ValueError:
+        return None
+
+
+class Controller:
+    """A resizable gate (like a semaphore whose size moves) plus the hill climber that moves it."""
+
+    def __init__(
+        self,
+        start: int = START_LIMIT,
+        lo: int = 1,
+        hi: int = MAX_LIMIT,
+        interval: float = 0.5,
+        gain: float = 0.10,
+        hold: int = 8,
+    ) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self.limit = max(lo, min(hi, start))
+        self.lo, self.hi, self.interval, self.gain, self.hold = lo, hi, interval, gain, hold
+        self.inflight = 0
+        self._waiting = 0
+        self._warm = self.limit  # the first jobs only fill the pipeline
+        self._reset_interval(time.monotonic())
+        self.phase = "base"  # base | up | down | hold
+        self._next = +1  # direction of the next trial
+        self._base: tuple[int, float, float] | None = None  # (limit, ops/s, mean latency)
+        self._hold_left = 0
+        self._ref = 0.0
+        self.settled: int | None = None
+        self.completed = 0
+        self.history: deque[tuple[float, int, float, float, str]] = deque(maxlen=64)
+
+    # ---------------------------------------------------------------- the gate
+
+    def acquire(self) -> float:
+        """Wait for a slot; return the start time to hand to :meth:`release`."""
+        with self._cond:
+            if self.inflight >= self.limit:
+                self._waited += 1
+                self._waiting += 1
+                while self.inflight >= self.limit:
+                    self._cond.wait()
+                self._waiting -= 1
+            self.inflight += 1
+            if self.inflight > self._peak:
+                self._peak = self.inflight
+        return time.monotonic()
+
+    def release(self, started: float) -> None:
+        now = time.monotonic()
+        with self._cond:
+            self.inflight -= 1
+            if self._warm:  # jobs admitted under the previous limit are still finishing: not measured
+                self._warm -= 1
+                if not self._warm:
+                    self._reset_interval(now)
+            else:
+                self._done += 1
+                self._latency += now - started
+                if self._done >= self._min_done and now - self._t0 >= self.interval:
+                    self._step(now)
+            if self._waiting and self.inflight < self.limit:
+                self._cond.notify(self.limit - self.inflight)
+
+    # ---------------------------------------------------------------- the climber
+
+    def _reset_interval(self, now: float) -> None:
+        self._t0 = now
+        self._done = 0
+        self._latency = 0.0
+        self._waited = 0
+        self._peak = self.inflight
+        self._min_done = max(8, self.limit // 2)
+
+    def _step(self, now: float) -> None:
+        before = self.limit
+        rate = self._done / (now - self._t0)
+        latency = self._latency / self._done
+        bound = self._waited > 0 or self._waiting > 0 or self._peak >= self.limit  # else demand was the bound
+        self.completed += self._done
+        self.history.append((round(now, 3), self.limit, round(rate, 1), round(latency, 6), self.phase))
+        if bound:
+            self._decide(rate, latency)
+        elif self.phase in ("up", "down"):
+            self.limit, self.phase = self._base[0], "base"  # demand fell below the trial: no verdict
+        self._reset_interval(now)
+        if self.limit != before:
+            self._warm = max(1, min(before, self.limit))  # one turnover of the pipeline
+
+    def _decide(self, rate: float, latency: float) -> None:
+        if self.phase == "base":
+            self._base = (self.limit, rate, latency)
+            self._ref = rate  # a descent may lose at most `gain` of this rate in total
+            self._trial(self._next)
+        elif self.phase == "up":
+            if rate > self._base[1] * (1 + self.gain):
+                self._base = (self.limit, rate, latency)
+                self._trial(+1)
+            else:  # more in flight bought nothing (latency rose instead): go back, try fewer
+                self.limit, self.phase, self._next = self._base[0], "base", -1
+        elif self.phase == "down":
+            step = 1 - self.limit / self._base[0]  # the fraction just taken away
+            if rate >= self._ref * (1 - max(self.gain, step / 2)):
+                self._base = (self.limit, rate, latency)
+                self._ref = max(self._ref, rate)
+                self._trial(-1)
+            else:
+                self._settle(self._base[0])
+        elif self.phase == "hold":
+            self._hold_left -= 1
+            if self._hold_left <= 0:
+                self.phase, self._next = "base", +1
+
+    def _trial(self, direction: int) -> None:
+        if direction > 0:
+            new = min(self.hi, max(self.limit + 1, math.ceil(self.limit * 1.5)))
+        else:
+            new = max(self.lo, min(self.limit - 1, math.floor(self.limit * 0.75)))
+        if new == self.limit:
+            self._settle(self.limit)
+            return
+        self.limit, self.phase = new, "up" if direction > 0 else "down"
+
+    def _settle(self, limit: int) -> None:
+        self.limit, self.phase, self._hold_left = limit, "hold", self.hold
+        if self.settled != limit:
+            log.info("concurrency settled at %d operations in flight (pid %d)", limit, os.getpid())
+        self.settled = limit
+
+    def report(self) -> dict:
+        with self._cond:
+            return {
+                "mode": "auto",
+                "limit": self.limit,
+                "settled": self.settled if self.settled is not None else self.limit,
+                "phase": self.phase,
+                "completed": self.completed + self._done,
+            }
+
+
+class GatedExecutor(ThreadPoolExecutor):
+    """A thread pool whose jobs each hold one slot of a :class:`Controller` while they run.
+
+    The slot is taken in the pool thread, not by the submitter, so a job that submits more
+    jobs (a listing handing out stat batches) never deadlocks on the gate.
+    """
+
+    def __init__(self, controller: Controller, max_workers: int = MAX_LIMIT) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix="pfs-io")
+        self.controller = controller
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(_gated, self.controller, fn, args, kwargs)
+
+
+def _gated(controller: Controller, fn, args, kwargs):
+    started = controller.acquire()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        controller.release(started)
+
+
+_lock = threading.Lock()
+_controller: Controller | None = None
+_mode: dict = {}  # empty until this process has made its pool
+
+
+def controller() -> Controller:
+    """The process-wide controller, shared by every task in the process."""
+    global _controller
+    with _lock:
+        if _controller is None:
+            _controller = Controller()
+        return _controller
+
+
+def note_mode(threads: int | None) -> None:
+    """Record what the process pool is running with (pool.get_pool calls this)."""
+    global _mode
+    _mode = {"mode": "fixed", "threads": threads} if threads else {"mode": "auto"}
+
+
+def in_flight_cap(threads: int | None) -> int | Callable[[], int]:
+    """What bounds a walk's in-flight listings: the fixed count, or the controller's current limit."""
+    fixed = fixed_threads(threads)
+    if fixed:
+        return fixed
+    ctl = controller()
+    return lambda: ctl.limit
+
+
+def report() -> dict:
+    """This process's concurrency: ``{"mode": "fixed", "threads": n}``, the controller's state, or
+    ``{}`` when the process has run no pool work yet (a worker idle for the whole job)."""
+    if _mode.get("mode") == "fixed":
+        return dict(_mode)
+    return controller().report() if _mode and _controller is not None else {}
+
+
+def summarize(per_worker: dict[str, dict]) -> dict:
+    """One job-level figure from every worker's :func:`report` (the median of the settled limits)."""
+    reports = [r for r in per_worker.values() if r]
+    fixed = [r["threads"] for r in reports if r.get("mode") == "fixed"]
+    if fixed and len(fixed) == len(reports):
+        return {"mode": "fixed", "threads": max(fixed)}
+    settled = sorted(r["settled"] for r in reports if r.get("settled"))
+    if not settled:
+        return {"mode": "auto", "settled": None}
+    return {"mode": "auto", "settled": settled[len(settled) // 2], "per_worker": settled}
