@@ -35,7 +35,23 @@ def cluster_options(func: Callable) -> Callable:
         ),
         click.option("--scheduler-file", type=click.Path(), help="Dask scheduler file (batch systems)."),
         click.option("--workers", type=click.IntRange(1), help="Worker processes of the local cluster."),
-        click.option("--threads", type=click.IntRange(1), help="I/O threads per worker (default 64)."),
+        click.option(
+            "--threads",
+            type=click.IntRange(1),
+            help="I/O operations in flight per worker (default: auto-tuned while the job runs).",
+        ),
+        click.option(
+            "--max-ops-per-second",
+            envvar="PFS_MAX_OPS_PER_SECOND",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Cap the whole job's entry operations per second (all workers together).",
+        ),
+        click.option(
+            "--max-bandwidth",
+            envvar="PFS_MAX_BANDWIDTH",
+            metavar="RATE",
+            help="Cap the whole job's data reads, e.g. 200MB/s or 1GiB/s.",
+        ),
         click.option(
             "--cluster",
             "cluster_kind",
@@ -78,16 +94,31 @@ def cluster_options(func: Callable) -> Callable:
             }
         for key in [k for k in kwargs if k.startswith("slurm_")]:
             kwargs.pop(key)
+        limits = _limits(kwargs.pop("max_ops_per_second"), kwargs.pop("max_bandwidth"))
         kwargs["cluster"] = ClusterOptions(
             scheduler=kwargs.pop("scheduler"),
             scheduler_file=kwargs.pop("scheduler_file"),
             workers=kwargs.pop("workers"),
             threads=kwargs["threads"],
             slurm=slurm,
+            limits=limits,
         )
         return func(*args, **kwargs)
 
     return wrapper
+
+
+def _limits(ops: float | None, bandwidth: str | None):
+    """The job-wide caps as ``operators.ratelimit.Limits``, or None when neither is set."""
+    if not ops and not bandwidth:
+        return None
+    from operators.ratelimit import Limits, parse_bandwidth
+
+    try:
+        rate = parse_bandwidth(bandwidth) if bandwidth else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-bandwidth") from None
+    return Limits(ops, rate)
 
 
 def echo_json(data) -> None:

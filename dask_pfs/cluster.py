@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from distributed import Client
 
+    from operators.ratelimit import Limits
+
 
 TASKS_PER_WORKER = 4
 
@@ -29,6 +31,7 @@ class ClusterOptions:
     workers: int | None = None  # embedded cluster: worker processes
     threads: int | None = None  # I/O threads per worker process
     slurm: dict | None = None  # options for dask_pfs.jobqueue.start_slurm_cluster
+    limits: Limits | None = None  # job-wide --max-ops-per-second / --max-bandwidth (dask_pfs.limits)
 
     @classmethod
     def from_env(cls, **overrides) -> ClusterOptions:

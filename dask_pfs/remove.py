@@ -40,6 +40,7 @@ from operators.walk import Budget, DirItem
 
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .limits import Limits, concurrency_report, job_limits
 from .manifest import open_manifest
 from .progress import NullProgress, Reporter, human_bytes
 from .query import connection
@@ -71,6 +72,7 @@ class RemoveResult:
     log: str | None = None  # Parquet log of failed and skipped entries, when there were any
     problems: list[str] = field(default_factory=list)  # first few "path: status: error"
     would_remove: list[str] = field(default_factory=list)  # dry run: first paths
+    concurrency: dict = field(default_factory=dict)  # I/O concurrency per worker: fixed, or where auto-tuning settled
 
     @property
     def exit_code(self) -> int:
@@ -113,6 +115,7 @@ def remove(
     storage_options: dict | None = None,
     show: int = 20,
     tuning: RemoveTuning | None = None,
+    limits: Limits | None = None,
 ) -> RemoveResult:
     """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where``.
 
@@ -143,12 +146,16 @@ def remove(
     if prepared is not None:  # done without a cluster (a single file or link)
         prepared.seconds = time.monotonic() - t0
         return prepared
+    limits = limits or (cluster.limits if cluster else None)
     try:
         if client is None:
-            with connect(cluster or ClusterOptions.from_env(threads=threads)) as own:
+            with connect(cluster or ClusterOptions.from_env(threads=threads)) as own, job_limits(own, limits):
                 job.run(own)
+                job.result.concurrency = concurrency_report(own, threads)
         else:
-            job.run(client)
+            with job_limits(client, limits):
+                job.run(client)
+            job.result.concurrency = concurrency_report(client, threads)
     finally:
         job.close_log()
     job.result.seconds = time.monotonic() - t0

@@ -239,7 +239,7 @@ def _run(
         "task_slots": slots,
         "run_id": run_id,
         "checksum": spec.checksum,
-        "concurrency": concurrency_report(client),
+        "concurrency": concurrency_report(client, spec.threads),
         "limits": asdict(limits) if limits else None,
     }
     return _finish(loc, out, loc.url, tally, parts, tasks, started, t0, options, spec.out_storage_options)

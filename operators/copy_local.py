@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno
 import os
 
+from .ratelimit import take_bytes
+
 BLOCK = 8 << 20  # bytes per syscall
 SPARSE_MIN = 1 << 20  # smaller files are copied whole: hole detection costs more than it saves
 
@@ -74,6 +76,7 @@ def _loop(step, start: int, end: int | None) -> int:
     pos = start
     while end is None or pos < end:
         count = BLOCK if end is None else min(BLOCK, end - pos)
+        take_bytes(count)
         n = step(pos, count)
         if n == 0:
             break

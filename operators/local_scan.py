@@ -12,6 +12,7 @@ import stat as st
 from concurrent.futures import ThreadPoolExecutor
 
 from .names import join
+from .ratelimit import take_ops
 from .rows import Row, error_row, row_from_stat
 from .walk import DirItem, Listing
 
@@ -58,6 +59,7 @@ class LocalLister:
         for name, looked_like_dir in names:
             path = join(rel, name)
             full = base + b"/" + name if base != b"/" else b"/" + name
+            take_ops()
             try:
                 s = os.lstat(full)
             except FileNotFoundError:

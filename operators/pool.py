@@ -12,6 +12,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from .concurrency import GatedExecutor, controller, fixed_threads, note_mode
+
 DEFAULT_THREADS = 64
 
 _lock = threading.Lock()
@@ -28,14 +30,22 @@ def default_threads() -> int:
 
 
 def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
-    """The process-wide pool, (re)made when a different size is asked for."""
+    """The process-wide pool, (re)made when a different size is asked for.
+
+    With no count given (argument or ``PFS_THREADS``) it is the auto-tuned pool: 256 threads
+    gated by the process's :class:`operators.concurrency.Controller`.
+    """
     global _pool, _size
-    want = threads or default_threads()
+    want = fixed_threads(threads)
     with _lock:
-        if _pool is None or _size != want:
+        if _pool is None or _size != (want or 0):
             old = _pool
-            _pool = ThreadPoolExecutor(max_workers=want, thread_name_prefix="pfs-io")
-            _size = want
+            if want:
+                _pool = ThreadPoolExecutor(max_workers=want, thread_name_prefix="pfs-io")
+            else:
+                _pool = GatedExecutor(controller())
+            _size = want or 0
+            note_mode(want)
             if old is not None:
                 old.shutdown(wait=False)
         return _pool

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 
+from .ratelimit import take_ops
 from .rows import Row, error_row, row_from_info
 from .walk import DirItem, Listing
 
@@ -53,6 +54,7 @@ class FsspecLister:
         except OSError as exc:
             listing.error = exc
             return listing
+        take_ops(len(infos))
         for info in infos:
             path = self.rel(info["name"])
             if not path or path == rel:

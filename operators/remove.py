@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 
 import fsspec
 
+from .concurrency import in_flight_cap
 from .names import decode, join, to_bytes
-from .pool import default_threads, get_pool
+from .pool import get_pool
+from .ratelimit import take_ops
 from .remote_scan import FLAT_PROTOCOLS, FsspecLister
 from .rows import Row, describe_error, error_row, row_from_stat, with_error
 from .safety import full_path, resolve_under
@@ -211,6 +213,7 @@ class LocalTreeRemover:
         try:
             for name in names:
                 path = join(rel, name)
+                take_ops()
                 try:
                     s = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except FileNotFoundError:
@@ -257,6 +260,7 @@ class FsspecTreeRemover:
     def rm_batch(self, rows: list[Row]) -> tuple[list[Row], list[DirItem]]:
         if self.dry_run or not rows:
             return rows, []
+        take_ops(len(rows))
         try:
             self.lister.fs.rm([self.lister.full(r[0]) for r in rows])
         except FileNotFoundError:
@@ -278,8 +282,7 @@ class TreeChunkResult:
 def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) -> TreeChunkResult:
     """Walk below ``items`` within ``budget``, unlinking as it goes; remove the subtrees it finished."""
     start = time.monotonic()
-    threads = spec.threads or default_threads()
-    pool = get_pool(threads)
+    pool = get_pool(spec.threads)
     lister = LocalTreeRemover(spec.root_bytes, spec.dry_run) if spec.is_local else FsspecTreeRemover(spec)
     counts = RmCounts()
     dirs: list[bytes] = []
@@ -301,7 +304,7 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
                 if spec.dry_run:
                     counts.sample(rel, spec.sample_limit)
 
-    tally, frontier = walk(lister, items, pool, threads, budget, emit)
+    tally, frontier = walk(lister, items, pool, in_flight_cap(spec.threads), budget, emit)
     blocked = set()
     for rel in [r for r, _ in frontier] + failed_dirs:
         rel = rel if isinstance(rel, bytes) else rel.encode("utf-8", "surrogateescape")
@@ -344,6 +347,7 @@ def rmdir_entries(spec: RemoveSpec, rels: list[bytes], check: bool = True) -> Rm
 
 def _rmdir_batch(spec: RemoveSpec, rels: list[bytes], check: bool) -> RmCounts:
     counts = RmCounts()
+    take_ops(len(rels))
     if not spec.is_local:
         return _rmdir_remote(spec, rels, counts)
     root = spec.root_bytes
@@ -431,6 +435,7 @@ def _unlink_local(spec: RemoveSpec, entries: list[Entry]) -> RmCounts:
     from .rows import type_of_mode
 
     counts = RmCounts()
+    take_ops(len(entries))
     root = spec.root_bytes
     for entry in entries:
         rel = to_bytes(entry[0], entry[1])
@@ -468,6 +473,7 @@ def _unlink_local(spec: RemoveSpec, entries: list[Entry]) -> RmCounts:
 
 def _unlink_remote(spec: RemoveSpec, entries: list[Entry]) -> RmCounts:
     counts = RmCounts()
+    take_ops(len(entries))
     fs = spec.filesystem()
     go: list[tuple[bytes, str, int]] = []
     for entry in entries:

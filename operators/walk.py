@@ -93,7 +93,7 @@ def walk(
     lister: Lister,
     items: list[DirItem],
     pool: ThreadPoolExecutor,
-    concurrency: int,
+    concurrency: int | Callable[[], int],
     budget: Budget,
     emit: Callable[[RowBuffer], None],
     flush_rows: int = 200_000,
@@ -102,6 +102,8 @@ def walk(
 
     ``emit`` is called with the row buffer whenever it holds ``flush_rows`` rows and once at
     the end, so a task's memory is bounded by ``flush_rows`` whatever the directory sizes.
+    ``concurrency`` caps the listings in flight: a number, or a callable asked each round
+    (the process's auto-tuned limit, ``operators.concurrency.in_flight_cap``).
     """
     tally = Tally()
     buf = RowBuffer()
@@ -120,7 +122,8 @@ def walk(
             emit(buf)
 
     while True:
-        while pending and len(inflight) < concurrency and not spent():
+        cap = concurrency() if callable(concurrency) else concurrency
+        while pending and len(inflight) < cap and not spent():
             item = pending.popleft()
             fut = pool.submit(lister.list_dir, item, pool)
             fut.pfs_kind = "list"  # type: ignore[attr-defined]
