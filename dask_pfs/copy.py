@@ -54,6 +54,7 @@ from operators.names import UnsafePathError, check_relative, to_bytes
 
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .limits import Limits, concurrency_report, job_limits
 from .manifest import Manifest, open_manifest
 from .progress import NullProgress, Reporter
 from .query import connection
@@ -78,6 +79,7 @@ class CopyResult:
     manifest: str | None = None
     tasks: int = 0
     phases: dict = field(default_factory=dict)  # seconds per phase (scan, check, dirs, files, links, meta)
+    concurrency: dict = field(default_factory=dict)  # I/O concurrency per worker: fixed, or where auto-tuning settled
 
     @property
     def exit_code(self) -> int:
@@ -118,6 +120,7 @@ def copy(
     dst_storage_options: dict | None = None,
     manifest_out: str | os.PathLike | None = None,
     failure_log: str | os.PathLike | None = None,
+    limits: Limits | None = None,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
 
@@ -148,6 +151,7 @@ def copy(
     with ExitStack() as stack:
         if client is None:
             client = stack.enter_context(connect(cluster or ClusterOptions.from_env(threads=threads)))
+        stack.enter_context(job_limits(client, limits or (cluster.limits if cluster else None)))
         if manifest is None:
             if manifest_out is None:
                 manifest_out = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="pfs-cp-")), "m")
@@ -194,6 +198,7 @@ def copy(
             manifest=os.fspath(manifest_out or manifest) if (manifest_out or manifest) else None,
             tasks=job.tasks,
             phases=phases | job.phases,
+            concurrency=concurrency_report(client, threads),
         )
 
 

@@ -24,6 +24,7 @@ import fsspec
 from .copy_local import copy_range, is_sparse
 from .names import check_relative
 from .pool import get_pool
+from .ratelimit import take_bytes, take_ops
 from .remote_scan import FLAT_PROTOCOLS
 from .rows import describe_error
 from .safety import AncestorCheck
@@ -281,6 +282,7 @@ def _safe(spec: CopySpec, entries: list[Entry], out: Outcome) -> list[Entry]:
 
 
 def _copy_one(spec: CopySpec, e: Entry) -> str | BaseException:
+    take_ops()
     try:
         if spec.check_existing:
             verdict = existing_verdict(spec, e)
@@ -343,6 +345,8 @@ def existing_verdict(spec: CopySpec, e: Entry) -> str:
 
 def _copy_file(spec: CopySpec, e: Entry) -> None:
     src, dst = spec.src_path(e.rel), spec.dst_path(e.out_rel)
+    if not (spec.src_local and spec.dst_local):
+        take_bytes(e.size or 0)  # fsspec moves the data itself: charge it up front
     if not spec.dst_local:
         _copy_to_remote(spec, src, dst)
         return
