@@ -29,6 +29,10 @@ _EXPORTS = {
     "remove": "remove",
     "ScanResult": "scan",
     "scan": "scan",
+    "SyncResult": "sync",
+    "sync": "sync",
+    "VerifyResult": "verify",
+    "verify": "verify",
 }
 
 __all__ = [
@@ -39,12 +43,16 @@ __all__ = [
     "PfsError",
     "RemoveResult",
     "ScanResult",
+    "SyncResult",
+    "VerifyResult",
     "__version__",
     "connect",
     "copy",
     "open_manifest",
     "remove",
     "scan",
+    "sync",
+    "verify",
 ]
 
 
@@ -64,3 +72,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from .manifest import Manifest, open_manifest
     from .remove import RemoveResult, remove
     from .scan import ScanResult, scan
+    from .sync import SyncResult, sync
+    from .verify import VerifyResult, verify

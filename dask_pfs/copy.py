@@ -21,10 +21,18 @@ Copy semantics (like ``cp -r``, with rsync's trailing slash):
 Existing destination files: identical ones (same size and mtime; size only on object stores)
 are skipped; by default a file that exists and differs is a failure (exit code 1), with
 ``skip_existing`` it is replaced, and ``overwrite`` rewrites every file.
+
+Resume: every finished file chunk and byte range is recorded in a journal
+(``operators.journal``; ``DST/.pfs-journal-<id>/`` for local destinations), together with the
+scan's manifest and the token naming the temp files.  ``resume=True`` after a crash reuses that
+manifest (same rows, same chunks) and skips what the journal lists, including the finished
+ranges of a big file.  The journal is deleted when a run ends without failures.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import tempfile
 import time
@@ -50,12 +58,13 @@ from operators.copy import (
     set_dir_meta,
 )
 from operators.copy_plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
+from operators.journal import Journal
 from operators.names import UnsafePathError, check_relative, to_bytes
 
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
 from .limits import Limits, concurrency_report, job_limits
-from .manifest import Manifest, open_manifest
+from .manifest import Manifest, has_marker, open_manifest
 from .progress import NullProgress, Reporter
 from .query import connection
 from .urls import Location, resolve
@@ -79,6 +88,8 @@ class CopyResult:
     manifest: str | None = None
     tasks: int = 0
     phases: dict = field(default_factory=dict)  # seconds per phase (scan, check, dirs, files, links, meta)
+    resumed: int = 0  # file chunks and byte ranges a journal said were done (not copied again)
+    journal: str | None = None  # kept when the run did not finish cleanly: pass resume=True to go on
     concurrency: dict = field(default_factory=dict)  # I/O concurrency per worker: fixed, or where auto-tuning settled
 
     @property
@@ -120,6 +131,8 @@ def copy(
     dst_storage_options: dict | None = None,
     manifest_out: str | os.PathLike | None = None,
     failure_log: str | os.PathLike | None = None,
+    resume: bool = False,
+    journal: str | os.PathLike | bool | None = None,
     limits: Limits | None = None,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
@@ -131,6 +144,8 @@ def copy(
 
     Raises :class:`PfsError` (exit code 2, destination untouched) for refused requests: missing
     source, unsafe manifest paths, a destination inside the source, conflicting options.
+    ``journal``: where to record finished chunks (default: see the module docstring; False: none);
+    ``resume`` continues the interrupted run that journal describes.
     """
     t0 = time.monotonic()
     if overwrite and skip_existing:
@@ -148,6 +163,28 @@ def copy(
         root = os.fspath(src) if src is not None else m.root
         target = _manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     phases: dict[str, float] = {}
+    jr = _journal(journal, target, src, manifest, where)
+    prior = jr.job() if jr is not None and resume else {}
+    if jr is not None and not resume and jr.exists:
+        logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
+        jr.remove()
+    token = prior.get("token") or uuid.uuid4().hex[:12]
+    if manifest is None and prior.get("manifest") and has_marker(prior["manifest"]):
+        manifest = prior["manifest"]  # the interrupted run's scan: same rows, same chunks
+        m = open_manifest(manifest)
+    elif jr is not None and manifest is None and manifest_out is None:
+        manifest_out = os.path.join(jr.path, "manifest")
+    journal_job = {"token": token, "manifest": os.fspath(manifest or manifest_out or ""), "dst": target.dst.url}
+
+    def begin_journal() -> None:
+        """Start a fresh journal once nothing can refuse the job any more (it lives in DST); once."""
+        if jr is not None and not prior and not jr.exists:
+            if target.make_root:
+                make_root(target.dst)
+            jr.start({**journal_job, "where": where})
+
+    if manifest is None:
+        begin_journal()  # the scan below writes its manifest into the journal
     with ExitStack() as stack:
         if client is None:
             client = stack.enter_context(connect(cluster or ClusterOptions.from_env(threads=threads)))
@@ -174,7 +211,7 @@ def copy(
             src_root=rows_root.path,
             dst_protocol=target.dst.protocol,
             dst_root=target.dst.path,
-            token=uuid.uuid4().hex[:12],
+            token=token,
             on_exist="overwrite" if overwrite else "skip" if skip_existing else "error",
             check_existing=not target.fresh,
             follow_symlinks=follow_symlinks,
@@ -185,8 +222,23 @@ def copy(
             dst_options=target.dst.storage_options,
         )
         job = _Job(client, spec, m, where, target, ChunkLimits(chunk_files, chunk_bytes, split_size), progress)
-        job.run()
+        job.journal = jr
+        job.begin_journal = begin_journal
+        job.done = jr.done() if jr is not None and prior else {}
+        try:
+            job.run()
+        finally:
+            if jr is not None:
+                jr.close()
         log = job.write_failure_log(failure_log)
+        kept = None
+        if jr is not None:
+            if job.failed:
+                kept = jr.path
+            else:
+                jr.remove()
+                if target.make_root:
+                    root_times_from(target.src, target.dst)  # removing the journal touched the root
         return CopyResult(
             source=target.src.url,
             destination=target.dst.url,
@@ -198,11 +250,31 @@ def copy(
             manifest=os.fspath(manifest_out or manifest) if (manifest_out or manifest) else None,
             tasks=job.tasks,
             phases=phases | job.phases,
+            resumed=job.resumed,
+            journal=kept,
             concurrency=concurrency_report(client, threads),
         )
 
 
 # ---------------------------------------------------------------- where things go
+
+
+def journal_dir(dst: Location, ident: str) -> str:
+    """``DST/.pfs-journal-<id>`` for a local destination, else one in the user's cache directory."""
+    if dst.is_local:
+        return os.path.join(dst.path, f".pfs-journal-{ident}")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "pfs", "journals", ident)
+
+
+def _journal(journal, target: _Target, src, manifest, where) -> Journal | None:
+    if journal is False or target.rename:
+        return None  # a single file: nothing to resume
+    if journal not in (None, True):
+        return Journal(os.fspath(journal))
+    what = f"{os.fspath(src) if src is not None else ''}\0{os.fspath(manifest) if manifest else ''}\0{where or ''}"
+    ident = hashlib.sha1(f"{what}\0{target.dst.url}".encode()).hexdigest()[:12]
+    return Journal(journal_dir(target.dst, ident))
 
 
 def _exists(loc: Location) -> tuple[bool, bool]:
@@ -289,6 +361,11 @@ class _Job:
         self.max_inflight = total_task_slots(client) * 2
         self.links = spec.dst_local
         self.phases: dict[str, float] = {}
+        self.journal: Journal | None = None
+        self.begin_journal: Callable[[], None] = lambda: None
+        self.done: dict[str, dict] = {}  # chunk ids a journal lists as finished
+        self.resumed = 0
+        self.seq = 0  # file items in plan order: the chunk ids (deterministic for one manifest)
 
     # SQL ------------------------------------------------------------------
 
@@ -349,6 +426,7 @@ class _Job:
     def run(self) -> None:
         self.timed("check", self.check_paths)
         self.timed("check", self.count)
+        self.begin_journal()
         self.progress.start(f"copy {self.target.src.url} -> {self.target.dst.url}")
         try:
             if self.target.make_root and self.spec.dst_has_dirs:
@@ -422,12 +500,23 @@ class _Job:
         runner.drain()
 
     def submit_item(self, runner: _Runner, item: Chunk | BigFile) -> None:
+        cid = f"{'c' if isinstance(item, Chunk) else 'b'}{self.seq}"
+        self.seq += 1
+        if cid in self.done:
+            self.resumed += 1
+            return
         if isinstance(item, Chunk):
-            runner.submit("files", copy_files, item.entries)
+            runner.submit("files", copy_files, item.entries, cid=cid)
             return
         e = item.entry
-        parts = [
-            self.client.submit(
+        parts = []
+        for i, (off, length) in enumerate(item.ranges):
+            rid = f"{cid}.r{i}"
+            if rid in self.done:
+                self.resumed += 1
+                parts.append("copied")  # already in this run's temp file (same token)
+                continue
+            fut = self.client.submit(
                 copy_part,
                 self.spec,
                 e,
@@ -437,10 +526,11 @@ class _Job:
                 pure=False,
                 retries=2,
             )
-            for i, (off, length) in enumerate(item.ranges)
-        ]
-        self.tasks += len(parts)
-        runner.submit("finish", finish_file, e, *parts, weight=len(parts) + 1, entries=[e])
+            self.tasks += 1
+            if self.journal is not None:
+                fut.add_done_callback(_record_range(self.journal, rid))
+            parts.append(fut)
+        runner.submit("finish", finish_file, e, *parts, weight=len(parts) + 1, entries=[e], cid=cid)
 
     def phase_links(self) -> None:
         runner = _Runner(self, self.max_inflight)
@@ -513,21 +603,29 @@ class _Runner:
         self.limit = limit
         self.ac = as_completed(loop=job.client.loop)
         self.inflight = 0
-        self.meta: dict[str, tuple[int, list[Entry]]] = {}
+        self.meta: dict[str, tuple[int, list[Entry], str | None]] = {}
 
-    def submit(self, kind: str, fn: Callable, *args, weight: int = 1, entries: list[Entry] | None = None) -> None:
+    def submit(
+        self,
+        kind: str,
+        fn: Callable,
+        *args,
+        weight: int = 1,
+        entries: list[Entry] | None = None,
+        cid: str | None = None,
+    ) -> None:
         while self.inflight + weight > self.limit and self.inflight:
             self.take()
         key = f"pfs-cp-{kind}-{self.job.run_id}-{self.job.tasks}"
         fut = self.job.client.submit(fn, self.job.spec, *args, key=key, pure=False, retries=2)
         self.job.tasks += 1
         self.inflight += weight
-        self.meta[key] = (weight, entries if entries is not None else list(args[0]))
+        self.meta[key] = (weight, entries if entries is not None else list(args[0]), cid)
         self.ac.add(fut)
 
     def take(self) -> None:
         fut = next(self.ac)
-        weight, entries = self.meta.pop(fut.key)
+        weight, entries, cid = self.meta.pop(fut.key)
         self.inflight -= weight
         try:
             out = fut.result()
@@ -536,11 +634,30 @@ class _Runner:
             for e in entries:
                 out.fail(e.out_rel, exc)
         fut.release()
+        if cid is not None and self.job.journal is not None and not out.failures:
+            self.job.journal.record(cid, files=out.files, bytes=out.bytes)
         self.job.on_outcome(out)
 
     def drain(self) -> None:
         while self.inflight:
             self.take()
+
+
+def root_times_from(src: Location, dst: Location) -> None:
+    """Give the destination root the source root's times (local trees; others keep none)."""
+    if src.is_local and dst.is_local and os.path.isdir(src.path) and os.path.isdir(dst.path):
+        s = os.stat(src.path)
+        os.utime(dst.path, ns=(s.st_atime_ns, s.st_mtime_ns))
+
+
+def _record_range(journal: Journal, rid: str):
+    """A done-callback recording a finished byte range (runs on the client's event loop)."""
+
+    def record(fut) -> None:
+        if fut.status == "finished":
+            journal.record(rid)
+
+    return record
 
 
 def make_root(loc: Location) -> None:

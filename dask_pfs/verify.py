@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
+import pyarrow as pa
+
 from operators.checksum import DEFAULT, check_algorithm, checksum_table
 from operators.parts import part_name
 from operators.remote_scan import FLAT_PROTOCOLS
@@ -141,8 +143,6 @@ def with_checksums(client, side: Side, where: str | None, algorithm: str, out: s
     progress.start(f"checksum {side.root}")
     try:
         for i, batch in enumerate(reader):
-            import pyarrow as pa
-
             while inflight >= limit:
                 take(next(pending))
             name = part_name(f"sum{i:07d}", 0)

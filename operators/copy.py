@@ -197,17 +197,24 @@ def _make_dir(spec: CopySpec, entry: Entry) -> BaseException | None:
             if not os.path.isdir(path) or os.path.islink(path):
                 return FileExistsError(f"exists and is not a directory: {os.fsdecode(path)}")
         if spec.check_existing:
-            remove_stale_temps(path)
+            remove_stale_temps(path, keep=spec.token)
         return None
     except Exception as exc:
         return exc
 
 
-def remove_stale_temps(directory: bytes) -> int:
-    """Delete ``.*.pfs-tmp-*`` files left in ``directory`` by killed or interrupted runs."""
+def remove_stale_temps(directory: bytes, keep: str | None = None) -> int:
+    """Delete ``.*.pfs-tmp-*`` files left in ``directory`` by killed or interrupted runs.
+
+    Temp files of the run ``keep`` names are kept: a resumed run (same token) still needs the
+    byte ranges it wrote before it was interrupted.
+    """
     removed = 0
+    mine = TEMP_MARK + keep.encode() if keep else None
     with os.scandir(directory) as it:
         for e in it:
+            if mine is not None and e.name.endswith(mine):
+                continue
             if is_temp_name(e.name) and not e.is_dir(follow_symlinks=False):
                 try:
                     os.unlink(e.path)

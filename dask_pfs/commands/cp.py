@@ -94,6 +94,7 @@ def _size(text: str) -> int:
 @click.option("--chunk-bytes", default="256M", show_default=True, help="Bytes per task.")
 @click.option("--split-size", default="256M", show_default=True, help="Copy bigger files in ranges of this size.")
 @click.option("--failure-log", help="Parquet file listing failed paths (default: one in the temp dir).")
+@click.option("--resume", is_flag=True, help="Go on with an interrupted run: only the chunks its journal lacks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @cluster_options
 def cp_cmd(
@@ -110,6 +111,7 @@ def cp_cmd(
     chunk_bytes,
     split_size,
     failure_log,
+    resume,
     as_json,
     cluster,
     threads,
@@ -130,6 +132,12 @@ def cp_cmd(
     Existing files: identical ones (size and mtime) are skipped; one that differs is an
     error unless --skip-existing (replace it) or --overwrite (rewrite all).
     Object stores: no symlinks (skipped), big files are uploaded whole by one task.
+
+    Resume: finished chunks (and byte ranges of big files) are journaled in
+    DST/.pfs-journal-<id>/ with the scan's manifest; after a crash, Ctrl-C or a killed
+    client, the same command with --resume copies only what is left. The journal is
+    deleted when a run ends without failures (see docs/journal.md); delete it by hand to
+    drop an interrupted run.
 
     Exit codes: 0 done; 1 some files failed (see the failure log); 2 refused, nothing copied.
     """
@@ -159,6 +167,7 @@ def cp_cmd(
         split_size=max(_size(split_size), MiB // 1024),
         manifest_out=manifest_out,
         failure_log=failure_log,
+        resume=resume,
     )
     c = result.counts
     if as_json:
@@ -168,7 +177,9 @@ def cp_cmd(
             f"copied {result.source} -> {result.destination}: {c['files']:,} files, {human_bytes(c['bytes'])}, "
             f"{c['dirs']:,} directories, {c['symlinks']:,} symlinks, {c['hardlinks']:,} hard links, "
             f"{c['skipped']:,} skipped in {result.seconds:.1f} s "
-            f"({c['bytes'] / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s, {result.tasks} tasks)"
+            f"({c['bytes'] / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s, {result.tasks} tasks"
+            + (f", {result.resumed} chunks done before" if result.resumed else "")
+            + ")"
         )
     if result.failures:
         click.echo(f"pfs: {result.failures:,} entries failed (log: {result.failure_log}), e.g.:", err=True)

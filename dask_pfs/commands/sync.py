@@ -1,0 +1,115 @@
+"""``pfs sync SRC DST``: mirror the contents of SRC into DST from two manifests and a Parquet plan."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli import cli, cluster_options, echo_json
+from ..progress import human_bytes
+
+
+@cli.command("sync")
+@click.argument("src")
+@click.argument("dst")
+@click.option("--src-manifest", help="Manifest of SRC from an earlier scan (scanned into it if missing).")
+@click.option("--dst-manifest", help="Manifest of DST from an earlier scan (scanned into it if missing).")
+@click.option("--plan", "plan", help="Directory for the plan (default: DST_MANIFEST.plan, or a cache directory).")
+@click.option(
+    "--checksum",
+    type=click.Choice(["xxh3", "sha256", "md5"]),
+    help="Compare content hashes instead of size and mtime (reads every file on both sides).",
+)
+@click.option("--delete", is_flag=True, help="Remove entries of DST that are not in SRC.")
+@click.option("--max-delete", metavar="N|P%", help="Refuse (exit 2) when --delete would remove more than this.")
+@click.option("-n", "--dry-run", is_flag=True, help="Write and summarize the plan; change nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask before deleting (asked only on a terminal).")
+@click.option("--update-dst-manifest", is_flag=True, help="Rewrite the DST manifest from the plan (no rescan).")
+@click.option("--resume", is_flag=True, help="Go on with an interrupted sync: its plan, and only unfinished chunks.")
+@click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per copy task.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@cluster_options
+def sync_cmd(
+    src,
+    dst,
+    src_manifest,
+    dst_manifest,
+    plan,
+    checksum,
+    delete,
+    max_delete,
+    dry_run,
+    yes,
+    update_dst_manifest,
+    resume,
+    chunk_files,
+    as_json,
+    cluster,
+    threads,
+    progress,
+) -> None:
+    """Make DST a mirror of the contents of SRC (like rsync -a SRC/ DST/).
+
+    \b
+    Both trees are scanned at once (or --src-manifest/--dst-manifest are used), joined on
+    exact path bytes into a Parquet plan (actions: new, changed, unchanged, extra,
+    type-changed, error), then new and changed entries are copied by the copy engine.
+    Changed means size or mtime differ (--checksum: content); on object stores, size only.
+    A destination entry whose type changed (file <-> directory) is removed before the copy.
+    --delete removes extras; it is switched off, with a warning, when the source scan
+    reported errors (an unreadable directory is not a deleted one). --max-delete caps it.
+
+    \b
+    Resume: the plan and the copy's journal (DST/.pfs-journal-<id>/, see docs/journal.md)
+    survive a crash or a kill; `pfs sync SRC DST --resume` reuses the plan and copies only
+    the chunks the journal lacks. A journal is deleted when its run ends without failures.
+
+    Exit codes: 0 in sync; 1 some entries failed; 2 refused (nothing changed).
+    """
+    confirm = None
+    if not yes and sys.stdin.isatty():
+
+        def confirm(message: str) -> bool:
+            return click.confirm(message, default=False, err=True)
+
+    from ..copy import MiB
+    from ..progress import make_reporter
+    from ..sync import sync
+
+    result = sync(
+        src,
+        dst,
+        src_manifest=src_manifest,
+        dst_manifest=dst_manifest,
+        plan=plan,
+        checksum=checksum,
+        delete=delete,
+        max_delete=max_delete,
+        dry_run=dry_run,
+        update_dst_manifest=update_dst_manifest,
+        resume=resume,
+        confirm=confirm,
+        cluster=cluster,
+        threads=threads,
+        progress=make_reporter(progress),
+        chunk_files=chunk_files,
+        chunk_bytes=256 * MiB,
+    )
+    c = result.counts
+    if as_json:
+        echo_json(result.summary())
+    else:
+        verb = "would sync" if result.dry_run else "synced"
+        click.echo(
+            f"{verb} {result.source} -> {result.destination}: {c['new']:,} new, {c['changed']:,} changed, "
+            f"{c['type-changed']:,} type-changed, {c['unchanged']:,} unchanged, {c['extra']:,} extra"
+            + (" (deleted)" if result.delete and not result.dry_run else " (kept)")
+            + f", {c['error']:,} unreadable; {human_bytes(c['copy_bytes'])} to copy in {result.seconds:.1f} s; "
+            f"plan: {result.plan}"
+        )
+    if result.delete_suppressed:
+        click.echo(f"pfs: warning: --delete switched off: {result.delete_suppressed}", err=True)
+    for path, error in result.failure_samples[:5]:
+        click.echo(f"  {path}: {error}", err=True)
+    sys.exit(result.exit_code)
