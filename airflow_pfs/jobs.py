@@ -37,6 +37,8 @@ ENGINES = {
     "scan": "dask_pfs.scan:scan",
     "copy": "dask_pfs.copy:copy",
     "remove": "dask_pfs.remove:remove",
+    "sync": "dask_pfs.sync:sync",
+    "verify": "dask_pfs.verify:verify",
 }
 RUNNING, FINISHED, MISSING, ERROR, CANCELLED = "running", "finished", "missing", "error", "cancelled"
 DONE = (FINISHED, ERROR, CANCELLED)

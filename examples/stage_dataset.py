@@ -1,8 +1,9 @@
 """Stage a dataset from shared storage onto node-local scratch, and announce it as an Asset.
 
-scan the dataset -> copy only the selected files (here: JPEG images under 10 MiB) -> verify.
-The copy emits the ``pfs_staged_dataset`` Asset with its counts in the event's extra, so
-training DAGs can be scheduled on "dataset staged" (see ``use_staged_dataset`` below).
+scan the dataset -> copy only the selected files (here: JPEG images under 10 MiB) -> verify them
+by content checksums.  The verify task emits the ``pfs_staged_dataset`` Asset with its counts in
+the event's extra, so training DAGs can be scheduled on "dataset staged and verified" (see
+``use_staged_dataset`` below); a verify that finds differences fails, and emits nothing.
 
 Run it by hand:
   airflow dags test pfs_stage_dataset -c '{"dataset": "/lustre/datasets/imagenet", "scratch": "/scratch/imagenet"}'
@@ -13,7 +14,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Asset, Param, task
 
-from airflow_pfs.operators import PfsCopyOperator, PfsScanOperator
+from airflow_pfs.operators import PfsCopyOperator, PfsScanOperator, PfsVerifyOperator
 
 STAGED = Asset(name="pfs_staged_dataset", uri="file:///scratch/pfs/staged-dataset")
 SELECT = "type = 'file' AND lower(name) LIKE '%.jpg' AND size < 10 * 1024 * 1024"
@@ -42,23 +43,22 @@ with DAG(
         where=SELECT,
         dst="{{ params.scratch }}",
         skip_existing=True,  # a rerun only copies what changed
-        outlets=[STAGED],  # event extra: files, bytes, skipped, failed, ...
     )
-    scan >> copy
-    # ------------------------------------------------------------------------------------------
-    # VERIFY GOES HERE: PfsVerifyOperator (checksums of dst against the manifest) is not written
-    # yet; its engine (dask_pfs.verify) does not exist.  When it lands:
-    #   verify = PfsVerifyOperator(task_id="verify", manifest=scan.output, where=SELECT,
-    #                              dst="{{ params.scratch }}", outlets=[STAGED])
-    #   copy >> verify   (and move outlets=[STAGED] from copy to verify)
-    # ------------------------------------------------------------------------------------------
+    verify = PfsVerifyOperator(
+        task_id="verify",
+        src_manifest=scan.output,  # the same rows, checksummed at the source
+        where=SELECT,  # selects on both sides: scratch's other files are not "extra"
+        dst="{{ params.scratch }}",
+        outlets=[STAGED],  # the asset event (same, different, missing, files, bytes) once verified
+    )
+    scan >> copy >> verify
 
 
 with DAG("use_staged_dataset", schedule=[STAGED], catchup=False, tags=["pfs", "example"]) as consumer:
 
     @task(inlets=[STAGED])
     def report(*, triggering_asset_events=None) -> dict:
-        """A downstream DAG sees the counts the copy put on the asset event."""
+        """A downstream DAG sees the counts the verify task put on the asset event."""
         events = list(triggering_asset_events[STAGED]) if triggering_asset_events else []
         return events[-1].extra if events else {}
 

@@ -6,5 +6,14 @@ from .base import PfsBaseOperator
 from .copy import PfsCopyOperator
 from .remove import PfsRemoveOperator
 from .scan import PfsScanOperator
+from .sync import PfsSyncOperator
+from .verify import PfsVerifyOperator
 
-__all__ = ["PfsBaseOperator", "PfsCopyOperator", "PfsRemoveOperator", "PfsScanOperator"]
+__all__ = [
+    "PfsBaseOperator",
+    "PfsCopyOperator",
+    "PfsRemoveOperator",
+    "PfsScanOperator",
+    "PfsSyncOperator",
+    "PfsVerifyOperator",
+]

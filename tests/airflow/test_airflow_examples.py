@@ -25,13 +25,15 @@ def test_stage_dataset(airflow_db, dask_processes, tmp_path):
         f.truncate(11 * 2**20)  # over the 10 MiB limit (sparse: costs nothing)
     conf = {"dataset": str(dataset), "scratch": str(scratch), "manifests": str(tmp_path / "manifests")}
     dag_run = load_dag("stage_dataset.py", "pfs_stage_dataset").test(run_conf=conf)
-    assert run_states(dag_run) == {"scan_dataset": "success", "copy_to_scratch": "success"}
+    assert run_states(dag_run) == {"scan_dataset": "success", "copy_to_scratch": "success", "verify": "success"}
     staged = sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*") if p.is_file())
     assert staged == sorted(wanted)
     assert all((scratch / rel).read_bytes() == (dataset / rel).read_bytes() for rel in wanted)
     copied = xcom_results(dag_run)["copy_to_scratch"]
     assert (copied["files"], copied["bytes"], copied["failed"], copied["exit_code"]) == (3, 2105, 0, 0)
-    assert copied in asset_events("file:///scratch/pfs/staged-dataset")
+    verified = xcom_results(dag_run)["verify"]
+    assert (verified["same"], verified["bytes"], verified["errors"]) == (3, 2105, 0)
+    assert verified in asset_events("file:///scratch/pfs/staged-dataset")
 
 
 def test_nightly_purge(airflow_db, dask_processes, tmp_path):

@@ -1,0 +1,109 @@
+"""PfsSyncOperator: make a destination mirror a source (new, changed, type-changed; extras with delete)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException
+
+from ..jobs import JobSpec
+from ..paths import manifest_url, to_url
+from .base import PfsBaseOperator
+
+ACTIONS = ("new", "changed", "type-changed", "unchanged", "extra", "error")
+
+
+class PfsSyncOperator(PfsBaseOperator):
+    """Sync ``src`` into ``dst`` like ``pfs sync``: scan both (or use ``src_manifest``/``dst_manifest``,
+    e.g. an upstream scan's result), plan in DuckDB, copy what is new or changed.
+
+    ``delete=True`` removes extras, unless the source scan reported errors (then it is switched
+    off and ``delete_suppressed`` says why); ``max_delete`` (a count or ``"5%"``) fails the task
+    before anything changes.  ``dry_run=True`` only writes the plan.  Returns the plan's counts
+    per action, ``copied_files``/``copied_bytes``/``deleted`` and the plan directory.
+    """
+
+    engine = "sync"
+    template_fields: Sequence[str] = (
+        "src",
+        "dst",
+        "src_manifest",
+        "dst_manifest",
+        "plan",
+        "max_delete",
+        "storage_options",
+        "dst_storage_options",
+    )
+
+    def __init__(
+        self,
+        *,
+        src: Any,
+        dst: Any,
+        src_manifest: Any = None,
+        dst_manifest: Any = None,
+        plan: Any = None,
+        checksum: str | None = None,
+        delete: bool = False,
+        max_delete: int | str | None = None,
+        dry_run: bool = False,
+        update_dst_manifest: bool = False,
+        storage_options: dict | None = None,
+        dst_storage_options: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.src, self.dst = src, dst
+        self.src_manifest, self.dst_manifest, self.plan = src_manifest, dst_manifest, plan
+        self.checksum = checksum
+        self.delete, self.max_delete, self.dry_run = delete, max_delete, dry_run
+        self.update_dst_manifest = update_dst_manifest
+        self.storage_options, self.dst_storage_options = storage_options, dst_storage_options
+
+    def job_spec(self, context: Context) -> JobSpec:
+        for flag in ("delete", "dry_run", "update_dst_manifest"):
+            if not isinstance(getattr(self, flag), bool):
+                raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        src, src_options = to_url(self.src, "src")
+        dst, dst_options = to_url(self.dst, "dst")
+        kwargs: dict[str, Any] = {
+            "checksum": self.checksum,
+            "delete": self.delete,
+            "max_delete": self.max_delete if self.max_delete not in ("", None) else None,
+            "dry_run": self.dry_run,
+            "update_dst_manifest": self.update_dst_manifest,
+            "threads": self.threads,
+            "storage_options": {**src_options, **(self.storage_options or {})} or None,
+            "dst_storage_options": {**dst_options, **(self.dst_storage_options or {})} or None,
+        }
+        for name in ("src_manifest", "dst_manifest"):
+            if getattr(self, name) is not None:
+                kwargs[name] = manifest_url(getattr(self, name), name)[0]
+        if self.plan is not None:
+            kwargs["plan"] = to_url(self.plan, "plan")[0]
+        return JobSpec(self.engine, (src, dst), kwargs)
+
+    def report(self, summary: dict) -> dict:
+        counts = summary.get("counts") or {}
+        return {
+            "source": summary.get("source"),
+            "destination": summary.get("destination"),
+            "plan": summary.get("plan"),
+            "dry_run": summary.get("dry_run"),
+            **{a.replace("-", "_"): counts.get(a, 0) for a in ACTIONS},
+            "copied_files": counts.get("copied_files", 0),
+            "copied_bytes": counts.get("copied_bytes", 0),
+            "deleted": counts.get("deleted", 0),
+            "delete_suppressed": summary.get("delete_suppressed"),
+            "errors": (summary.get("failures") or 0) + counts.get("error", 0),
+            "seconds": round(float(summary.get("seconds") or 0), 3),
+            "exit_code": summary.get("exit_code", 0),
+        }
+
+    def error_samples(self, summary: dict) -> list[str]:
+        samples = [": ".join(map(str, s)) for s in summary.get("failure_samples") or []]
+        if summary.get("delete_suppressed"):
+            samples.insert(0, f"delete switched off: {summary['delete_suppressed']}")
+        return samples
