@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from .ratelimit import take_bytes
+
 ALGORITHMS = ("xxh3", "sha256", "md5")
 DEFAULT = "xxh3"
 BUFFER = 8 << 20
@@ -58,6 +60,7 @@ def checksum_fd(fd: int, algorithm: str) -> str:
             n = f.readinto(buf)
             if not n:
                 break
+            take_bytes(n)  # --max-bandwidth (operators.ratelimit): no-op without a cap
             h.update(buf[:n])
     return f"{algorithm}:{h.hexdigest()}"
 
@@ -81,6 +84,7 @@ def checksum_remote(fs, path: str, algorithm: str = DEFAULT) -> str:
             data = f.read(BUFFER)
             if not data:
                 break
+            take_bytes(len(data))
             h.update(data)
     return f"{algorithm}:{h.hexdigest()}"
 
