@@ -1,0 +1,116 @@
+/* pstat: the best metadata rate a client gets at a given concurrency.
+ *
+ * N pthreads lstat() a list of paths, each taking the next path from a shared atomic index,
+ * so exactly N operations are in flight until the list runs out.  No Python, no pools, no
+ * scheduling: what it measures is the storage (and the kernel client), the ceiling that pfs
+ * scans are compared with.
+ *
+ *   pstat -t THREADS [-d DIR] [-r REPEAT] < paths     paths one per line (find DIR -type f)
+ *   -d DIR   take the entries of DIR (one readdir, not recursive) instead of stdin
+ *   -r N     stat the list N times (default 1)
+ *
+ * Prints: threads, ops, errors, seconds, ops/s, mean/p50/p99 latency in microseconds.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static char **paths;
+static size_t npaths, total;
+static atomic_size_t next_op;
+static atomic_size_t errors;
+static atomic_int first_errno; /* the first failure's errno, reported so a vanished mount shows */
+static double *lat_us; /* one slot per operation */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    struct stat st;
+    for (;;) {
+        size_t i = atomic_fetch_add(&next_op, 1);
+        if (i >= total) return NULL;
+        double t = now();
+        if (lstat(paths[i % npaths], &st) != 0) {
+            int zero = 0;
+            atomic_fetch_add(&errors, 1);
+            atomic_compare_exchange_strong(&first_errno, &zero, errno);
+        }
+        lat_us[i] = (now() - t) * 1e6;
+    }
+}
+
+static void add(char *p) {
+    static size_t cap;
+    if (npaths == cap) {
+        cap = cap ? cap * 2 : 4096;
+        paths = realloc(paths, cap * sizeof *paths);
+        if (!paths) { perror("realloc"); exit(1); }
+    }
+    paths[npaths++] = p;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    int threads = 1, repeat = 1, c;
+    const char *dir = NULL;
+    while ((c = getopt(argc, argv, "t:d:r:")) != -1) {
+        if (c == 't') threads = atoi(optarg);
+        else if (c == 'd') dir = optarg;
+        else if (c == 'r') repeat = atoi(optarg);
+        else { fprintf(stderr, "usage: pstat -t THREADS [-d DIR] [-r REPEAT] < paths\n"); return 2; }
+    }
+    if (threads < 1 || repeat < 1) { fprintf(stderr, "pstat: -t and -r must be >= 1\n"); return 2; }
+    if (dir) {
+        DIR *d = opendir(dir);
+        if (!d) { perror(dir); return 1; }
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char *p;
+            if (asprintf(&p, "%s/%s", dir, e->d_name) < 0) return 1;
+            add(p);
+        }
+        closedir(d);
+    } else {
+        char *line = NULL;
+        size_t n = 0;
+        ssize_t len;
+        while ((len = getline(&line, &n, stdin)) > 0) {
+            if (line[len - 1] == '\n') line[--len] = 0;
+            if (len) add(strdup(line));
+        }
+        free(line);
+    }
+    if (!npaths) { fprintf(stderr, "pstat: no paths\n"); return 1; }
+    total = npaths * (size_t)repeat;
+    lat_us = calloc(total, sizeof *lat_us);
+    pthread_t *tid = calloc(threads, sizeof *tid);
+    double t0 = now();
+    for (int i = 0; i < threads; i++) pthread_create(&tid[i], NULL, worker, NULL);
+    for (int i = 0; i < threads; i++) pthread_join(tid[i], NULL);
+    double secs = now() - t0, sum = 0;
+    for (size_t i = 0; i < total; i++) sum += lat_us[i];
+    qsort(lat_us, total, sizeof *lat_us, cmp);
+    printf("threads=%d ops=%zu errors=%zu seconds=%.3f ops_per_s=%.0f lat_mean_us=%.0f lat_p50_us=%.0f lat_p99_us=%.0f\n",
+           threads, total, (size_t)atomic_load(&errors), secs, total / secs, sum / total,
+           lat_us[total / 2], lat_us[(size_t)(total * 0.99)]);
+    if (atomic_load(&errors)) fprintf(stderr, "pstat: first error: %s\n", strerror(atomic_load(&first_errno)));
+    return 0;
+}
