@@ -1,0 +1,144 @@
+"""Adaptive concurrency: the controller on real thread-pool workloads, and fixed threads winning."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from operators import concurrency, pool
+from operators.concurrency import Controller, GatedExecutor, fixed_threads
+from tests.conftest import make_balanced
+
+
+def _drive(ctl: Controller, op, until, seconds: float, queued: int = 600) -> int:
+    """Keep ``queued`` real jobs waiting on a gated 256-thread pool until ``until()`` or ``seconds``;
+    return the limit at that moment (draining the queue afterwards is not part of the workload)."""
+    executor = GatedExecutor(ctl)
+    futures: list = []
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline and not until():
+            futures = [f for f in futures if not f.done()]
+            futures.extend(executor.submit(op) for _ in range(queued - len(futures)))
+            time.sleep(0.01)
+        return ctl.limit
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def test_climbs_on_a_latency_bound_workload():
+    """Operations of fixed latency (a server far away): more in flight is always faster, so it climbs."""
+    ctl = Controller(start=8, interval=0.3)
+    reached = _drive(ctl, lambda: time.sleep(0.1), lambda: ctl.limit >= 128, seconds=12)
+    assert reached >= 128, list(ctl.history)
+
+
+def test_backs_off_when_latency_grows_with_in_flight():
+    """Latency proportional to the operations in flight (a saturated server): the rate is flat,
+    so it settles on few operations in flight instead of many."""
+    running = 0
+    lock = threading.Lock()
+
+    def op() -> None:
+        nonlocal running
+        with lock:
+            running += 1
+            n = running
+        time.sleep(0.002 * n)
+        with lock:
+            running -= 1
+
+    ctl = Controller(start=48, interval=0.25, hold=3)
+    reached = _drive(ctl, op, lambda: ctl.limit <= 24, seconds=15)
+    assert reached <= 24, list(ctl.history)
+    assert ctl.history[0][1] == 48 and any(h[1] > 48 for h in ctl.history), "it probed upwards first"
+
+
+def test_idle_intervals_do_not_move_the_limit():
+    """When demand is below the limit (nobody waits), there is nothing to learn: it stays put."""
+    ctl = Controller(start=32, interval=0.1)
+    with GatedExecutor(ctl) as executor:
+        for _ in range(40):
+            list(executor.map(lambda _: time.sleep(0.005), range(4)))
+    assert ctl.limit == 32
+
+
+def test_fixed_threads_win_over_auto(monkeypatch):
+    monkeypatch.delenv("PFS_THREADS", raising=False)
+    assert fixed_threads() is None
+    assert isinstance(pool.get_pool(), GatedExecutor)
+    assert concurrency.report()["mode"] == "auto"
+    assert callable(concurrency.in_flight_cap(None))
+
+    fixed = pool.get_pool(8)
+    assert not isinstance(fixed, GatedExecutor) and fixed._max_workers == 8
+    assert concurrency.report() == {"mode": "fixed", "threads": 8}
+    assert concurrency.in_flight_cap(8) == 8
+
+    monkeypatch.setenv("PFS_THREADS", "12")
+    assert fixed_threads() == 12 and concurrency.in_flight_cap(None) == 12
+    assert pool.get_pool()._max_workers == 12
+    monkeypatch.setenv("PFS_THREADS", "auto")
+    assert fixed_threads() is None and isinstance(pool.get_pool(), GatedExecutor)
+
+
+def test_auto_mode_scans_and_removes_a_tree(tmp_path, monkeypatch):
+    """The walk asks the controller for its cap; scan and rm tree tasks run on the gated pool."""
+    from operators.remove import RemoveSpec, remove_tree_chunk
+    from operators.scan_task import ScanSpec, scan_chunk
+    from operators.walk import Budget
+
+    monkeypatch.delenv("PFS_THREADS", raising=False)
+    root = tmp_path / "t"
+    entries = make_balanced(root, dirs=12, files_per_dir=30)
+    out = tmp_path / "m"
+    out.mkdir()
+    result = scan_chunk(ScanSpec("file", str(root), str(out)), [(b"", None)], "0000000", Budget(10**6, 60))
+    assert result.tally.entries == entries and not result.frontier
+    assert concurrency.report()["mode"] == "auto"
+
+    removed = remove_tree_chunk(RemoveSpec("file", str(root)), [(b"", None)], Budget(10**6, 60))
+    assert removed.counts.removed_files == 12 * 30 and not removed.frontier
+    assert list(root.iterdir()) == []
+
+
+def test_scan_reports_fixed_threads(dask_client, tmp_path):
+    """The job result and the manifest say what ran: here a fixed --threads."""
+    from dask_pfs.scan import scan
+
+    root = tmp_path / "t"
+    make_balanced(root, dirs=3, files_per_dir=5)
+    result = scan(root, tmp_path / "m", dask_client, threads=8)
+    assert result.concurrency == {"mode": "fixed", "threads": 8}
+    marker = json.loads((tmp_path / "m" / "_manifest.json").read_text())
+    assert marker["options"]["concurrency"] == {"mode": "fixed", "threads": 8}
+
+
+@pytest.mark.parametrize(
+    "per_worker,expected",
+    [
+        ({"a": {"mode": "auto", "settled": 96}, "b": {"mode": "auto", "settled": 64}}, 96),
+        ({"a": {"mode": "auto", "settled": 24}}, 24),
+    ],
+)
+def test_summary_of_auto_workers(per_worker, expected):
+    summary = concurrency.summarize(per_worker)
+    assert summary["mode"] == "auto" and summary["settled"] == expected
+
+
+def test_gate_overhead_is_small():
+    """One lock round per job: 5,000 empty jobs through the gate cost little more than without it."""
+
+    def run(executor) -> float:
+        t = time.process_time()  # CPU time: the host's load does not count
+        for f in [executor.submit(int) for _ in range(5_000)]:
+            f.result()
+        return time.process_time() - t
+
+    with ThreadPoolExecutor(16) as plain, GatedExecutor(Controller(start=16)) as gated:
+        base, gated_s = min(run(plain) for _ in range(2)), min(run(gated) for _ in range(2))
+    assert gated_s < base * 2.5 + 0.2, (base, gated_s)
