@@ -175,3 +175,13 @@ def test_resume_reuses_the_written_plan(tmp_path, dask_client):
     assert (dst / "a.txt").read_text() == "A changed" and not (dst / "late.txt").exists()
     fresh = sync(src, dst, client=dask_client)  # without --resume: scanned and planned again
     assert fresh.counts["new"] == 1 and (dst / "late.txt").exists()
+
+
+def test_checksum_mode_finds_same_size_same_mtime_change(tmp_path, dask_client):
+    src, dst = mirrored(tmp_path, dask_client, {"a/x.bin": b"x" * 1000, "y.txt": "y"})
+    s = os.stat(dst / "a/x.bin")
+    (dst / "a/x.bin").write_bytes(b"X" + b"x" * 999)
+    os.utime(dst / "a/x.bin", ns=(s.st_atime_ns, s.st_mtime_ns))
+    assert sync(src, dst, client=dask_client, dry_run=True).counts["changed"] == 0  # size and mtime agree
+    fixed = sync(src, dst, client=dask_client, checksum="xxh3")
+    assert fixed.counts["changed"] == 1 and (dst / "a/x.bin").read_bytes() == b"x" * 1000
