@@ -50,6 +50,17 @@ def manifest_url(value: Any, what: str = "manifest") -> tuple[str, dict]:
     return to_url(value, what)
 
 
+def merge_options(carried: dict, explicit: dict | None) -> dict | None:
+    """Storage options carried by a path (an ObjectStoragePath's connection), overridden by the
+    operator's explicit ones; ``None`` when there are none, as the engines expect."""
+    return {**carried, **(explicit or {})} or None
+
+
+def manifest_urls(operator: Any, *names: str) -> dict[str, str]:
+    """``{name: url}`` for each manifest argument of ``operator`` that is set."""
+    return {n: manifest_url(getattr(operator, n), n)[0] for n in names if getattr(operator, n) is not None}
+
+
 def check_where(where: Any) -> str | None:
     """A DuckDB filter over manifest rows, or None; it must be a string (templated or not)."""
     if where is None or (isinstance(where, str) and not where.strip()):

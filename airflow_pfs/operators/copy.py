@@ -9,7 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
-from ..paths import check_where, manifest_url, to_url
+from ..paths import check_where, manifest_url, merge_options, to_url
 from .base import PfsBaseOperator
 
 COUNTS = ("files", "bytes", "dirs", "symlinks", "hardlinks", "skipped", "failed")
@@ -81,8 +81,8 @@ class PfsCopyOperator(PfsBaseOperator):
             "skip_existing": self.skip_existing,
             "preserve": self.preserve,
             "threads": self.threads,
-            "storage_options": {**src_options, **(self.storage_options or {})} or None,
-            "dst_storage_options": {**dst_options, **(self.dst_storage_options or {})} or None,
+            "storage_options": merge_options(src_options, self.storage_options),
+            "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }
         if self.manifest is not None:
             url, manifest_options = manifest_url(self.manifest)

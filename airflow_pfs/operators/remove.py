@@ -13,7 +13,7 @@ from dask_pfs.manifest import open_manifest
 from dask_pfs.query import connection
 
 from ..jobs import JobSpec
-from ..paths import check_where, manifest_url, to_url
+from ..paths import check_where, manifest_url, merge_options, to_url
 from .base import PfsBaseOperator
 
 COUNTS = (
@@ -87,7 +87,7 @@ class PfsRemoveOperator(PfsBaseOperator):
             if where or max_entries is not None:
                 raise AirflowException("where and max_entries need a manifest (scan first, then remove its rows)")
             url, options = to_url(self.path, "path")
-            kwargs.update(url=url, storage_options={**options, **(self.storage_options or {})} or None)
+            kwargs.update(url=url, storage_options=merge_options(options, self.storage_options))
             return JobSpec(self.engine, (), kwargs)
         url, options = manifest_url(self.manifest)
         self._selected = self._count(url, where)
@@ -96,7 +96,7 @@ class PfsRemoveOperator(PfsBaseOperator):
             raise AirflowException(
                 f"where selects {self._selected} entries, more than max_entries={max_entries}: refusing to remove"
             )
-        kwargs.update(manifest=url, where=where, storage_options={**options, **(self.storage_options or {})} or None)
+        kwargs.update(manifest=url, where=where, storage_options=merge_options(options, self.storage_options))
         return JobSpec(self.engine, (), kwargs)
 
     @staticmethod

@@ -9,7 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
-from ..paths import to_url
+from ..paths import merge_options, to_url
 from .base import PfsBaseOperator
 
 
@@ -52,8 +52,8 @@ class PfsScanOperator(PfsBaseOperator):
             raise AirflowException(f"manifest must not be the scanned directory itself: {out!r}")
         kwargs = {
             "overwrite": self.overwrite,
-            "storage_options": {**options, **(self.storage_options or {})} or None,
-            "out_storage_options": {**out_options, **(self.out_storage_options or {})} or None,
+            "storage_options": merge_options(options, self.storage_options),
+            "out_storage_options": merge_options(out_options, self.out_storage_options),
             "threads": self.threads,
         }
         return JobSpec(self.engine, (url, out), kwargs)

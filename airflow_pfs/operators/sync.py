@@ -9,7 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
-from ..paths import manifest_url, to_url
+from ..paths import manifest_urls, merge_options, to_url
 from .base import PfsBaseOperator
 
 ACTIONS = ("new", "changed", "type-changed", "unchanged", "extra", "error")
@@ -75,12 +75,10 @@ class PfsSyncOperator(PfsBaseOperator):
             "dry_run": self.dry_run,
             "update_dst_manifest": self.update_dst_manifest,
             "threads": self.threads,
-            "storage_options": {**src_options, **(self.storage_options or {})} or None,
-            "dst_storage_options": {**dst_options, **(self.dst_storage_options or {})} or None,
+            "storage_options": merge_options(src_options, self.storage_options),
+            "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }
-        for name in ("src_manifest", "dst_manifest"):
-            if getattr(self, name) is not None:
-                kwargs[name] = manifest_url(getattr(self, name), name)[0]
+        kwargs.update(manifest_urls(self, "src_manifest", "dst_manifest"))
         if self.plan is not None:
             kwargs["plan"] = to_url(self.plan, "plan")[0]
         return JobSpec(self.engine, (src, dst), kwargs)

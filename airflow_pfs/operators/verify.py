@@ -9,7 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
-from ..paths import check_where, manifest_url, to_url
+from ..paths import check_where, manifest_urls, merge_options, to_url
 from .base import PfsBaseOperator
 
 COUNTS = ("same", "missing", "extra", "different", "error", "files", "bytes")
@@ -58,12 +58,10 @@ class PfsVerifyOperator(PfsBaseOperator):
             "where": check_where(self.where),
             "algorithm": self.checksum,
             "threads": self.threads,
-            "storage_options": {**src_options, **(self.storage_options or {})} or None,
-            "dst_storage_options": {**dst_options, **(self.dst_storage_options or {})} or None,
+            "storage_options": merge_options(src_options, self.storage_options),
+            "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }
-        for name in ("src_manifest", "dst_manifest"):
-            if getattr(self, name) is not None:
-                kwargs[name] = manifest_url(getattr(self, name), name)[0]
+        kwargs.update(manifest_urls(self, "src_manifest", "dst_manifest"))
         if self.report_path is not None:
             kwargs["report"] = to_url(self.report_path, "report_path")[0]
         return JobSpec(self.engine, (src, dst), kwargs)
