@@ -11,7 +11,6 @@ frontier and the directories left for the last pass; problems go straight to a P
 
 from __future__ import annotations
 
-import math
 import os
 import stat as st
 import tempfile
@@ -36,10 +35,11 @@ from operators.remove import (
     unlink_entries,
 )
 from operators.safety import check_paths
-from operators.walk import Budget, DirItem
+from operators.walk import DirItem
 
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .frontier import WalkTuning, next_slice
 from .limits import Limits, concurrency_report, job_limits
 from .manifest import open_manifest
 from .progress import NullProgress, Reporter, human_bytes
@@ -89,13 +89,7 @@ class RemoveResult:
         return {"entries": self.removed_files + self.removed_dirs, "bytes": self.bytes, "errors": self.failed}
 
 
-@dataclass(frozen=True)
-class RemoveTuning:
-    max_entries: int = 50_000
-    max_seconds: float = 1.0
-    first_seconds: float = 0.25
-    max_dirs_per_task: int = 512
-    inflight_per_slot: int = 2
+RemoveTuning = WalkTuning  # tree-mode rm walks like a scan
 
 
 def remove(
@@ -365,11 +359,7 @@ class _Job:
         def submit() -> None:
             nonlocal inflight
             while frontier and inflight < self.max_inflight:
-                free = self.max_inflight - inflight
-                per_task = max(1, min(tuning.max_dirs_per_task, math.ceil(len(frontier) / free)))
-                items = [frontier.popleft() for _ in range(min(per_task, len(frontier)))]
-                narrow = len(frontier) + inflight < self.slots
-                budget = Budget(tuning.max_entries, tuning.first_seconds if narrow else tuning.max_seconds)
+                items, budget = next_slice(frontier, inflight, self.max_inflight, self.slots, tuning)
                 pending.add(self._submit(remove_tree_chunk, spec, items, budget))
                 inflight += 1
 

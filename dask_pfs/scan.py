@@ -8,7 +8,6 @@ so unbalanced trees (one huge directory, a 200-deep chain) keep every worker bus
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import uuid
@@ -21,10 +20,11 @@ from distributed import Client, as_completed
 from operators.parts import part_name, write_part
 from operators.rows import row_from_info, row_from_stat, rows_to_table
 from operators.scan_task import ChunkResult, ScanSpec, scan_chunk
-from operators.walk import Budget, DirItem, Tally
+from operators.walk import DirItem, Tally
 
 from .cluster import ClusterOptions, connect, dashboard_link, total_task_slots
 from .errors import PfsError
+from .frontier import WalkTuning, next_slice
 from .limits import Limits, concurrency_report, job_limits
 from .manifest import prepare_output, remove_manifest_files, write_marker
 from .progress import NullProgress, Reporter
@@ -53,15 +53,7 @@ class ScanResult:
         return {**asdict(self), "exit_code": self.exit_code}
 
 
-@dataclass(frozen=True)
-class ScanTuning:
-    """How big a task is: entries and seconds per task, tasks in flight per Dask thread."""
-
-    max_entries: int = 50_000
-    max_seconds: float = 1.0
-    first_seconds: float = 0.25  # short tasks while the frontier is narrower than the cluster
-    max_dirs_per_task: int = 512
-    inflight_per_slot: int = 2
+ScanTuning = WalkTuning  # the scan driver's task sizes
 
 
 def scan(
@@ -196,11 +188,7 @@ def _run(
     def submit() -> None:
         nonlocal tasks, inflight
         while frontier and inflight < max_inflight:
-            free = max_inflight - inflight
-            per_task = max(1, min(tuning.max_dirs_per_task, math.ceil(len(frontier) / free)))
-            items = [frontier.popleft() for _ in range(min(per_task, len(frontier)))]
-            narrow = len(frontier) + inflight < slots
-            budget = Budget(tuning.max_entries, tuning.first_seconds if narrow else tuning.max_seconds)
+            items, budget = next_slice(frontier, inflight, max_inflight, slots, tuning)
             task_id = f"{tasks:07d}"
             fut = client.submit(
                 scan_chunk,
