@@ -46,14 +46,25 @@ class Run:
     caches: str
     rc: int
     max_rss_kb: int | None = None
+    stdout: str = ""  # only with capture=True (pfs --json summaries, find's lines)
+    stderr: str = ""
 
 
-def timed(tool: str, cmd: list[str] | str, cache_path: str | None, shell: bool = False) -> Run:
+def timed(
+    tool: str,
+    cmd: list[str] | str,
+    cache_path: str | None,
+    shell: bool = False,
+    capture: bool = False,
+    env: dict[str, str] | None = None,
+) -> Run:
+    """Run ``cmd`` once (cold unless ``cache_path`` is None) and time it; ``capture`` keeps its stdout."""
     caches = drop_caches(cache_path) if cache_path else "warm"
     b0, t0c = cpu_times()
     t0 = time.monotonic()
     wrapped = ["/usr/bin/time", "-f", "%M", "-o", "/tmp/pfs-bench-rss"] + (["sh", "-c", cmd] if shell else list(cmd))
-    proc = subprocess.run(wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out = subprocess.PIPE if capture else subprocess.DEVNULL
+    proc = subprocess.run(wrapped, stdout=out, stderr=subprocess.PIPE, text=True, env=env)
     seconds = time.monotonic() - t0
     b1, t1c = cpu_times()
     try:
@@ -62,7 +73,8 @@ def timed(tool: str, cmd: list[str] | str, cache_path: str | None, shell: bool =
         rss = None
     if proc.returncode not in (0, 1):
         print(f"  {tool}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}", file=sys.stderr)
-    return Run(tool, seconds, 100 * (b1 - b0) / max(t1c - t0c, 1), caches, proc.returncode, rss)
+    busy = 100 * (b1 - b0) / max(t1c - t0c, 1)
+    return Run(tool, seconds, busy, caches, proc.returncode, rss, proc.stdout or "", proc.stderr or "")
 
 
 def loadavg() -> float:

@@ -1,0 +1,90 @@
+"""benchmarks/report_render.py: the benchmark report from a fixed raw .jsonl (no NAS, nothing timed).
+
+The fixture (tests/data/report-raw.jsonl) holds one tree at 1 and 5 ms: scan, rm, cp beside their serial
+tools and pfutils, pstat probes, a --threads sweep, one failed run and one run without a remount.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+RAW = Path(__file__).resolve().parent / "data" / "report-raw.jsonl"
+
+
+@pytest.fixture(scope="module")
+def bench_modules():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import report_actions
+        import report_render
+
+        yield report_render, report_actions
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def report(bench_modules, tmp_path_factory) -> tuple[str, Path]:
+    render = bench_modules[0].render
+    out = tmp_path_factory.mktemp("report") / "RESULTS-report.md"
+    rows = [json.loads(line) for line in RAW.read_text().splitlines()]
+    return render(rows, out), out
+
+
+def test_cells_are_medians_with_min_max_ratios_and_fraction_of_probe(report):
+    text, out = report
+    assert out.read_text() == text
+    # scan at 1 ms: pfs 5/7 s (median 6 -> 3,333 files/s), find 20/22 s (3.50x), probe best 4,000 (0.83x)
+    # (pfs job s 4/5 from --json; auto-tuning settled at 40 and 60)
+    scan_1ms = "| bal20k | 1 | 6.00 (5.00-7.00) | 21.0 (20.0-22.0) | 4.50 (4.00-5.00) | 3,333 | 3.50x | 0.83x | 50 |"
+    assert scan_1ms in text
+    # rm at 5 ms: the failed pfutils run is left out of its cell and listed below
+    assert "| bal20k | 5 | 20.0 | 150.0 | - | - | 1,000 | 7.50x | - | 0.40x | - |" in text
+    assert "- 2026-11-22T10:23:00+0000 5 ms bal20k rm pfutils: exit 1: boom" in text
+    assert "| bal20k | 1 | 400 | 1,500 | 4,000 | 4,000 at 64 |" in text
+    assert "**not after a remount: 1 of 21 runs**" in text
+    assert "min 50 %, median 50 %, max 90 %" in text
+
+
+def test_targets_are_judged(report):
+    text, _ = report
+    assert "| scan: pfs >= 80 % of probe | bal20k | 1 ms | 0.83x | **met** |" in text
+    assert "| rm: pfs >= 80 % of probe | bal20k | 1 ms | 0.50x | missed |" in text
+    assert "| scan: pfs >= 8x find | bal20k | 5 ms | 11.88x | **met** |" in text
+    assert "| rm: pfs >= 10x rm -rf | bal20k | 5 ms | 7.50x | missed |" in text
+    assert "du: pfs" not in text  # not measured: no target row, no section
+
+
+def test_sweep_shows_where_auto_tuning_settled(report):
+    text, _ = report
+    assert "| scan | bal20k | 1 | 1,100 | 2,998 | 3,300 | 48 |" in text
+
+
+def test_every_linked_plot_is_a_png(report):
+    text, out = report
+    linked = re.findall(r"\]\((plots/[^)]+\.png)\)", text)
+    assert sorted(linked) == [
+        "plots/concurrency-scan-bal20k-1ms.png",
+        "plots/rtt-cp.png",
+        "plots/rtt-rm.png",
+        "plots/rtt-scan.png",
+    ]
+    for rel in linked:
+        data = (out.parent / rel).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, rel
+    assert sorted(p.name for p in (out.parent / "plots").iterdir()) == sorted(Path(r).name for r in linked)
+
+
+def test_settled_from_json_or_from_the_log(bench_modules):
+    concurrency = bench_modules[1].concurrency
+    nested = {"copy": {"concurrency": {"mode": "auto", "settled": 36}}}
+    assert concurrency(nested, "") == {"mode": "auto", "settled": 36}
+    log = "pfs.concurrency INFO concurrency settled at 24 operations in flight (pid 7)\n... settled at 54 ..."
+    assert concurrency({}, log) == {"mode": "auto", "settled": 54, "from": "log"}
+    assert concurrency({}, "nothing") is None
