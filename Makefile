@@ -25,5 +25,9 @@ fmt: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The benchmark report on the ../shared/nas harness (hours; BENCH_ARGS=--quick for a smoke run): benchmarks/README.md
+bench: setup
+	$(PY) benchmarks/report.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

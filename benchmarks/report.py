@@ -143,6 +143,7 @@ def measure(args, raw: Raw, ctx: Ctx, rtt_ms: float, action: str, tool: str, run
         cleanup(action, ctx)
     row = base | {
         "files": ctx.tree.files,
+        "entries": ctx.tree.entries,
         "seconds": round(r.seconds, 3),
         "files_per_s": round(ctx.tree.files / r.seconds, 1),
         "ok": ok,

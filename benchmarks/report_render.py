@@ -28,6 +28,7 @@ class Cells:
         ok = [r for r in rows if r.get("ok") and r.get("seconds")]
         self.trees = list(dict.fromkeys(r["tree"] for r in rows if r.get("tree")))
         self.files = {r["tree"]: r["files"] for r in rows if r.get("files")}
+        self.entries = {r["tree"]: r["entries"] for r in rows if r.get("entries")}
         self.rtts = sorted({r["rtt_ms"] for r in rows if r.get("kind") == "run"})
         self.runs: dict[tuple, list[float]] = defaultdict(list)
         self.settled: dict[tuple, list[int]] = defaultdict(list)
@@ -57,6 +58,11 @@ class Cells:
     def rate(self, action: str, tree: str, rtt: float, tool: str) -> float | None:
         m = self.median(action, tree, rtt, tool)
         return self.files[tree] / m if m else None
+
+    def entry_rate(self, action: str, tree: str, rtt: float) -> float | None:
+        """pfs entries/s: files and directories (the root included) per second."""
+        m = self.median(action, tree, rtt, "pfs")
+        return self.entries[tree] / m if m and tree in self.entries else None
 
     def ratio(self, action: str, tree: str, rtt: float, other: str) -> float | None:
         """How many times faster pfs is than ``other`` (median seconds over median seconds)."""
@@ -129,7 +135,8 @@ def config_section(rows: list[dict], cells: Cells) -> list[str]:
     lines += [
         f"- trees: {trees}; added RTTs: {', '.join(f'{r:g} ms' for r in cells.rtts)}",
         "- every time is the wall time of the whole command, cold: `nas.sh remount` before each run (pfs: Python "
-        "start-up, its embedded LocalCluster, the work, the output); files/s = regular files of the tree / seconds",
+        "start-up, its embedded LocalCluster, the work, the output); files/s = regular files of the tree / seconds "
+        "(entries/s: files and directories)",
         "- cells: median seconds (min-max) over the runs; `x` = how many times faster pfs is (their median / "
         "pfs's median); `of probe` = pfs files/s / pstat's best cold lstat/s on the same tree and RTT; "
         "`pfs job s` = the seconds pfs itself reports (--json), without the CLI's imports; `settled` = "
@@ -182,7 +189,7 @@ def action_section(cells: Cells, action: str) -> list[str]:
         return []
     others = [t for t in tools if t != "pfs"]
     head = ["tree", "RTT ms", *(f"{'pfs ' + action if t == 'pfs' else LABELS[t]} s" for t in tools)]
-    head += ["pfs job s", "pfs files/s"]
+    head += ["pfs job s", "pfs files/s", "pfs entries/s"]
     head += [f"x {LABELS[t]}" for t in others] + ["of probe", "settled"]
     body = []
     for tree in cells.trees:
@@ -193,6 +200,7 @@ def action_section(cells: Cells, action: str) -> list[str]:
             body.append(
                 [tree, f"{rtt:g}", *(fmt_s(cells.seconds(action, tree, rtt, t)) for t in tools)]
                 + [fmt_s(cells.reported.get((action, tree, rtt), [])), fmt_rate(cells.rate(action, tree, rtt, "pfs"))]
+                + [fmt_rate(cells.entry_rate(action, tree, rtt))]
                 + [fmt_x(cells.ratio(action, tree, rtt, t)) for t in others]
                 + [fmt_x(cells.of_probe(action, tree, rtt)), str(settled) if settled else "-"]
             )

@@ -40,12 +40,15 @@ def report(bench_modules, tmp_path_factory) -> tuple[str, Path]:
 def test_cells_are_medians_with_min_max_ratios_and_fraction_of_probe(report):
     text, out = report
     assert out.read_text() == text
-    # scan at 1 ms: pfs 5/7 s (median 6 -> 3,333 files/s), find 20/22 s (3.50x), probe best 4,000 (0.83x)
+    # scan at 1 ms: pfs 5/7 s (median 6 -> 3,333 files/s, 21,111 entries), find 20/22 s (3.50x),
+    # probe best 4,000 (0.83x)
     # (pfs job s 4/5 from --json; auto-tuning settled at 40 and 60)
-    scan_1ms = "| bal20k | 1 | 6.00 (5.00-7.00) | 21.0 (20.0-22.0) | 4.50 (4.00-5.00) | 3,333 | 3.50x | 0.83x | 50 |"
+    scan_1ms = (
+        "| bal20k | 1 | 6.00 (5.00-7.00) | 21.0 (20.0-22.0) | 4.50 (4.00-5.00) | 3,333 | 3,518 | 3.50x | 0.83x | 50 |"
+    )
     assert scan_1ms in text
     # rm at 5 ms: the failed pfutils run is left out of its cell and listed below
-    assert "| bal20k | 5 | 20.0 | 150.0 | - | - | 1,000 | 7.50x | - | 0.40x | - |" in text
+    assert "| bal20k | 5 | 20.0 | 150.0 | - | - | 1,000 | 1,056 | 7.50x | - | 0.40x | - |" in text
     assert "- 2026-11-22T10:23:00+0000 5 ms bal20k rm pfutils: exit 1: boom" in text
     assert "| bal20k | 1 | 400 | 1,500 | 4,000 | 4,000 at 64 |" in text
     assert "**not after a remount: 1 of 21 runs**" in text
