@@ -105,8 +105,12 @@ class Raw:
 
 def config_row(args) -> dict:
     def out(cmd: list[str]) -> str:
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-        return (r.stdout or r.stderr).strip().splitlines()[0] if (r.stdout or r.stderr).strip() else ""
+        """The first line a version command prints, or "" (missing tool)."""
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        except OSError:
+            return ""
+        return ((r.stdout or r.stderr).strip().splitlines() or [""])[0]
 
     return {
         "kind": "config",
