@@ -202,6 +202,7 @@ def copy(
                 threads=threads,
                 storage_options=storage_options,
                 progress=progress,
+                resume=bool(prior),  # killed while scanning: finish that scan (its own journal)
             )
             m = open_manifest(manifest_out)
             phases["scan"] = round(time.monotonic() - t_scan, 3)

@@ -21,6 +21,8 @@ from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHE
 from . import __version__
 from .errors import IncompleteManifestError, PfsError
 
+JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directory (docs/journal.md)
+
 
 def _fs(url: str, storage_options: dict | None = None):
     return fsspec.core.url_to_fs(url, **(storage_options or {}))
@@ -121,13 +123,19 @@ def prepare_output(url: str, overwrite: bool, storage_options: dict | None = Non
         existing = fs.ls(path, detail=False)
         if existing:
             looks_like_manifest = any(
-                os.path.basename(p).startswith((PART_PREFIX, MARKER_NAME, ".part-")) for p in existing
+                os.path.basename(p).startswith((PART_PREFIX, MARKER_NAME, ".part-", JOURNAL_PREFIX)) for p in existing
             )
             if not looks_like_manifest:
                 raise PfsError(f"{url}: directory is not empty and holds no manifest; refusing to write there")
             if not overwrite:
-                raise PfsError(f"{url}: already holds a manifest; pass --overwrite to replace it")
+                raise PfsError(
+                    f"{url}: already holds a manifest; pass --overwrite to replace it"
+                    + ("" if fs.exists(f"{path}/{MARKER_NAME}") else " (or --resume to finish the interrupted scan)")
+                )
             remove_manifest_files(url, storage_options=storage_options)
+            for p in existing:  # journals of jobs on the old manifest (an interrupted scan, an rm)
+                if os.path.basename(p.rstrip("/")).startswith(JOURNAL_PREFIX):
+                    fs.rm(p, recursive=True)
     fs.makedirs(path, exist_ok=True)
 
 

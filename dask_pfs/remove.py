@@ -7,17 +7,22 @@ first.  Manifest mode streams the DuckDB selection in Arrow batches: every selec
 checked (relative, no symlinked ancestor) before the first unlink, then non-directories go in
 chunks, then directories level by level, deepest first.  The driver holds counters, a bounded
 frontier and the directories left for the last pass; problems go straight to a Parquet log.
+
+Every finished chunk is journaled (``dask_pfs.rm_journal``): ``resume=True`` after a killed
+driver skips the manifest chunks an earlier run finished; in tree mode what was removed is
+simply gone, so the resumed walk finds only what is left.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat as st
 import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
 import fsspec
@@ -25,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from distributed import Client, as_completed
 
+from operators.journal import Journal
 from operators.names import decode
 from operators.remove import (
     RemoveSpec,
@@ -37,6 +43,7 @@ from operators.remove import (
 from operators.safety import check_paths
 from operators.walk import DirItem
 
+from . import rm_journal
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
 from .frontier import WalkTuning, next_slice
@@ -73,6 +80,8 @@ class RemoveResult:
     problems: list[str] = field(default_factory=list)  # first few "path: status: error"
     would_remove: list[str] = field(default_factory=list)  # dry run: first paths
     concurrency: dict = field(default_factory=dict)  # I/O concurrency per worker: fixed, or where auto-tuning settled
+    resumed: int = 0  # chunks an interrupted run had finished (manifest mode: skipped, not redone)
+    journal: str | None = None  # kept when the run had failures: resume=True retries only those chunks
 
     @property
     def exit_code(self) -> int:
@@ -110,6 +119,9 @@ def remove(
     show: int = 20,
     tuning: RemoveTuning | None = None,
     limits: Limits | None = None,
+    resume: bool = False,
+    journal: str | os.PathLike | bool | None = None,
+    chunk_files: int = CHUNK,
 ) -> RemoveResult:
     """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where``.
 
@@ -117,6 +129,10 @@ def remove(
     the home directory, a mount point, a bucket, unless ``force``), an unsafe manifest row, or
     when ``confirm(message)`` returns false.  ``confirm`` is called after every check and
     before the first unlink.  ``show`` bounds the paths a dry run lists.
+
+    ``journal``: where finished chunks are recorded (default: see ``dask_pfs.rm_journal``;
+    False: nowhere; dry runs keep none); ``resume`` goes on with the interrupted run it describes,
+    with that run's ``chunk_files`` (rows per unlink or rmdir task), so chunk ids match.
     """
     if (url is None) == (manifest is None):
         raise PfsError("give either a URL or --manifest, not both")
@@ -132,6 +148,9 @@ def remove(
         confirm=confirm,
         show=show,
         tuning=tuning or RemoveTuning(),
+        resume=resume,
+        journal_opt=journal,
+        chunk=max(1, chunk_files),
     )
     if manifest is not None:
         prepared = job.prepare_manifest(os.fspath(manifest), where, log, storage_options)
@@ -150,8 +169,13 @@ def remove(
             with job_limits(client, limits):
                 job.run(client)
             job.result.concurrency = concurrency_report(client, threads)
+    except PfsError:
+        if job.fresh_journal:
+            job.jr.remove()  # refused or not confirmed: nothing was removed, nothing to resume
+        raise
     finally:
         job.close_log()
+    job.finish_journal()
     job.result.seconds = time.monotonic() - t0
     return job.result
 
@@ -209,6 +233,12 @@ class _Job:
     log: _Log | None = None
     selection: tuple | None = None  # manifest mode: (con, relation sql, condition)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    resume: bool = False
+    journal_opt: str | os.PathLike | bool | None = None
+    jr: Journal | None = None
+    fresh_journal: bool = False  # this run started the journal (an earlier one is not being resumed)
+    done: dict = field(default_factory=dict)  # chunk ids an earlier run finished (manifest mode)
+    chunk: int = CHUNK  # rows per unlink / rmdir task
 
     # ------------------------------------------------------------ preparing (no deletion here)
 
@@ -229,7 +259,15 @@ class _Job:
 
     def prepare_tree(self, url: str, log: str | os.PathLike | None, storage_options: dict | None):
         loc = resolve(url, storage_options)
-        kind, size = _probe(loc)
+        jr = None if self.dry_run else rm_journal.tree_journal(loc, self.journal_opt)
+        try:
+            kind, size = _probe(loc)
+        except PfsError:
+            if self.resume and jr is not None and jr.exists:  # killed after its last rmdir: done
+                self.result = RemoveResult(loc.url, "tree", False, resumed=len(jr.done()))
+                jr.remove()
+                return self.result
+            raise
         if kind != "link":
             refuse_target(loc, self.force)
         self.result = RemoveResult(loc.url, "tree", self.dry_run)
@@ -238,6 +276,14 @@ class _Job:
         if kind == "directory":
             self.spec = self._spec(loc)
             self._ask(f"Remove {loc.url} and everything below it?")
+            if jr is not None:
+                job = {"job": "rm", "mode": "tree", "target": loc.url}
+                if self.resume and _same_job(jr, job):
+                    self.result.resumed = len(jr.done())
+                else:
+                    jr.start(job)
+                    self.fresh_journal = True
+                self.jr = jr
             return None
         # a file, a symlink (never followed) or another non-directory: no cluster needed
         self._ask(f"Remove {loc.url}?")
@@ -287,7 +333,33 @@ class _Job:
             raise PfsError(f"--where: {str(exc).splitlines()[0]}") from None
         self.result.skipped_error = n_error
         self.totals = (n_files, n_bytes, n_dirs)
+        if not self.dry_run:
+            self._journal_manifest(url, where, m.root)
         return None
+
+    def _journal_manifest(self, url: str, where: str | None, root: str) -> None:
+        """Freeze the selection into the journal (or take the one an interrupted run froze)."""
+        jr = rm_journal.manifest_journal(url, where, self.journal_opt)
+        if jr is None:
+            return
+        job = {"job": "rm", "mode": "manifest", "manifest": url, "where": where, "root": root}
+        con, relation, cond = self.selection
+        sel = rm_journal.frozen(jr) if self.resume and _same_job(jr, job) else None
+        if sel is not None:
+            self.done = jr.done()
+            self.chunk = int(jr.job().get("chunk_files") or self.chunk)  # the same cuts, the same ids
+        else:
+            jr.start({**job, "chunk_files": self.chunk})
+            self.fresh_journal = True
+            sel = rm_journal.freeze(con, relation, cond, jr)
+        self.jr = jr
+        self.selection = (con, f"read_parquet({rm_journal.quote(sel)})", "TRUE")
+        n_files, n_bytes, n_dirs = con.execute(
+            f"SELECT count(*) FILTER (WHERE type <> 'directory'), "
+            f"coalesce(sum(size) FILTER (WHERE type <> 'directory'), 0), "
+            f"count(*) FILTER (WHERE type = 'directory') FROM read_parquet({rm_journal.quote(sel)})"
+        ).fetchall()[0]
+        self.totals = (n_files, n_bytes, n_dirs)
 
     # ------------------------------------------------------------ running
 
@@ -323,31 +395,50 @@ class _Job:
         r.would_remove.extend(decode(rel)[0] for rel in counts.samples[: max(room, 0)])
         self.progress.update(r.progress())
 
-    def _chunks(self, func, chunks: Iterable, on_result: Callable[[RmCounts], None] | None = None) -> None:
-        """Run ``func(spec, chunk)`` for every chunk with a bounded number in flight."""
+    def _chunks(self, func, chunks: Iterable[tuple[str | None, object]], on_result=None) -> None:
+        """Run ``func(spec, chunk)`` for every ``(id, chunk)`` with a bounded number in flight.
+
+        A chunk the journal lists as finished is skipped; one that finishes without failures is
+        journaled (``id`` None: neither).
+        """
         on_result = on_result or self._collect
         pending = as_completed(loop=self.client.loop)
+        ids: dict[str, str | None] = {}
         inflight = 0
+
+        def take(fut) -> None:
+            res = fut.result()
+            cid = ids.pop(fut.key)
+            if cid is not None and self.jr is not None and res.failed == 0:
+                self.jr.record(cid, **res.as_dict())
+            on_result(res)
+            fut.release()
+
         try:
-            for chunk in chunks:
+            for cid, chunk in chunks:
+                if cid is not None and cid in self.done:
+                    self.result.resumed += 1
+                    continue
                 while inflight >= self.max_inflight:
-                    fut = next(pending)
-                    on_result(fut.result())
-                    fut.release()
+                    take(next(pending))
                     inflight -= 1
-                pending.add(self._submit(func, self.spec, chunk))
+                fut = self._submit(func, self.spec, chunk)
+                ids[fut.key] = cid
+                pending.add(fut)
                 inflight += 1
             for fut in pending:
-                on_result(fut.result())
-                fut.release()
+                take(fut)
         except BaseException:
             pending.clear()
             raise
 
-    def _rmdir_levels(self, levels: Iterable[tuple[int, list]]) -> None:
-        """Directories level by level: a level starts only when the deeper one is done."""
-        for _, rels in levels:
-            self._chunks(rmdir_entries, (rels[i : i + CHUNK] for i in range(0, len(rels), CHUNK)))
+    def _rmdir_levels(self, chunks: Iterable[tuple[int, list]], prefix: str = "d") -> None:
+        """Directories level by level, from ``(depth, rels)`` chunks in depth-descending order.
+
+        A level starts only when the deeper one is done; chunk ids are ``<prefix><depth>.<n>``.
+        """
+        for depth, level in itertools.groupby(chunks, key=lambda c: c[0]):
+            self._chunks(rmdir_entries, ((f"{prefix}{depth}.{n}", rels) for n, (_, rels) in enumerate(level)))
 
     def _run_tree(self) -> None:
         spec, tuning = self.spec, self.tuning
@@ -369,6 +460,8 @@ class _Job:
                 res: TreeChunkResult = fut.result()
                 fut.release()
                 inflight -= 1
+                if self.jr is not None and res.counts.failed == 0:
+                    self.jr.record(f"t-{self.run_id}-{fut.key.rpartition('-')[2]}", **res.counts.as_dict())
                 self._collect(res.counts)
                 for rel in res.left_dirs:
                     left.setdefault(rel.count(b"/") + 1, []).append(rel)
@@ -377,7 +470,15 @@ class _Job:
         except BaseException:
             pending.clear()
             raise
-        self._rmdir_levels((d, left[d]) for d in sorted(left, reverse=True))
+        # ids of tree chunks name this run: a resumed run walks what is left, it skips nothing
+        self._rmdir_levels(
+            (
+                (d, left[d][i : i + self.chunk])
+                for d in sorted(left, reverse=True)
+                for i in range(0, len(left[d]), self.chunk)
+            ),
+            prefix=f"d-{self.run_id}-",
+        )
 
     def _run_manifest(self) -> None:
         con, relation, cond = self.selection
@@ -393,7 +494,7 @@ class _Job:
             samples.extend(f"{decode(rel)[0]!r}: {why}" for rel, why in res[1][: 5 - len(samples)])
 
         reader = con.cursor().sql(f"SELECT path, path_raw {base}").to_arrow_reader(CHECK_CHUNK)
-        self._chunks(check_batch, reader, on_check)
+        self._chunks(check_batch, ((None, batch) for batch in reader), on_check)
         if refused:
             raise PfsError(
                 f"refusing: {refused:,} selected manifest rows could act outside {self.result.target} "
@@ -403,36 +504,75 @@ class _Job:
             f"Remove {n_files:,} entries ({human_bytes(n_bytes)}) and {n_dirs:,} directories "
             f"under {self.result.target}?"
         )
-        # 2. non-directories, in chunks all over the cluster
+        # 2. non-directories, in chunks all over the cluster (the frozen selection's order: chunk ids are stable)
         sql = f"SELECT path, path_raw, type, size, epoch_ns(mtime) AS mtime {base} AND type <> 'directory'"
-        self._chunks(unlink_batch, con.cursor().sql(sql).to_arrow_reader(CHUNK))
+        batches = _exact(con.cursor().sql(sql).to_arrow_reader(self.chunk), self.chunk)
+        self._chunks(unlink_batch, ((f"f{n}", batch) for n, batch in enumerate(batches)))
         # 3. directories, deepest level first
-        sql = f"SELECT depth, path, path_raw {base} AND type = 'directory' ORDER BY depth DESC"
-        self._rmdir_levels(_levels(con.cursor().sql(sql).to_arrow_reader(CHUNK)))
+        sql = f"SELECT depth, path, path_raw {base} AND type = 'directory' ORDER BY depth DESC, path, path_raw"
+        self._rmdir_levels(_levels(con.cursor().sql(sql).to_arrow_reader(self.chunk), self.chunk))
 
     def close_log(self) -> None:
         if self.log is not None and self.result is not None:
             self.result.log = self.log.close()
+        if self.jr is not None:
+            self.jr.close()
+
+    def finish_journal(self) -> None:
+        """Delete the journal after a run without failures; else keep it for ``resume``."""
+        if self.jr is None:
+            return
+        if self.result.failed:
+            self.result.journal = self.jr.path
+        else:
+            self.jr.remove()
 
 
-def _levels(reader) -> Iterable[tuple[int, list[bytes]]]:
-    """Group a depth-descending stream of directory rows into chunks tagged by depth.
+def _same_job(jr: Journal, job: dict) -> bool:
+    """The journal describes ``job`` (an explicit ``journal=`` path may hold another's)."""
+    prior = jr.job()
+    if prior and any(prior.get(k) != v for k, v in job.items()):
+        raise PfsError(f"{jr.path}: the journal of another job ({prior}); not resuming it")
+    return bool(prior)
 
-    Consecutive chunks of one depth are yielded separately (each at most CHUNK rows); the
-    caller's level barrier is per yielded item, which keeps deeper levels strictly first.
-    """
+
+def _exact(reader, n: int) -> Iterator[pa.Table]:
+    """Re-cut a stream of record batches into tables of exactly ``n`` rows (the last may be short)."""
+    buf: list[pa.RecordBatch] = []
+    size = 0
     for batch in reader:
-        depths = batch.column("depth").to_pylist()
-        rels = _rels(batch)
-        start = 0
-        for i in range(1, len(depths) + 1):
-            if i == len(depths) or depths[i] != depths[start]:
-                yield depths[start], rels[start:i]
-                start = i
+        while batch.num_rows:
+            take = min(n - size, batch.num_rows)
+            buf.append(batch.slice(0, take))
+            size += take
+            batch = batch.slice(take)
+            if size == n:
+                yield pa.Table.from_batches(buf)
+                buf, size = [], 0
+    if size:
+        yield pa.Table.from_batches(buf)
 
 
-def _rels(batch: pa.RecordBatch) -> list[bytes]:
-    """Exact path bytes of an Arrow batch with ``path`` and ``path_raw`` columns."""
+def _levels(reader, n: int) -> Iterator[tuple[int, list[bytes]]]:
+    """Cut a depth-descending stream of directory rows into ``(depth, rels)`` chunks.
+
+    Each chunk holds at most ``n`` rows of one depth, cut at the same rows whatever the
+    reader's batch sizes (chunk ids must not depend on them).
+    """
+    depth, rels = None, []
+    for batch in reader:
+        for d, rel in zip(batch.column("depth").to_pylist(), _rels(batch), strict=True):
+            if rels and (d != depth or len(rels) >= n):
+                yield depth, rels
+                rels = []
+            depth = d
+            rels.append(rel)
+    if rels:
+        yield depth, rels
+
+
+def _rels(batch: pa.RecordBatch | pa.Table) -> list[bytes]:
+    """Exact path bytes of an Arrow batch (or table) with ``path`` and ``path_raw`` columns."""
     paths, raws = batch.column("path").to_pylist(), batch.column("path_raw").to_pylist()
     return [raw if raw is not None else path.encode("utf-8") for path, raw in zip(paths, raws, strict=True)]
 
@@ -442,7 +582,7 @@ def check_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> tuple[int, list[tupl
     return check_paths(spec.root_bytes, _rels(batch), spec.is_local)
 
 
-def unlink_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> RmCounts:
+def unlink_batch(spec: RemoveSpec, batch: pa.RecordBatch | pa.Table) -> RmCounts:
     """Worker side of the unlink pass over one Arrow batch of manifest rows."""
     cols = [batch.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "mtime")]
     return unlink_entries(spec, list(zip(*cols, strict=True)))

@@ -4,10 +4,15 @@ The driver holds only the frontier (directories not yet walked) and counters.  E
 walks a bounded slice (``operators.scan_task.scan_chunk``), writes its own Parquet parts and
 hands back the directories it did not reach; the driver re-splits them over free task slots,
 so unbalanced trees (one huge directory, a 200-deep chain) keep every worker busy.
+
+Every finished task is journaled (``dask_pfs.scan_journal``); ``resume=True`` after a killed
+driver keeps the parts of finished tasks and walks only the frontier they left.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import time
 import uuid
@@ -15,18 +20,21 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
+import fsspec
 from distributed import Client, as_completed
 
+from operators.journal import Journal
 from operators.parts import part_name, write_part
 from operators.rows import row_from_info, row_from_stat, rows_to_table
 from operators.scan_task import ChunkResult, ScanSpec, scan_chunk
 from operators.walk import DirItem, Tally
 
+from . import scan_journal as sj
 from .cluster import ClusterOptions, connect, dashboard_link, total_task_slots
 from .errors import PfsError
 from .frontier import WalkTuning, next_slice
 from .limits import Limits, concurrency_report, job_limits
-from .manifest import prepare_output, remove_manifest_files, write_marker
+from .manifest import has_marker, prepare_output, remove_manifest_files, write_marker
 from .progress import NullProgress, Reporter
 from .urls import Location, resolve
 
@@ -40,6 +48,7 @@ class ScanResult:
     tasks: int
     error_samples: list[str] = field(default_factory=list)
     concurrency: dict = field(default_factory=dict)  # {"mode": "auto", "settled": n} or {"mode": "fixed", ...}
+    resumed: int = 0  # tasks an interrupted run had finished (their parts were kept, not rescanned)
 
     @property
     def errors(self) -> int:
@@ -71,6 +80,7 @@ def scan(
     on_dashboard=None,
     checksum: str | None = None,
     limits: Limits | None = None,
+    resume: bool = False,
 ) -> ScanResult:
     """Scan ``url`` into a manifest directory ``out``; return counts and timings.
 
@@ -78,6 +88,10 @@ def scan(
     Raises :class:`PfsError` (nothing written) when the root is missing or ``out`` already
     holds a manifest and ``overwrite`` is false.  ``checksum`` (``xxh3``, ``sha256``, ``md5``)
     fills the checksum column of every file (``operators.checksum``).
+
+    ``resume`` finishes the interrupted scan of ``url`` into ``out`` that the journal describes
+    (walking only what its finished tasks left), returns a complete manifest's summary as it is,
+    and otherwise scans afresh, replacing an incomplete manifest.
     """
     if checksum is not None:
         from operators.checksum import check_algorithm
@@ -86,6 +100,8 @@ def scan(
             checksum = check_algorithm(checksum)
         except ValueError as exc:
             raise PfsError(str(exc)) from None
+    if resume and overwrite:
+        raise PfsError("--resume and --overwrite exclude each other")
     if limits is None and cluster is not None:
         limits = cluster.limits
     started = datetime.now(UTC)
@@ -93,7 +109,15 @@ def scan(
     loc = resolve(url, storage_options)
     out = os.fspath(out)
     root_kind, root_row = _probe_root(loc)
-    prepare_output(out, overwrite, out_storage_options)
+    jr = sj.scan_journal(loc.url, out, out_storage_options) if root_kind == "directory" else None
+    if resume and has_marker(out, out_storage_options):
+        return _complete(loc, out, out_storage_options, jr)
+    prior = sj.load(jr, loc.url, checksum, _root_item(loc)) if resume and jr is not None else None
+    if prior is not None and not _parts_present(out, prior.parts, out_storage_options):
+        logging.getLogger("pfs").warning("%s: parts the journal names are gone; scanning afresh", out)
+        prior = None
+    if prior is None:
+        prepare_output(out, overwrite or resume, out_storage_options)  # resume: an incomplete scan, no journal
     if root_kind == "file":
         # A single file: the manifest root is its directory, and it holds one row.
         parent = os.path.dirname(loc.path.rstrip("/")) or "/"
@@ -125,11 +149,43 @@ def scan(
         checksum=checksum,
     )
     progress = progress or NullProgress()
+    args = (spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard, limits, jr, prior)
     if client is None:
         with connect(cluster or ClusterOptions.from_env(threads=threads)) as own, job_limits(own, limits):
-            return _run(own, spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard, limits)
+            return _run(own, *args)
     with job_limits(client, limits):
-        return _run(client, spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard, limits)
+        return _run(client, *args)
+
+
+def _root_item(loc: Location) -> DirItem:
+    return (b"" if loc.is_local else "", None)
+
+
+def _parts_present(out: str, parts: list[str], out_storage_options: dict | None) -> bool:
+    """Every part a journal names is still in ``out`` (a journal in the cache can outlive its output)."""
+    fs, path = fsspec.core.url_to_fs(out, **(out_storage_options or {}))
+    try:
+        names = {os.path.basename(p.rstrip("/")) for p in fs.ls(path.rstrip("/"), detail=False)}
+    except FileNotFoundError:
+        return False
+    return set(parts) <= names
+
+
+def _complete(loc: Location, out: str, out_storage_options: dict | None, jr: Journal | None) -> ScanResult:
+    """``resume`` over a finished scan: its summary, nothing scanned (a leftover journal is dropped)."""
+    fs, path = fsspec.core.url_to_fs(out, **(out_storage_options or {}))
+    with fs.open(f"{path.rstrip('/')}/_manifest.json", "r") as f:
+        info = json.load(f)
+    if info.get("scanned_url") not in (None, loc.url):
+        raise PfsError(
+            f"{out} already holds a complete manifest of {info['scanned_url']}: nothing to resume "
+            "(pass --overwrite to replace it)"
+        )
+    if jr is not None:
+        jr.remove()
+    counts = info.get("counts") or {}
+    tasks = int(info.get("tasks") or 0)
+    return ScanResult(out, info.get("root"), counts, 0.0, 0, info.get("errors") or [], {}, resumed=tasks)
 
 
 def _probe_root(loc: Location) -> tuple[str, tuple | None]:
@@ -170,15 +226,23 @@ def _run(
     t0: float,
     on_dashboard,
     limits: Limits | None = None,
+    journal: Journal | None = None,
+    prior: sj.Resumed | None = None,
 ) -> ScanResult:
     link = dashboard_link(client)
     if on_dashboard and link:
         on_dashboard(link)
     run_id = uuid.uuid4().hex[:8]
-    root_item: DirItem = (b"" if loc.is_local else "", None)
-    frontier: deque[DirItem] = deque([root_item])
+    attempt = prior.attempt if prior else 0
+    frontier: deque[DirItem] = deque(prior.frontier if prior else [_root_item(loc)])
     tally = Tally()
     parts: list[str] = []
+    if prior is not None:
+        tally.add(prior.tally)
+        parts.extend(prior.parts)
+    elif journal is not None:
+        sj.start(journal, loc.url, out, spec.checksum)
+    given: dict[str, tuple[str, list]] = {}  # in-flight task key -> (task id, directories it was given)
     slots = total_task_slots(client)
     max_inflight = slots * tuning.inflight_per_slot
     tasks = 0
@@ -189,7 +253,7 @@ def _run(
         nonlocal tasks, inflight
         while frontier and inflight < max_inflight:
             items, budget = next_slice(frontier, inflight, max_inflight, slots, tuning)
-            task_id = f"{tasks:07d}"
+            task_id = sj.task_id(attempt, tasks)
             fut = client.submit(
                 scan_chunk,
                 spec,
@@ -201,16 +265,22 @@ def _run(
                 retries=2,
             )
             pending.add(fut)
+            given[fut.key] = (task_id, [item[0] for item in items])
             tasks += 1
             inflight += 1
 
     progress.start(f"scan {loc.url}")
+    if prior is not None:
+        progress.update(tally.as_dict())
     try:
         submit()
         for fut in pending:
             result: ChunkResult = fut.result()
             fut.release()
             inflight -= 1
+            task_id, dirs = given.pop(fut.key)
+            if journal is not None:
+                sj.record(journal, task_id, dirs, result)  # durable before its frontier is acted on
             tally.add(result.tally)
             parts.extend(result.parts)
             frontier.extend(result.frontier)
@@ -220,7 +290,10 @@ def _run(
         pending.clear()
         raise
     finally:
+        if journal is not None:
+            journal.close()
         progress.stop()
+    resumed = prior.tasks if prior else 0
     options = {
         "threads": spec.threads,
         "workers": len(client.nthreads()),
@@ -229,8 +302,13 @@ def _run(
         "checksum": spec.checksum,
         "concurrency": concurrency_report(client, spec.threads),
         "limits": asdict(limits) if limits else None,
+        "resumed_tasks": resumed,
     }
-    return _finish(loc, out, loc.url, tally, parts, tasks, started, t0, options, spec.out_storage_options)
+    res = _finish(loc, out, loc.url, tally, parts, tasks + resumed, started, t0, options, spec.out_storage_options)
+    if journal is not None:
+        journal.remove()  # after the marker: a kill in between leaves a journal that resume drops
+    res.tasks, res.resumed = tasks, resumed
+    return res
 
 
 def _finish(

@@ -41,6 +41,12 @@ def write_atomic(path: str, data: bytes) -> None:
     _fsync_dir(os.path.dirname(path) or ".")
 
 
+def _ends_a_line(fd: int) -> bool:
+    """True when the file is empty or its last byte is a newline."""
+    size = os.fstat(fd).st_size
+    return size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+
+
 class Journal:
     """Finished-chunk records of one job; thread-safe (Dask callbacks record from the client loop)."""
 
@@ -82,13 +88,20 @@ class Journal:
             pass
         return out
 
+    def rewrite_job(self, job: dict[str, Any]) -> None:
+        """Replace ``job.json`` (a resumed run noting itself), keeping the finished chunks."""
+        os.makedirs(self.path, exist_ok=True)
+        write_atomic(os.path.join(self.path, JOB), json.dumps(job, indent=1, default=str).encode())
+
     def record(self, chunk_id: str, **info: Any) -> None:
         """Append one finished chunk, durably, before returning."""
         line = (json.dumps({"id": chunk_id, **info}, default=str) + "\n").encode()
         with self._lock:
             if self._fd is None:
                 os.makedirs(self.path, exist_ok=True)
-                self._fd = os.open(os.path.join(self.path, DONE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self._fd = os.open(os.path.join(self.path, DONE), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+                if not _ends_a_line(self._fd):
+                    os.write(self._fd, b"\n")  # end a torn last line, or this record would be glued to it
             os.write(self._fd, line)
             os.fsync(self._fd)
 

@@ -25,14 +25,39 @@ if TYPE_CHECKING:
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Paths a dry run prints.")
 @click.option("--ignore-changes", is_flag=True, help="Remove manifest entries even if they changed since the scan.")
 @click.option("--log", help="Parquet log of failed and skipped entries (default: MANIFEST/_rm-failures.parquet).")
+@click.option("--chunk-files", type=click.IntRange(1), default=2000, show_default=True, help="Manifest rows per task.")
+@click.option("--resume", is_flag=True, help="Go on with an interrupted run: skip the chunks its journal lists.")
+@click.option("--journal", help="Directory for the journal (default: MANIFEST/.pfs-journal-<id>, or the cache).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @cluster_options
 def rm_cmd(
-    url, manifest, where, yes, force, dry_run, show, ignore_changes, log, as_json, cluster, threads, progress
+    url,
+    manifest,
+    where,
+    yes,
+    force,
+    dry_run,
+    show,
+    ignore_changes,
+    log,
+    chunk_files,
+    resume,
+    journal,
+    as_json,
+    cluster,
+    threads,
+    progress,
 ) -> None:
     """Remove a tree (URL), or the entries of a manifest selected by --where.
 
     Symlinks are never followed; nothing outside the tree (or the manifest's root) is touched.
+
+    \b
+    Resume: finished chunks are journaled (with --manifest: in MANIFEST/.pfs-journal-<id>/,
+    with the selected rows frozen at the start; a tree: in ~/.cache/pfs/journals/<id>/).
+    After a crash, Ctrl-C or a killed client, the same command with --resume skips what is
+    done. The journal is deleted when a run ends without failures (docs/journal.md).
+
     Exit codes: 0 done, 1 some entries could not be removed, 2 refused (nothing removed).
     """
     if url is None and manifest is None:
@@ -58,6 +83,9 @@ def rm_cmd(
         log=log,
         confirm=confirm,
         show=show,
+        resume=resume,
+        journal=journal,
+        chunk_files=chunk_files,
     )
     if as_json:
         echo_json(result.summary())
@@ -89,8 +117,11 @@ def _print(r: RemoveResult) -> None:
         f"under {r.target} in {r.seconds:.1f} s"
         + (f"; skipped {', '.join(skipped)}" if skipped else "")
         + (f"; {r.failed:,} failed" if r.failed else "")
+        + (f"; {r.resumed:,} chunks done before" if r.resumed else "")
     )
     for line in r.problems[:5]:
         click.echo(f"  {line}", err=True)
     if r.log:
         click.echo(f"log of failed and skipped entries: {r.log}", err=True)
+    if r.journal:
+        click.echo(f"journal kept for --resume: {r.journal}", err=True)

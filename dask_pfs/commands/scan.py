@@ -14,6 +14,11 @@ from ..progress import human_bytes, make_reporter
 @click.argument("url")
 @click.option("-o", "--output", "out", required=True, help="Manifest directory to write (local path or URL).")
 @click.option("--overwrite", is_flag=True, help="Replace a manifest already in the output directory.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Finish an interrupted scan into the output: keep its finished parts, walk only what is left.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--checksum",
@@ -21,8 +26,16 @@ from ..progress import human_bytes, make_reporter
     help="Also read every file and store its content hash (xxh3 = xxh3-128, fast) in the checksum column.",
 )
 @cluster_options
-def scan_cmd(url: str, out: str, overwrite: bool, as_json: bool, checksum, cluster, threads, progress) -> None:
-    """Scan URL (a path, a mount, s3://, sftp://...) into a Parquet manifest."""
+def scan_cmd(
+    url: str, out: str, overwrite: bool, resume: bool, as_json: bool, checksum, cluster, threads, progress
+) -> None:
+    """Scan URL (a path, a mount, s3://, sftp://...) into a Parquet manifest.
+
+    Every finished task is journaled in OUTPUT/.pfs-journal-<id>/ (its parts and the
+    directories it left); after a crash, Ctrl-C or a killed client, the same command with
+    --resume scans only what is left. The journal is deleted when the scan completes
+    (see docs/journal.md).
+    """
 
     def show_dashboard(link: str) -> None:
         if not as_json:
@@ -39,6 +52,7 @@ def scan_cmd(url: str, out: str, overwrite: bool, as_json: bool, checksum, clust
         progress=make_reporter(progress),
         on_dashboard=show_dashboard,
         checksum=checksum,
+        resume=resume,
     )
     c = result.counts
     if as_json:
@@ -48,7 +62,9 @@ def scan_cmd(url: str, out: str, overwrite: bool, as_json: bool, checksum, clust
             f"scanned {result.root}: {c['entries']:,} entries ({c['files']:,} files, {c['directories']:,} "
             f"directories, {c['symlinks']:,} symlinks, {c['other']:,} other), {human_bytes(c['bytes'])} "
             f"in {result.seconds:.1f} s ({c['entries'] / max(result.seconds, 1e-9):,.0f} entries/s), "
-            f"{result.tasks} tasks -> {result.manifest}"
+            f"{result.tasks} tasks"
+            + (f" ({result.resumed} done before)" if result.resumed else "")
+            + f" -> {result.manifest}"
         )
     if result.errors:
         click.echo(f"pfs: {result.errors:,} entries could not be read, e.g.:", err=True)

@@ -1,0 +1,120 @@
+"""The journal of a scan: what finished tasks wrote, so a killed driver's scan can be finished.
+
+One ``done.jsonl`` line per finished scan task: its id, the directories it was given, the part
+files it wrote, its counters and the frontier (directories not walked) it handed back.  A
+resumed run keeps those parts and walks only what is still owed: the directories some
+finished task handed back (or the root) that no finished task was given.  Every directory
+enters the frontier exactly once, so nothing is walked twice and nothing is left out.
+
+Task ids of resumed runs carry the attempt (``r1-0000007``): a task of the killed run that
+still runs somewhere can never overwrite a part the new run has journaled.  Parts that no
+journal line names (tasks in flight at the kill) are deleted before the marker is written.
+See docs/journal.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from operators.journal import Journal
+from operators.scan_task import ChunkResult
+from operators.walk import DirItem, Tally
+
+from .copy import journal_dir
+from .errors import PfsError
+from .urls import resolve
+
+
+def scan_journal(url: str, out: str, out_storage_options: dict | None) -> Journal:
+    """``OUT/.pfs-journal-<id>`` for a local output, else one in the user's cache directory."""
+    out_loc = resolve(out, out_storage_options)
+    ident = hashlib.sha1(f"scan\0{url}\0{out_loc.url}".encode()).hexdigest()[:12]
+    return Journal(journal_dir(out_loc, ident))
+
+
+def task_id(attempt: int, n: int) -> str:
+    """``0000007`` in a first run (the manifest's usual part names), ``r<attempt>-0000007`` after."""
+    return f"{n:07d}" if attempt == 0 else f"r{attempt}-{n:07d}"
+
+
+@dataclass
+class Resumed:
+    """What the journal of an interrupted scan says is done, and what is left to walk."""
+
+    attempt: int  # this run's attempt number (the killed run's + 1)
+    tasks: int = 0  # finished tasks of earlier runs
+    parts: list[str] = field(default_factory=list)
+    tally: Tally = field(default_factory=Tally)
+    frontier: list[DirItem] = field(default_factory=list)
+
+
+def start(jr: Journal, url: str, out: str, checksum: str | None) -> None:
+    jr.start({"job": "scan", "url": url, "out": out, "checksum": checksum, "attempt": 0})
+
+
+def load(jr: Journal, url: str, checksum: str | None, root: DirItem) -> Resumed | None:
+    """The interrupted scan ``jr`` describes, marked as a new attempt; None when there is none."""
+    job = jr.job()
+    if job.get("job") != "scan" or job.get("url") != url:
+        return None
+    if job.get("checksum") != checksum:
+        raise PfsError(
+            f"the interrupted scan in {job.get('out')} ran with --checksum {job.get('checksum') or 'none'}: "
+            "resume it with the same option (or start over with --overwrite)"
+        )
+    res = Resumed(attempt=int(job.get("attempt", 0)) + 1)
+    given: set[bytes | str] = set()
+    owed: dict[bytes | str, DirItem] = {root[0]: root}
+    for rec in jr.done().values():
+        res.tasks += 1
+        res.parts.extend(rec["parts"])
+        res.tally.add(Tally(**rec["tally"], error_samples=rec.get("errors", [])))
+        given.update(_dec(g) for g in rec["given"])
+        for enc in rec["frontier"]:
+            item = decode_item(enc)
+            owed[item[0]] = item
+    res.frontier = [item for key, item in owed.items() if key not in given]
+    jr.rewrite_job({**job, "attempt": res.attempt})
+    return res
+
+
+def record(jr: Journal, tid: str, given: list[bytes | str], result: ChunkResult) -> None:
+    """Journal one finished task (durable before the driver acts on its frontier)."""
+    jr.record(
+        tid,
+        given=[_enc(rel) for rel in given],
+        parts=result.parts,
+        tally=result.tally.as_dict(),
+        errors=result.tally.error_samples,
+        frontier=[encode_item(item) for item in result.frontier],
+    )
+
+
+# ---------------------------------------------------------------- JSON for frontier items
+# A DirItem is (relative path, the directory's row as its parent saw it or None); paths are
+# bytes on local file systems and rows hold bytes columns (path_raw...): bytes go as base64.
+
+
+def _enc(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"b": base64.b64encode(value).decode()}
+    return value
+
+
+def _dec(value: Any) -> Any:
+    if isinstance(value, dict):
+        return base64.b64decode(value["b"])
+    return value
+
+
+def encode_item(item: DirItem) -> list:
+    rel, row = item
+    return [_enc(rel), None if row is None else [_enc(v) for v in row]]
+
+
+def decode_item(enc: list) -> DirItem:
+    rel, row = enc
+    return _dec(rel), None if row is None else tuple(_dec(v) for v in row)
