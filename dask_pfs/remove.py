@@ -399,7 +399,8 @@ class _Job:
         """Run ``func(spec, chunk)`` for every ``(id, chunk)`` with a bounded number in flight.
 
         A chunk the journal lists as finished is skipped; one that finishes without failures is
-        journaled (``id`` None: neither).
+        journaled (``id`` None: neither).  A directory left because it was not empty is not
+        finished: a retried chunk of its files may empty it.
         """
         on_result = on_result or self._collect
         pending = as_completed(loop=self.client.loop)
@@ -409,7 +410,7 @@ class _Job:
         def take(fut) -> None:
             res = fut.result()
             cid = ids.pop(fut.key)
-            if cid is not None and self.jr is not None and res.failed == 0:
+            if cid is not None and self.jr is not None and res.failed == 0 and res.skipped_nonempty == 0:
                 self.jr.record(cid, **res.as_dict())
             on_result(res)
             fut.release()

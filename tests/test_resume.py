@@ -379,3 +379,22 @@ def test_rm_resume_rules(tmp_path, dask_client, monkeypatch):
         remove(tmp_path / "gone", client=dask_client)
     res = remove(tmp_path / "gone", client=dask_client, resume=True)
     assert res.exit_code == 0 and res.resumed == 1 and not jr.exists
+
+
+def test_rm_failures_keep_the_journal_and_resume_retries_them(tmp_path, dask_client):
+    src, m = make_tree(tmp_path / "src", {"ro/a.dat": "1", "ro/b.dat": "2", "rw/c.dat": "3"}), tmp_path / "m"
+    scan(src, m, client=dask_client)
+    os.chmod(src / "ro", 0o555)
+    try:  # without the DAC capabilities root cannot unlink in a read-only directory
+        proc = run_pfs("rm", "--manifest", m, "-y", "--workers", "1", "--json", drop_dac=True)
+    finally:
+        os.chmod(src / "ro", 0o755)
+    summary = json.loads(proc.stdout)
+    assert proc.returncode == 1 and summary["failed"] == 2 and summary["skipped_nonempty"] == 1
+    assert summary["journal"] and os.path.dirname(summary["journal"]) == str(m)  # kept, next to the manifest
+    assert Journal(summary["journal"]).done() == {}  # the failed file chunk, and so the non-empty ro, are not done
+
+    res = remove(manifest=m, client=dask_client, resume=True)  # retries them: the same result as a clean run
+    assert res.exit_code == 0 and res.resumed == 0 and res.journal is None
+    assert (res.removed_files, res.removed_dirs, res.skipped_missing) == (2, 1, 2)  # c.dat and rw went before
+    assert os.listdir(src) == [] and not os.path.exists(summary["journal"])

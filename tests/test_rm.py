@@ -207,7 +207,8 @@ def test_permission_error_mid_tree(tmp_path):
     os.chmod(tree / "ro", 0o555)
     log = tmp_path / "fail.parquet"
     try:
-        proc = run_pfs("rm", tree, "-y", "--workers", "1", "--json", "--log", log, drop_dac=True)
+        env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}  # the journal a failed run keeps
+        proc = run_pfs("rm", tree, "-y", "--workers", "1", "--json", "--log", log, drop_dac=True, env=env)
     finally:
         os.chmod(tree / "ro", 0o755)
     assert proc.returncode == 1, proc.stderr
