@@ -5,7 +5,9 @@ Phases, each streamed out of DuckDB in record batches so the driver never holds 
 1. check every selected path stays below the root (nothing is written before this passes);
 2. directories (owner-writable for now; stale temp files of interrupted runs removed);
 3. files in chunks by count and bytes; big files as byte-range tasks plus a "finish" task
-   that depends on them and renames the completed temp file into place;
+   that depends on them and renames the completed temp file into place (an S3 destination:
+   a multipart upload started by one task, its parts uploaded by the range tasks, completed by
+   the finish task; ``operators.copy_multipart``);
 4. hard links to files copied in 3 (POSIX destinations);
 5. directory modes and times, after their contents, then the destination root's.
 
@@ -31,6 +33,7 @@ ranges of a big file.  The journal is deleted when a run ends without failures.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -44,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
-from distributed import Client, as_completed
+from distributed import Client, Future, as_completed
 
 from operators.copy import (
     CopySpec,
@@ -56,6 +59,14 @@ from operators.copy import (
     link_files,
     make_dirs,
     set_dir_meta,
+)
+from operators.copy_multipart import (
+    abort_upload,
+    complete_upload,
+    has_multipart,
+    plan_parts,
+    start_upload,
+    upload_range,
 )
 from operators.copy_plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
 from operators.journal import Journal
@@ -91,6 +102,7 @@ class CopyResult:
     resumed: int = 0  # file chunks and byte ranges a journal said were done (not copied again)
     journal: str | None = None  # kept when the run did not finish cleanly: pass resume=True to go on
     concurrency: dict = field(default_factory=dict)  # I/O concurrency per worker: fixed, or where auto-tuning settled
+    ranges: int = 0  # byte-range tasks of big files (split over several tasks)
 
     @property
     def exit_code(self) -> int:
@@ -127,6 +139,7 @@ def copy(
     chunk_files: int = 500,
     chunk_bytes: int = 256 * MiB,
     split_size: int = 256 * MiB,
+    part_size: int = 8 * MiB,
     storage_options: dict | None = None,
     dst_storage_options: dict | None = None,
     manifest_out: str | os.PathLike | None = None,
@@ -137,6 +150,8 @@ def copy(
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
 
+    ``part_size``: parts of the multipart upload a big file becomes on S3 (at least 5 MiB; a range
+    task uploads ``split_size // part_size`` of them).
     ``inplace`` writes files (not the ranges of big ones) straight to their names: faster where a
     rename is costly (GlusterFS: ~4x fewer files/s with temp names), but a reader or a killed run
     can see a partial file under its real name; its mtime is never set, so a rerun with
@@ -222,7 +237,8 @@ def copy(
             src_options=rows_root.storage_options,
             dst_options=target.dst.storage_options,
         )
-        job = _Job(client, spec, m, where, target, ChunkLimits(chunk_files, chunk_bytes, split_size), progress)
+        chunking = ChunkLimits(chunk_files, chunk_bytes, split_size, part_size)
+        job = _Job(client, spec, m, where, target, chunking, progress)
         job.journal = jr
         job.begin_journal = begin_journal
         job.done = jr.done() if jr is not None and prior else {}
@@ -254,6 +270,7 @@ def copy(
             resumed=job.resumed,
             journal=kept,
             concurrency=concurrency_report(client, threads),
+            ranges=job.ranges,
         )
 
 
@@ -351,7 +368,7 @@ class _Job:
         self.client, self.spec, self.m, self.where = client, spec, m, where
         self.target, self.limits, self.progress = target, limits, progress
         self.con = connection()
-        self.run_id = spec.token
+        self.run_id = f"{spec.token}-{uuid.uuid4().hex[:6]}"  # Dask keys: unique even for a resumed run (same token)
         self.total = Outcome()
         self.failed = 0
         self.samples: list[tuple[str, str]] = []
@@ -367,6 +384,8 @@ class _Job:
         self.done: dict[str, dict] = {}  # chunk ids a journal lists as finished
         self.resumed = 0
         self.seq = 0  # file items in plan order: the chunk ids (deterministic for one manifest)
+        self.ranges = 0  # byte-range tasks submitted
+        self.uploads: dict[str, tuple[Entry, Future, list[Future]]] = {}  # open multipart uploads by chunk id
 
     # SQL ------------------------------------------------------------------
 
@@ -439,6 +458,7 @@ class _Job:
                 self.timed("links", self.phase_links)
             self.timed("meta", self.phase_dir_meta)
         finally:
+            self.abort_open_uploads()
             self.progress.stop()
 
     def timed(self, name: str, step: Callable[[], None]) -> None:
@@ -490,7 +510,7 @@ class _Job:
         runner.drain()
 
     def phase_files(self) -> None:
-        planner = Planner(self.limits, split=self.spec.dst_local)
+        planner = Planner(self.limits, split=self.spec.dst_local or has_multipart(self.spec))
         runner = _Runner(self, self.max_inflight)
         for batch in self.batches(self.files_sql()):
             for e in entries_from_batch(batch, self.target.rename):
@@ -508,6 +528,9 @@ class _Job:
             return
         if isinstance(item, Chunk):
             runner.submit("files", copy_files, item.entries, cid=cid)
+            return
+        if has_multipart(self.spec):
+            self.submit_multipart(runner, item, cid)
             return
         e = item.entry
         parts = []
@@ -528,10 +551,78 @@ class _Job:
                 retries=2,
             )
             self.tasks += 1
+            self.ranges += 1
             if self.journal is not None:
                 fut.add_done_callback(_record_range(self.journal, rid))
             parts.append(fut)
         runner.submit("finish", finish_file, e, *parts, weight=len(parts) + 1, entries=[e], cid=cid)
+
+    def submit_multipart(self, runner: _Runner, item: BigFile, cid: str) -> None:
+        """A big file to an object store: start the upload, one task per range uploads its parts, complete.
+
+        A resumed run passes the upload id its journal holds: still open, its parts are reused
+        (ranges find them there); gone (aborted after a failure), the file starts over.
+        """
+        e = item.entry
+        layout = plan_parts(e.size or 0, self.limits.split_size, self.limits.part_size)
+        if len(layout) == 1:  # a split size under S3's 5 MiB part minimum: one PUT does it
+            runner.submit("files", copy_files, [e], cid=cid)
+            return
+        previous = self.done.get(f"{cid}.mpu", {}).get("upload_id")
+        weight = len(layout) + 2
+        while runner.inflight + weight > runner.limit and runner.inflight:
+            runner.take()  # keep the whole file's tasks within the in-flight budget, as runner.submit does
+        start = self.client.submit(
+            start_upload, self.spec, e, previous, key=f"pfs-cp-mpu-{self.run_id}-{self.tasks}", pure=False, retries=2
+        )
+        self.tasks += 1
+        if self.journal is not None:
+            start.add_done_callback(_record_upload(self.journal, f"{cid}.mpu", previous))
+        futs = []
+        for i, parts in enumerate(layout):
+            if f"{cid}.r{i}" in self.done:
+                self.resumed += 1  # its parts are reused if the upload is still open
+            fut = self.client.submit(
+                upload_range,
+                self.spec,
+                e,
+                start,
+                parts,
+                key=f"pfs-cp-range-{self.run_id}-{self.tasks}-{i}",
+                pure=False,
+                retries=2,
+            )
+            self.tasks += 1
+            self.ranges += 1
+            if self.journal is not None:
+                fut.add_done_callback(_record_range(self.journal, f"{cid}.r{i}"))
+            futs.append(fut)
+        self.uploads[cid] = (e, start, futs)
+        runner.submit("finish", complete_upload, e, start, *futs, weight=weight, entries=[e], cid=cid)
+
+    def settle_upload(self, cid: str, out: Outcome) -> None:
+        """A big file's complete task is back: forget its upload, aborting it if the file failed."""
+        entry = self.uploads.pop(cid, None)
+        if entry is not None and out.failures:
+            self._abort(*entry)
+
+    def abort_open_uploads(self) -> None:
+        """The job ends with uploads still open (interrupted, or an error): abort them, leak nothing."""
+        while self.uploads:
+            _, entry = self.uploads.popitem()
+            self._abort(*entry)
+
+    def _abort(self, e: Entry, start: Future, futs: list[Future]) -> None:
+        with contextlib.suppress(Exception):
+            self.client.cancel(futs)
+        try:
+            upload = start.result(timeout=60) if start.status != "pending" else None
+        except Exception:
+            return  # the upload never started (or its id is lost with its worker)
+        if upload and upload.get("status") == "copy":
+            problem = abort_upload(self.spec, e, upload["upload_id"])
+            if problem is not None:
+                logging.getLogger("pfs").warning("%s: multipart upload not aborted: %s", e.out_rel, problem)
 
     def phase_links(self) -> None:
         runner = _Runner(self, self.max_inflight)
@@ -635,6 +726,8 @@ class _Runner:
             for e in entries:
                 out.fail(e.out_rel, exc)
         fut.release()
+        if cid is not None:
+            self.job.settle_upload(cid, out)
         if cid is not None and self.job.journal is not None and not out.failures:
             self.job.journal.record(cid, files=out.files, bytes=out.bytes)
         self.job.on_outcome(out)
@@ -657,6 +750,18 @@ def _record_range(journal: Journal, rid: str):
     def record(fut) -> None:
         if fut.status == "finished":
             journal.record(rid)
+
+    return record
+
+
+def _record_upload(journal: Journal, uid: str, previous: str | None):
+    """A done-callback recording a new multipart upload's id, so a resumed run can go on with it."""
+
+    def record(fut) -> None:
+        if fut.status == "finished":
+            upload = fut.result()
+            if upload.get("status") == "copy" and upload["upload_id"] != previous:
+                journal.record(uid, upload_id=upload["upload_id"])
 
     return record
 

@@ -25,6 +25,7 @@ class ChunkLimits:
     files: int = 500  # entries per chunk
     bytes: int = 256 << 20  # bytes per chunk
     split_size: int = 256 << 20  # files larger than this are copied in ranges of this size
+    part_size: int = 8 << 20  # object stores: size of a multipart upload's parts (operators.copy_multipart)
 
 
 @dataclass

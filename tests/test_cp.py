@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -285,3 +286,100 @@ def test_inplace_copy_is_exact_without_temp_names(tmp_path, dask_client):
     assert result.exit_code == 0 and result.counts["files"] == 2
     assert_same_tree(src, tmp_path / "dst")
     assert no_temp_files(tmp_path / "dst")
+
+
+# ---------------------------------------------------------------- big files to S3: one multipart upload
+
+
+MPU = {"split_size": 10 * MiB, "part_size": 5 * MiB, "chunk_files": 4}  # 2 parts per range task
+
+
+def test_plan_parts_are_equal_numbered_and_within_s3_limits():
+    from operators.copy_multipart import MAX_PARTS, MIN_PART, plan_parts
+
+    cases = [(25 * MiB + 3, 10 * MiB, 5 * MiB), (257 * MiB, 256 * MiB, 8 * MiB), (26 * MiB, 6 * MiB, 8 * MiB)]
+    for size, split, part in cases:
+        ranges = plan_parts(size, split, part)
+        flat = [p for r in ranges for p in r]
+        assert [p.number for p in flat] == list(range(1, len(flat) + 1))
+        assert [p.offset for p in flat] == [sum(q.length for q in flat[:i]) for i in range(len(flat))]
+        assert sum(p.length for p in flat) == size
+        assert len({p.length for p in flat[:-1]}) == 1 and flat[0].length >= MIN_PART
+    assert [len(r) for r in plan_parts(25 * MiB + 3, 10 * MiB, 5 * MiB)] == [2, 2, 2]
+    assert [len(r) for r in plan_parts(26 * MiB, 6 * MiB, 8 * MiB)] == [1] * 5  # under two parts: a range is one part
+    huge = plan_parts(6 << 40, 256 * MiB)  # 6 TiB at 8 MiB parts would need 786,432 parts
+    assert sum(len(r) for r in huge) <= MAX_PARTS
+
+
+def _open_uploads(fs, bucket: str) -> list:
+    return fs.list_multipart_uploads(bucket)
+
+
+def test_big_file_to_s3_is_a_parallel_multipart_upload(tmp_path, dask_client, s3_server, s3fs_fs):
+    big = os.urandom(25 * MiB + 3)  # 6 parts of 5 MiB (the last 3 bytes), 3 range tasks
+    src = make_tree(tmp_path / "src", {"d/big.bin": big, "d/small.txt": "s", "top.txt": "t" * 100})
+    s3fs_fs.makedirs("mpu-bucket", exist_ok=True)
+    up = copy(f"{src}/", "s3://mpu-bucket/tree", client=dask_client, dst_storage_options=s3_server, **MPU)
+    assert up.exit_code == 0, up.failure_samples
+    assert up.ranges == 3 and up.counts["files"] == 3 and up.counts["bytes"] == len(big) + 101
+    s3fs_fs.invalidate_cache()
+    assert s3fs_fs.info("mpu-bucket/tree/d/big.bin")["ETag"].strip('"').endswith("-6")  # completed from 6 parts
+    assert _open_uploads(s3fs_fs, "mpu-bucket") == []
+    # S3 to S3 in the same store: UploadPartCopy, the bytes never leave the store
+    same = copy(
+        "s3://mpu-bucket/tree/",
+        "s3://mpu-bucket/copy",
+        client=dask_client,
+        storage_options=s3_server,
+        dst_storage_options=s3_server,
+        **MPU,
+    )
+    assert same.exit_code == 0, same.failure_samples
+    assert same.ranges == 3
+    s3fs_fs.invalidate_cache()
+    assert s3fs_fs.info("mpu-bucket/copy/d/big.bin")["ETag"] == s3fs_fs.info("mpu-bucket/tree/d/big.bin")["ETag"]
+    down = copy("s3://mpu-bucket/copy/", tmp_path / "back", client=dask_client, storage_options=s3_server, **MPU)
+    assert down.exit_code == 0, down.failure_samples
+    assert tree_digest(tmp_path / "back") == tree_digest(src)  # sha256 of every file
+    assert _open_uploads(s3fs_fs, "mpu-bucket") == []
+
+
+def test_failed_multipart_upload_is_aborted_and_resume_reuses_an_open_one(
+    tmp_path, dask_client, s3_server, s3fs_fs, monkeypatch
+):
+    from operators.journal import Journal
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the journal of an S3 destination
+    big = os.urandom(25 * MiB + 3)
+    src = make_tree(tmp_path / "src", {"big.bin": big, "small.txt": "s"})
+    m = tmp_path / "m"
+    scan(src, m, dask_client)
+    (src / "big.bin").write_bytes(big[: 7 * MiB])  # shrank after the scan: ranges read short and fail
+    s3fs_fs.makedirs("mpu-fail", exist_ok=True)
+    args = (None, "s3://mpu-fail/dst")
+    kw = {"manifest": m, "client": dask_client, "dst_storage_options": s3_server, **MPU}
+    failed = copy(*args, **kw)
+    assert failed.exit_code == 1 and failed.failures == 1 and failed.ranges == 3
+    assert "source changed" in failed.failure_samples[0][1]
+    assert _open_uploads(s3fs_fs, "mpu-fail") == []  # the upload that held part 1 was aborted
+    s3fs_fs.invalidate_cache()
+    assert not s3fs_fs.exists("mpu-fail/dst/big.bin") and s3fs_fs.exists("mpu-fail/dst/small.txt")
+    journal = Journal(failed.journal)
+    (mpu_id,) = [k for k in journal.done() if k.endswith(".mpu")]
+    # a resumed run finds that upload gone and starts the file over (failing again: still short)
+    again = copy(*args, resume=True, **kw)
+    assert again.exit_code == 1 and again.resumed >= 1  # the small files' chunk was not copied again
+    assert _open_uploads(s3fs_fs, "mpu-fail") == []
+    # a driver killed mid-upload leaves its upload open: the resumed run goes on with it, reusing its parts
+    mpu = s3fs_fs.call_s3("create_multipart_upload", Bucket="mpu-fail", Key="dst/big.bin")
+    s3fs_fs.call_s3(
+        "upload_part", Bucket="mpu-fail", Key="dst/big.bin", UploadId=mpu["UploadId"], PartNumber=1, Body=big[: 5 * MiB]
+    )
+    Journal(again.journal).record(mpu_id, upload_id=mpu["UploadId"])
+    (src / "big.bin").write_bytes(big)
+    done = copy(*args, resume=True, **kw)
+    assert done.exit_code == 0, done.failure_samples
+    assert done.journal is None  # finished: the journal is gone
+    assert _open_uploads(s3fs_fs, "mpu-fail") == []  # the open upload was completed, not left behind
+    s3fs_fs.invalidate_cache()
+    assert hashlib.sha256(s3fs_fs.cat_file("mpu-fail/dst/big.bin")).digest() == hashlib.sha256(big).digest()
