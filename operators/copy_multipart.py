@@ -14,6 +14,10 @@ A failed file is aborted (AbortMultipartUpload), in the task or by the driver, s
 not keep using storage.  A resumed run hands :func:`start_upload` the upload id its journal
 recorded: if that upload is still open its parts (ListParts) are reused, else a new one starts.
 Every call goes through s3fs (``fs.call_s3``: its credentials, retries and extra arguments).
+
+Left open, at worst: an upload whose start task died after creating it (the engine's retry makes
+another; the orphan holds no parts), and parts still in flight when the driver aborted (S3 may
+keep those).  A bucket lifecycle rule ``AbortIncompleteMultipartUpload`` cleans up both.
 """
 
 from __future__ import annotations
