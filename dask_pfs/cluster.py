@@ -36,6 +36,7 @@ class ClusterOptions:
     threads: int | None = None  # I/O threads per worker process
     slurm: dict | None = None  # options for dask_pfs.jobqueue.start_slurm_cluster
     limits: Limits | None = None  # job-wide --max-ops-per-second / --max-bandwidth (dask_pfs.limits)
+    dashboard: bool | None = None  # embedded cluster: serve the dashboard (None: PFS_DASHBOARD, else a TTY)
 
     @classmethod
     def from_env(cls, **overrides) -> ClusterOptions:
@@ -65,6 +66,25 @@ def preload_for_fork() -> None:
     for module in ("scan_task", "remove", "copy", "copy_plan", "checksum", "journal", "parts"):
         importlib.import_module(f"operators.{module}")
     pa.array([], pa.string())  # triggers pyarrow's lazy `import pandas`
+
+
+def wants_dashboard(option: bool | None) -> bool:
+    """Serve the embedded cluster's dashboard? Asked, else ``PFS_DASHBOARD``, else when stderr is a terminal.
+
+    The dashboard costs 0.6 s of every command here (the scheduler runs in the driver, which must
+    import bokeh); a batch run (Airflow, cron, a benchmark) has nobody to look at it.
+    """
+    if option is not None:
+        return option
+    env = os.environ.get("PFS_DASHBOARD", "").strip().lower()
+    if env in ("1", "true", "yes", "on"):
+        return True
+    if env in ("0", "false", "no", "off"):
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def default_workers() -> int:
@@ -98,14 +118,17 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             stack.enter_context(dask.config.set({"distributed.worker.multiprocessing-method": method}))
             if method == "fork":
                 preload_for_fork()
+            dashboard = wants_dashboard(options.dashboard)
             cluster = LocalCluster(
                 n_workers=options.workers or default_workers(),
                 threads_per_worker=TASKS_PER_WORKER,
                 processes=True,
-                dashboard_address=":0",
+                dashboard_address=":0",  # off, this still serves health and metrics routes: not port 8787
+                scheduler_kwargs={"dashboard": dashboard},
                 silence_logs=logging.ERROR,
                 env=env,
             )
+            cluster.pfs_dashboard = dashboard  # read by dashboard_link()
         try:
             with Client(cluster, set_as_default=False) as client:
                 yield client
@@ -115,7 +138,10 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
 
 
 def dashboard_link(client: Client) -> str | None:
+    """The dashboard's address, or None when the scheduler serves none (Dask still formats a default link)."""
     try:
+        if not getattr(getattr(client, "cluster", None), "pfs_dashboard", True):
+            return None  # our embedded scheduler serves only its health and metrics routes
         return client.dashboard_link
     except Exception:  # no dashboard (bokeh missing or disabled)
         return None

@@ -28,6 +28,14 @@ _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 
+def _forget_after_fork() -> None:
+    global _lock, _pool
+    _lock, _pool = threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def check_algorithm(name: str) -> str:
     """The canonical algorithm name; ValueError for an unknown one (``xxh3-128`` is ``xxh3``)."""
     name = name.lower().replace("xxh3-128", "xxh3").replace("xxh128", "xxh3")

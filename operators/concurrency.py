@@ -34,7 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 log = logging.getLogger("pfs.concurrency")
 
 MAX_LIMIT = 256  # threads of the gated pool, and the highest limit the controller uses
-START_LIMIT = 16
+START_LIMIT = 16  # local disks: a few in flight already saturate the CPU
+NETWORK_START_LIMIT = 64  # network storage: a 1 ms round trip wants many in flight from the start
 
 
 def fixed_threads(threads: int | None = None) -> int | None:
@@ -77,6 +78,15 @@ class Controller:
         self.settled: int | None = None
         self.completed = 0
         self.history: deque[tuple[float, int, float, float, str]] = deque(maxlen=64)
+
+    def start_at(self, limit: int) -> None:
+        """Move the starting point of a controller that has not measured anything yet (else no-op)."""
+        with self._cond:
+            if self.completed or self.history or self.inflight or self._base is not None:
+                return
+            self.limit = max(self.lo, min(self.hi, limit))
+            self._warm = self.limit
+            self._reset_interval(time.monotonic())
 
     # ---------------------------------------------------------------- the gate
 
@@ -214,6 +224,15 @@ _controller: Controller | None = None
 _mode: dict = {}  # empty until this process has made its pool
 
 
+def _forget_after_fork() -> None:
+    """A forked child starts with no controller: the parent's lock may have been held mid-fork."""
+    global _lock, _controller, _mode
+    _lock, _controller, _mode = threading.Lock(), None, {}
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def controller() -> Controller:
     """The process-wide controller, shared by every task in the process."""
     global _controller
@@ -221,6 +240,18 @@ def controller() -> Controller:
         if _controller is None:
             _controller = Controller()
         return _controller
+
+
+def hint_storage(*paths: tuple[str, str]) -> None:
+    """Start the process's controller high when any ``(protocol, path)`` is network storage.
+
+    Object stores and sftp always are; a local path is when its mount is NFS, Lustre, CephFS,
+    SMB or a FUSE network mount (``operators.mounts``).  Only a fresh controller moves.
+    """
+    from .mounts import is_network
+
+    network = any(proto not in ("file", "local") or is_network(path) for proto, path in paths)
+    controller().start_at(NETWORK_START_LIMIT if network else START_LIMIT)
 
 
 def note_mode(threads: int | None) -> None:

@@ -80,6 +80,11 @@ class CopySpec:
         return self.dst_protocol in ("file", "local")
 
     @property
+    def storage(self) -> tuple[tuple[str, str], ...]:
+        """Both ends, for where the concurrency controller starts (``operators.pool.get_pool``)."""
+        return ((self.src_protocol, self.src_root), (self.dst_protocol, self.dst_root))
+
+    @property
     def dst_has_dirs(self) -> bool:
         return self.dst_protocol not in FLAT_PROTOCOLS
 
@@ -172,7 +177,7 @@ def make_dirs(spec: CopySpec, dirs: list[Entry]) -> Outcome:
     out = Outcome()
     if not spec.dst_has_dirs:
         return out
-    pool = get_pool(spec.threads)
+    pool = get_pool(spec.threads, spec.storage)
     for rel, result in zip(dirs, pool.map(lambda e: _make_dir(spec, e), dirs), strict=True):
         if isinstance(result, BaseException):
             out.fail(rel.out_rel, result)
@@ -229,7 +234,7 @@ def set_dir_meta(spec: CopySpec, dirs: list[Entry]) -> Outcome:
     out = Outcome()
     if not spec.dst_local:
         return out
-    pool = get_pool(spec.threads)
+    pool = get_pool(spec.threads, spec.storage)
     for e, result in zip(dirs, pool.map(lambda e: _meta_path(spec, e), dirs), strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
@@ -259,7 +264,7 @@ def copy_files(spec: CopySpec, entries: list[Entry]) -> Outcome:
     """Copy a chunk of files, symlinks and special files concurrently on the process's I/O pool."""
     out = Outcome()
     entries = _safe(spec, entries, out)
-    pool = get_pool(spec.threads)
+    pool = get_pool(spec.threads, spec.storage)
     for e, result in zip(entries, pool.map(lambda e: _copy_one(spec, e), entries), strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
@@ -579,7 +584,7 @@ def link_files(spec: CopySpec, pairs: list[tuple[Entry, bytes]]) -> Outcome:
     out = Outcome()
     kept = {e.rel for e in _safe(spec, [p[0] for p in pairs], out)}
     pairs = [p for p in pairs if p[0].rel in kept]
-    pool = get_pool(spec.threads)
+    pool = get_pool(spec.threads, spec.storage)
     for (e, _), result in zip(pairs, pool.map(lambda p: _link_one(spec, *p), pairs), strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)

@@ -12,13 +12,22 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from .concurrency import GatedExecutor, controller, fixed_threads, note_mode
+from .concurrency import GatedExecutor, controller, fixed_threads, hint_storage, note_mode
 
 DEFAULT_THREADS = 64
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _size = 0
+
+
+def _forget_after_fork() -> None:
+    """A forked child (a worker forked while the driver walks) makes its own pool: the parent's threads are gone."""
+    global _lock, _pool, _size
+    _lock, _pool, _size = threading.Lock(), None, 0
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def default_threads() -> int:
@@ -29,11 +38,12 @@ def default_threads() -> int:
         return DEFAULT_THREADS
 
 
-def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
+def get_pool(threads: int | None = None, storage: tuple[tuple[str, str], ...] = ()) -> ThreadPoolExecutor:
     """The process-wide pool, (re)made when a different size is asked for.
 
     With no count given (argument or ``PFS_THREADS``) it is the auto-tuned pool: 256 threads
-    gated by the process's :class:`operators.concurrency.Controller`.
+    gated by the process's :class:`operators.concurrency.Controller`, which starts higher when
+    ``storage`` (``(protocol, path)`` pairs the job touches) is network storage.
     """
     global _pool, _size
     want = fixed_threads(threads)
@@ -43,6 +53,7 @@ def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
             if want:
                 _pool = ThreadPoolExecutor(max_workers=want, thread_name_prefix="pfs-io")
             else:
+                hint_storage(*storage)  # where the controller starts: local disk or network storage
                 _pool = GatedExecutor(controller())
             _size = want or 0
             note_mode(want)

@@ -18,6 +18,7 @@ read for copying.  With no cap set, ``take_ops``/``take_bytes`` return at once.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import threading
 import time
@@ -108,6 +109,15 @@ class Limits:
 _ops: TokenBucket | LeasedBucket | None = None
 _bytes: TokenBucket | LeasedBucket | None = None
 _lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """No caps in a forked child until its job configures them (the parent's lock may be held)."""
+    global _ops, _bytes, _lock
+    _ops, _bytes, _lock = None, None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 LEASE_SECONDS = 0.05  # a lease is this much of the job-wide rate
 

@@ -66,7 +66,7 @@ class RemoveSpec:
         return os.fsencode(self.root).rstrip(b"/") or b"/"
 
     def pool(self) -> ThreadPoolExecutor:
-        return get_pool(self.threads)
+        return get_pool(self.threads, ((self.protocol, self.root),))
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
         return fsspec.filesystem(self.protocol, **self.storage_options)
@@ -282,7 +282,7 @@ class TreeChunkResult:
 def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) -> TreeChunkResult:
     """Walk below ``items`` within ``budget``, unlinking as it goes; remove the subtrees it finished."""
     start = time.monotonic()
-    pool = get_pool(spec.threads)
+    pool = spec.pool()
     lister = LocalTreeRemover(spec.root_bytes, spec.dry_run) if spec.is_local else FsspecTreeRemover(spec)
     counts = RmCounts()
     dirs: list[bytes] = []

@@ -69,7 +69,8 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
 
     cap = in_flight_cap(spec.threads)
-    tally, frontier = walk(lister, items, get_pool(spec.threads), cap, budget, emit, spec.flush_rows)
+    pool = get_pool(spec.threads, ((spec.protocol, spec.root),))
+    tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows)
     tally.errors += len(sum_failures)
     tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])
     return ChunkResult(task_id, parts, tally, frontier, time.monotonic() - start)

@@ -142,3 +142,43 @@ def test_gate_overhead_is_small():
     with ThreadPoolExecutor(16) as plain, GatedExecutor(Controller(start=16)) as gated:
         base, gated_s = min(run(plain) for _ in range(2)), min(run(gated) for _ in range(2))
     assert gated_s < base * 2.5 + 0.2, (base, gated_s)
+
+
+def test_start_at_moves_only_a_fresh_controller():
+    """Network storage starts high; once the controller has measured anything, a hint changes nothing."""
+    ctl = Controller(start=16, interval=0.2)
+    ctl.start_at(64)
+    assert ctl.limit == 64
+    _drive(ctl, lambda: time.sleep(0.01), lambda: ctl.completed > 0, seconds=5)
+    settled = ctl.limit
+    ctl.start_at(3)
+    assert ctl.limit == settled and ctl.completed > 0
+
+
+def test_network_storage_is_told_from_the_mount_table(tmp_path):
+    from operators.mounts import fs_type, is_network, is_network_type
+
+    assert fs_type("/proc/self/status") == "proc"
+    assert not is_network("/proc") and not is_network(tmp_path)
+    assert all(is_network_type(t) for t in ("nfs4", "lustre", "ceph", "fuse.glusterfs", "fuse.sshfs", "cifs"))
+    assert not any(is_network_type(t) for t in ("ext4", "xfs", "tmpfs", "overlay", "fuse.lxcfs", None))
+
+
+def test_forked_child_makes_its_own_pool_and_controller():
+    """Workers forked from a driver that already ran pool work must not reuse its dead threads or held locks."""
+    import os
+
+    parent_pool = pool.get_pool(None)
+    assert parent_pool.submit(lambda: 1).result() == 1
+    concurrency._lock.acquire()  # as if a driver thread held it at the moment of the fork
+    try:
+        pid = os.fork()
+        if pid == 0:  # child: must get a working pool and controller, not the parent's
+            ok = pool._pool is None and concurrency._controller is None
+            ok = ok and pool.get_pool(None).submit(lambda: 2).result(timeout=10) == 2
+            os._exit(0 if ok else 1)
+    finally:
+        concurrency._lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert pool.get_pool(None) is parent_pool

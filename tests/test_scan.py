@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -366,3 +367,14 @@ def test_cli_query_du_info(tmp_path):
     assert "entries   7" in info and "root      " + str(src) in info
     bad = run_pfs("query", tmp_path / "m", "--where", "nosuchcol > 1")
     assert bad.returncode == 2 and "query failed" in bad.stderr
+
+
+def test_dashboard_only_for_a_terminal_unless_asked(tmp_path):
+    """A batch run (no TTY) skips the dashboard's start-up cost; PFS_DASHBOARD=1 or --dashboard serves it."""
+    src = make_tree(tmp_path / "src", {"a": b"x"})
+    quiet = run_pfs("scan", src, "-o", tmp_path / "m1", "--workers", "1", check=True)
+    assert "dashboard:" not in quiet.stderr
+    shown = run_pfs("scan", src, "-o", tmp_path / "m2", "--workers", "1", env={"PFS_DASHBOARD": "1"}, check=True)
+    assert re.search(r"^dashboard: http://\S+:\d+/status$", shown.stderr, re.M), shown.stderr
+    flag = run_pfs("scan", src, "-o", tmp_path / "m3", "--workers", "1", "--dashboard", check=True)
+    assert "dashboard: http" in flag.stderr
