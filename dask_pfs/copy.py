@@ -138,7 +138,7 @@ def copy(
     progress: Reporter | None = None,
     chunk_files: int = 500,
     chunk_bytes: int = 256 * MiB,
-    split_size: int = 256 * MiB,
+    split_size: int | None = None,
     part_size: int = 8 * MiB,
     storage_options: dict | None = None,
     dst_storage_options: dict | None = None,
@@ -150,6 +150,8 @@ def copy(
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
 
+    ``split_size``: files bigger than this are copied in byte ranges of this size by parallel tasks;
+    None picks :func:`default_split_size` (256 MiB, or no split from one local disk to another).
     ``part_size``: parts of the multipart upload a big file becomes on S3 (at least 5 MiB; a range
     task uploads ``split_size // part_size`` of them).
     ``inplace`` writes files (not the ranges of big ones) straight to their names: faster where a
@@ -237,7 +239,7 @@ def copy(
             src_options=rows_root.storage_options,
             dst_options=target.dst.storage_options,
         )
-        chunking = ChunkLimits(chunk_files, chunk_bytes, split_size, part_size)
+        chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
         job = _Job(client, spec, m, where, target, chunking, progress)
         job.journal = jr
         job.begin_journal = begin_journal
@@ -742,6 +744,20 @@ def root_times_from(src: Location, dst: Location) -> None:
     if src.is_local and dst.is_local and os.path.isdir(src.path) and os.path.isdir(dst.path):
         s = os.stat(src.path)
         os.utime(dst.path, ns=(s.st_atime_ns, s.st_mtime_ns))
+
+
+SPLIT_SIZE = 256 * MiB
+NO_SPLIT = 1 << 62
+
+
+def default_split_size(spec: CopySpec) -> int:
+    """256 MiB ranges when either end is network storage or an object store (parallel streams pay
+    there); whole files from one local disk to another, where ranges in parallel only make the disk
+    seek between competing streams (44 MB/s for 16 ranges against 83 MB/s for one stream here)."""
+    from operators.mounts import is_network
+
+    local_disks = spec.src_local and spec.dst_local and not (is_network(spec.src_root) or is_network(spec.dst_root))
+    return NO_SPLIT if local_disks else SPLIT_SIZE
 
 
 def _record_range(journal: Journal, rid: str):

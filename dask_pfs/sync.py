@@ -108,7 +108,7 @@ def sync(
     dst_storage_options: dict | None = None,
     chunk_files: int = 500,
     chunk_bytes: int = 256 * MiB,
-    split_size: int = 256 * MiB,
+    split_size: int | None = None,
 ) -> SyncResult:
     """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
 

@@ -383,3 +383,24 @@ def test_failed_multipart_upload_is_aborted_and_resume_reuses_an_open_one(
     assert _open_uploads(s3fs_fs, "mpu-fail") == []  # the open upload was completed, not left behind
     s3fs_fs.invalidate_cache()
     assert hashlib.sha256(s3fs_fs.cat_file("mpu-fail/dst/big.bin")).digest() == hashlib.sha256(big).digest()
+
+
+def test_big_files_split_only_where_parallel_streams_pay(tmp_path, dask_client):
+    """Local disk to local disk copies a big file whole (one stream); network storage and object
+    stores get byte ranges; an explicit --split-size always wins."""
+    from dask_pfs.copy import NO_SPLIT, SPLIT_SIZE, default_split_size
+    from operators.copy import CopySpec
+
+    def spec(src_protocol: str, src: str, dst_protocol: str, dst: str) -> CopySpec:
+        return CopySpec(src_protocol, src, dst_protocol, dst, token="t")
+
+    assert default_split_size(spec("file", str(tmp_path), "file", str(tmp_path / "d"))) == NO_SPLIT
+    assert default_split_size(spec("file", str(tmp_path), "s3", "bucket/d")) == SPLIT_SIZE
+    assert default_split_size(spec("sftp", "/srv/x", "file", str(tmp_path))) == SPLIT_SIZE
+    big = make_tree(tmp_path / "src", {"big.bin": os.urandom(3 * MiB + 5)})
+    whole = copy(f"{big}/", tmp_path / "whole", client=dask_client, chunk_bytes=1 * MiB)
+    assert whole.exit_code == 0 and whole.ranges == 0
+    ranged = copy(f"{big}/", tmp_path / "ranged", client=dask_client, split_size=1 * MiB)
+    assert ranged.exit_code == 0 and ranged.ranges == 4
+    for d in ("whole", "ranged"):
+        assert (tmp_path / d / "big.bin").read_bytes() == (big / "big.bin").read_bytes()

@@ -92,7 +92,11 @@ def _size(text: str) -> int:
 )
 @click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per task.")
 @click.option("--chunk-bytes", default="256M", show_default=True, help="Bytes per task.")
-@click.option("--split-size", default="256M", show_default=True, help="Copy bigger files in ranges of this size.")
+@click.option(
+    "--split-size",
+    help="Copy bigger files in byte ranges of this size, in parallel "
+    "(default: 256M, or whole files from one local disk to another).",
+)
 @click.option("--failure-log", help="Parquet file listing failed paths (default: one in the temp dir).")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: only the chunks its journal lacks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -164,7 +168,7 @@ def cp_cmd(
         progress=make_copy_reporter(progress),
         chunk_files=chunk_files,
         chunk_bytes=_size(chunk_bytes),
-        split_size=max(_size(split_size), MiB // 1024),
+        split_size=max(_size(split_size), MiB // 1024) if split_size else None,
         manifest_out=manifest_out,
         failure_log=failure_log,
         resume=resume,
