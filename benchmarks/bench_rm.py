@@ -4,6 +4,7 @@
 Each tool gets a fresh copy of the same seeded tree (made with the NAS harness's mktree.py),
 caches are dropped before each run (``nas.sh remount`` for trees under /mnt/nas), and the
 wall time, host load and ratios are printed (and appended as markdown with ``--out``).
+Tool ``prm`` is the ceiling: ``probe/prm.py`` (raw threads, no Dask), so pfs's own overhead shows.
 
     benchmarks/bench_rm.py --tree-maker /work/shared/nas/mktree.py --dir /mnt/nas/rmbench-1 \\
         --files 20000 --shape balanced
@@ -22,6 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 NAS_SH = "/work/shared/nas/nas.sh"
+PRM = Path(__file__).resolve().parent / "probe" / "prm.py"
 PFUTILS = ("/work/shared/nas/.venv/bin/pfutils", "/opt/pfutils-venv/bin/pfutils")
 
 
@@ -33,9 +35,17 @@ def cpu_times() -> tuple[float, float]:
 
 
 def make_tree(args, dest: str) -> float:
+    """Write the tree; on /mnt/nas at ``nas.sh delay 0`` (the harness's advice), then back to ``--rtt-us``."""
+    on_nas = dest.startswith("/mnt/nas/") and args.rtt_us is not None
     t0 = time.monotonic()
+    if on_nas:
+        subprocess.run([NAS_SH, "delay", "0"], check=True, stdout=subprocess.DEVNULL)
     cmd = [sys.executable, args.tree_maker, dest, "--files", str(args.files), "--shape", args.shape, "-j", "32"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    try:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    finally:
+        if on_nas:
+            subprocess.run([NAS_SH, "delay", str(args.rtt_us)], check=True, stdout=subprocess.DEVNULL)
     return time.monotonic() - t0
 
 
@@ -63,6 +73,8 @@ def tool_command(tool: str, args, dest: str) -> list[str]:
         if exe is None:
             raise SystemExit(f"pfutils not found in {PFUTILS}; pass --pfutils")
         return [exe, "rm", "-r", "-y", "-j", str(args.pfutils_jobs), dest]
+    if tool == "prm":  # the ceiling: raw threads, stat + unlink as listed, no Dask
+        return [sys.executable, str(PRM), dest, "-j", str(args.prm_jobs), "--stat"]
     raise SystemExit(f"unknown tool {tool}")
 
 
@@ -112,6 +124,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, help="pfs: I/O threads per worker")
     p.add_argument("--pfutils", help="pfutils executable")
     p.add_argument("--pfutils-jobs", type=int, default=16)
+    p.add_argument("--prm-jobs", type=int, default=64, help="threads of the prm ceiling probe (tool 'prm')")
+    p.add_argument(
+        "--rtt-us",
+        type=int,
+        default=1000,
+        help="on /mnt/nas: make each tree at nas.sh delay 0, time the run at this added RTT",
+    )
     p.add_argument("--remount", action=argparse.BooleanOptionalAction, default=None, help="nas.sh remount first")
     p.add_argument("--out", help="append a markdown table to this file")
     args = p.parse_args()
@@ -139,6 +158,8 @@ def main() -> None:
         for other in ("rm", "pfutils"):
             if other in best:
                 lines.append(f"- pfs rm is {best[other] / best['pfs']:.2f}x faster than {other} (best of runs)")
+        if "prm" in best:
+            lines.append(f"- pfs rm runs at {100 * best['prm'] / best['pfs']:.0f}% of the raw-thread ceiling (prm)")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
