@@ -10,6 +10,7 @@ and the caller sizes the destination with ``ftruncate`` so the holes stay unallo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -30,6 +31,8 @@ def copy_range(src_fd: int, dst_fd: int, offset: int, length: int | None, sparse
     to the full size afterwards so a trailing hole is kept.
     """
     end = None if length is None else offset + length
+    if length is None or length >= BLOCK:
+        _advise_sequential(src_fd, offset, length)
     if not sparse:
         return _copy_extent(src_fd, dst_fd, offset, end, devs)
     copied = 0
@@ -51,6 +54,14 @@ def copy_range(src_fd: int, dst_fd: int, offset: int, length: int | None, sparse
         copied += _copy_extent(src_fd, dst_fd, data, stop, devs)
         pos = stop
     return copied
+
+
+def _advise_sequential(fd: int, offset: int, length: int | None) -> None:
+    """Ask for the larger read-ahead window, as ``cp`` does: 4 GiB local->local went from ~3.1 s
+    to ~2.7 s (median of 4, caches dropped) with ``POSIX_FADV_SEQUENTIAL``, while the block size
+    of ``copy_file_range`` (8 MiB to 2 GiB) made no difference."""
+    with contextlib.suppress(OSError):  # advice only: a file system without it copies the same bytes
+        os.posix_fadvise(fd, offset, length or 0, os.POSIX_FADV_SEQUENTIAL)
 
 
 def _copy_extent(src_fd: int, dst_fd: int, start: int, end: int | None, devs) -> int:
