@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 
 TASKS_PER_WORKER = 4
 
+# Dask's statistical profiler samples every thread's stack (``sys._current_frames()``) 100 times a
+# second.  pfs workers run hundreds of I/O threads, so it costs CPU that the storage client needs,
+# and on CPython < 3.11.9 it deadlocks the worker (CPython gh-106883: a GC callback that releases
+# the GIL inside ``sys._current_frames()``, here distributed's GC diagnosis, against a thread
+# starting or ending; seen as a `pfs rm` hung with every thread waiting for the GIL).  Off for the
+# embedded cluster; the Helm chart and the Slurm script set the same through the environment.
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+WORKER_ENV = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+
 
 @dataclass(frozen=True)
 class ClusterOptions:
@@ -112,10 +121,10 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
         else:
             import dask
 
-            env = {"PFS_THREADS": str(options.threads)} if options.threads else {}
+            env = dict(WORKER_ENV, **({"PFS_THREADS": str(options.threads)} if options.threads else {}))
             # Set for the whole run, not just the start: a nanny restarting a killed worker reads it again.
             method = start_method()
-            stack.enter_context(dask.config.set({"distributed.worker.multiprocessing-method": method}))
+            stack.enter_context(dask.config.set({"distributed.worker.multiprocessing-method": method, **WORKER_CONFIG}))
             if method == "fork":
                 preload_for_fork()
             dashboard = wants_dashboard(options.dashboard)

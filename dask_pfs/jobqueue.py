@@ -103,7 +103,9 @@ def start_slurm_cluster(
 
     jobqueue = _import_jobqueue()
 
-    prologue = [f"export PFS_THREADS={threads}"]
+    from .cluster import WORKER_ENV
+
+    prologue = [f"export PFS_THREADS={threads}", *(f"export {k}={v}" for k, v in WORKER_ENV.items())]
     prologue.extend(cluster_kwargs.pop("job_script_prologue", None) or [])
     options: dict[str, Any] = {
         "cores": cores,

@@ -182,3 +182,21 @@ def test_forked_child_makes_its_own_pool_and_controller():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert pool.get_pool(None) is parent_pool
+
+
+def test_embedded_workers_run_without_the_stack_profiler():
+    """Dask's profiler samples every I/O thread 100 times a second and, on CPython < 3.11.9, deadlocks a
+    worker whose threads start and stop (gh-106883: a `pfs rm` hung for minutes on the NAS): it must be off."""
+    import dask
+
+    from dask_pfs.cluster import ClusterOptions, connect
+
+    with connect(ClusterOptions(workers=1, dashboard=False)) as client:
+        state = client.run(
+            lambda dask_worker: (
+                dask.config.get("distributed.worker.profile.enabled"),
+                "profile" in dask_worker.periodic_callbacks,
+            )
+        )
+    assert list(state.values()) == [(False, False)]
+    assert dask.config.get("distributed.worker.profile.enabled") is True  # the driver's own config is restored

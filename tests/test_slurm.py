@@ -65,6 +65,7 @@ def test_job_script_sets_pfs_threads_and_worker_layout(script: str) -> None:
     export = lines.index("export PFS_THREADS=96")
     (worker,) = [line for line in lines if "dask_worker" in line or "dask worker" in line]
     assert lines.index(worker) > export  # exported before the worker starts
+    assert lines.index("export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False") < lines.index(worker)
     assert worker.startswith("/shared/venvs/pfs/bin/python ")
     args = worker.split()
     assert args[args.index("--nworkers") + 1] == "2"

@@ -95,6 +95,10 @@ securityContext:
   value: {{ .Values.scratch.localDirectory | quote }}
 - name: PFS_THREADS
   value: {{ .Values.worker.pfsThreads | quote }}
+{{- /* Dask's profiler samples every thread 100 times a second: CPU the storage client needs,
+       and a worker deadlock on CPython < 3.11.9 (gh-106883); see dask_pfs/cluster.py. */}}
+- name: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED
+  value: "False"
 {{- end }}
 
 {{/* Scratch volumes (read-only root file system). */}}
