@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from report_nas import set_delay
+
 REPO = Path(__file__).resolve().parent.parent
 NAS_SH = "/work/shared/nas/nas.sh"
 PRM = Path(__file__).resolve().parent / "probe" / "prm.py"
@@ -39,13 +41,13 @@ def make_tree(args, dest: str) -> float:
     on_nas = dest.startswith("/mnt/nas/") and args.rtt_us is not None
     t0 = time.monotonic()
     if on_nas:
-        subprocess.run([NAS_SH, "delay", "0"], check=True, stdout=subprocess.DEVNULL)
+        set_delay(0)
     cmd = [sys.executable, args.tree_maker, dest, "--files", str(args.files), "--shape", args.shape, "-j", "32"]
     try:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     finally:
         if on_nas:
-            subprocess.run([NAS_SH, "delay", str(args.rtt_us)], check=True, stdout=subprocess.DEVNULL)
+            set_delay(args.rtt_us)
     return time.monotonic() - t0
 
 

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from report_nas import set_delay
+
 REPO = Path(__file__).resolve().parent.parent
 NAS = Path("/work/shared/nas")
 PFS = [str(REPO / ".venv/bin/pfs")]
@@ -97,7 +99,7 @@ def main() -> None:
     args = ap.parse_args()
     on_nas = str(args.base).startswith("/mnt/nas")
     if on_nas:  # making 3 copies of a 20k tree at 1 ms costs ~8 minutes and measures nothing
-        sh([str(NAS / "nas.sh"), "delay", "0"])
+        set_delay(0)
     src = args.base / "src"
     if not (args.base / ".src.done").exists():
         shutil.rmtree(src, ignore_errors=True)
@@ -114,7 +116,7 @@ def main() -> None:
             sh(pfs_command(tool, src, dst, args), env=env)
     n = change(src, args.changed)
     if on_nas:
-        sh([str(NAS / "nas.sh"), "delay", str(args.rtt_us)])
+        set_delay(args.rtt_us)
     rows = []
     for tool in tools:
         dst = args.base / f"dst-{tool}"

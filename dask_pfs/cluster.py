@@ -32,9 +32,10 @@ TASKS_PER_WORKER = 4
 # and on CPython < 3.11.9 it deadlocks the worker (CPython gh-106883: a GC callback that releases
 # the GIL inside ``sys._current_frames()``, here distributed's GC diagnosis, against a thread
 # starting or ending; seen as a `pfs rm` hung with every thread waiting for the GIL).  Off for the
-# embedded cluster; the Helm chart and the Slurm script set the same through the environment.
+# embedded cluster (its nannies hand the config to forked and spawned workers alike); the Slurm
+# script exports WORKER_ENV, and the Helm chart sets the same variable.
 WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
-WORKER_ENV = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+WORKER_ENV = {"DASK_" + key.upper().replace(".", "__"): str(value) for key, value in WORKER_CONFIG.items()}
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
         else:
             import dask
 
-            env = dict(WORKER_ENV, **({"PFS_THREADS": str(options.threads)} if options.threads else {}))
+            env = {"PFS_THREADS": str(options.threads)} if options.threads else {}
             # Set for the whole run, not just the start: a nanny restarting a killed worker reads it again.
             method = start_method()
             stack.enter_context(dask.config.set({"distributed.worker.multiprocessing-method": method, **WORKER_CONFIG}))

@@ -16,6 +16,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .cluster import WORKER_ENV
+
 if TYPE_CHECKING:
     import dask_jobqueue
 
@@ -102,8 +104,6 @@ def start_slurm_cluster(
         raise ValueError(f"threads (PFS_THREADS) must be a positive integer, got {threads!r}")
 
     jobqueue = _import_jobqueue()
-
-    from .cluster import WORKER_ENV
 
     prologue = [f"export PFS_THREADS={threads}", *(f"export {k}={v}" for k, v in WORKER_ENV.items())]
     prologue.extend(cluster_kwargs.pop("job_script_prologue", None) or [])
