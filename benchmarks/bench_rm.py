@@ -21,19 +21,13 @@ import sys
 import time
 from pathlib import Path
 
+from common import cpu_times
 from report_nas import set_delay
 
 REPO = Path(__file__).resolve().parent.parent
 NAS_SH = "/work/shared/nas/nas.sh"
 PRM = Path(__file__).resolve().parent / "probe" / "prm.py"
 PFUTILS = ("/work/shared/nas/.venv/bin/pfutils", "/opt/pfutils-venv/bin/pfutils")
-
-
-def cpu_times() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole host, for the busy% of a run."""
-    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return sum(fields) - idle, sum(fields)
 
 
 def make_tree(args, dest: str) -> float:
