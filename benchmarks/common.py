@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -48,6 +49,7 @@ class Run:
     max_rss_kb: int | None = None
     stdout: str = ""  # only with capture=True (pfs --json summaries, find's lines)
     stderr: str = ""
+    timed_out: bool = False  # killed at ``timeout``: ``seconds`` is a lower bound
 
 
 def timed(
@@ -57,24 +59,38 @@ def timed(
     shell: bool = False,
     capture: bool = False,
     env: dict[str, str] | None = None,
+    timeout: float | None = None,
 ) -> Run:
-    """Run ``cmd`` once (cold unless ``cache_path`` is None) and time it; ``capture`` keeps its stdout."""
+    """Run ``cmd`` once (cold unless ``cache_path`` is None) and time it; ``capture`` keeps its stdout.
+
+    ``timeout``: kill the command's whole process group after that many seconds (a serial tool at 5 ms
+    can take longer than the network client stays up); the run's seconds are then a lower bound.
+    """
     caches = drop_caches(cache_path) if cache_path else "warm"
     b0, t0c = cpu_times()
     t0 = time.monotonic()
     wrapped = ["/usr/bin/time", "-f", "%M", "-o", "/tmp/pfs-bench-rss"] + (["sh", "-c", cmd] if shell else list(cmd))
     out = subprocess.PIPE if capture else subprocess.DEVNULL
-    proc = subprocess.run(wrapped, stdout=out, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(wrapped, stdout=out, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        timed_out = True
     seconds = time.monotonic() - t0
     b1, t1c = cpu_times()
     try:
         rss = int(Path("/tmp/pfs-bench-rss").read_text().strip().splitlines()[-1])
     except (OSError, ValueError, IndexError):
         rss = None
-    if proc.returncode not in (0, 1):
-        print(f"  {tool}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+    if timed_out:
+        print(f"  {tool}: killed after {timeout:g} s", file=sys.stderr)
+    elif proc.returncode not in (0, 1):
+        print(f"  {tool}: exit {proc.returncode}: {(stderr or '').strip()[-300:]}", file=sys.stderr)
     busy = 100 * (b1 - b0) / max(t1c - t0c, 1)
-    return Run(tool, seconds, busy, caches, proc.returncode, rss, proc.stdout or "", proc.stderr or "")
+    return Run(tool, seconds, busy, caches, proc.returncode, rss, stdout or "", stderr or "", timed_out)
 
 
 def loadavg() -> float:

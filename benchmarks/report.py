@@ -47,6 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--actions", type=csv(str), default=ALL_ACTIONS, help=f"default {','.join(ALL_ACTIONS)}")
     ap.add_argument("--tools", type=csv(str), help="only these tools (pfs, find, du, rm, cp, rsync, diff, pfutils)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=900, help="s; kill a run then, its time a lower bound")
     ap.add_argument("--probe-threads", type=csv(int), help="pstat concurrencies (default 1,8,32,64,128)")
     ap.add_argument("--sweep-actions", type=csv(str), default=["scan", "rm"], help="'' to skip the sweep")
     ap.add_argument("--sweep-threads", type=csv(int), help="fixed --threads values (default 8,16,32,64,128,256)")
@@ -89,7 +90,12 @@ class Raw:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-        self.done = {self.key(r) for r in rows if r.get("ok", True)}
+        self.done = {self.key(r) for r in rows if self.finished(r)}
+
+    @staticmethod
+    def finished(r: dict) -> bool:
+        """Not to be run again: it succeeded, or it was killed at --timeout (a lower bound is its result)."""
+        return bool(r.get("ok", True) or r.get("timed_out"))
 
     @staticmethod
     def key(r: dict) -> tuple:
@@ -99,7 +105,7 @@ class Raw:
         row = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **row}
         with open(self.path, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
-        if row.get("ok", True):
+        if self.finished(row):
             self.done.add(self.key(row))
 
 
@@ -139,11 +145,14 @@ def measure(args, raw: Raw, ctx: Ctx, rtt_ms: float, action: str, tool: str, run
         cache_path = prepare(action, tool, ctx)
         cmd, env = command(action, tool, ctx, threads)
         load = loadavg()
-        r = timed(f"{action} {tool}", cmd, cache_path, capture=True, env=env)
+        r = timed(f"{action} {tool}", cmd, cache_path, capture=True, env=env, timeout=args.timeout)
         try:
             ok, note, extra = check(action, tool, ctx, r)
         except (KeyError, ValueError, IndexError, TypeError) as exc:
             ok, note, extra = False, f"check failed: {exc!r}: {r.stderr.strip()[-200:]}", {}
+        if r.timed_out:
+            ok, note = False, f"killed after {args.timeout:g} s: its time is a lower bound"
+            extra["timed_out"] = True
         cleanup(action, ctx)
     row = base | {
         "files": ctx.tree.files,

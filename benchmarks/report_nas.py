@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import NAS, drop_caches
+from common import NAS, PFS, drop_caches
 
 NAS_SH = str(NAS / "nas.sh")
 MKTREE = str(NAS / "mktree.py")
@@ -133,7 +133,12 @@ def ensure_tree(tree: Tree, make_delay: int | None, run_delay: int, ours: bool) 
 
 
 def remove_tree(path: str) -> None:
-    """Delete a scratch tree; ``rm -rf`` is simplest and its time is not measured."""
+    """Delete a scratch tree (untimed): on the NAS with ``pfs rm`` (``rm -rf`` of a 20k tree at 5 ms takes
+    minutes), then ``rm -rf`` for whatever is left or wherever pfs failed."""
+    if not os.path.lexists(path):
+        return
+    if path.startswith("/mnt/nas"):
+        subprocess.run([*PFS, "rm", path, "-y", "--no-progress"], check=False, capture_output=True)
     subprocess.run(["rm", "-rf", path], check=False)
     if os.path.lexists(path):
         shutil.rmtree(path, ignore_errors=True)

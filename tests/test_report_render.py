@@ -91,3 +91,36 @@ def test_settled_from_json_or_from_the_log(bench_modules):
     log = "pfs.concurrency INFO concurrency settled at 24 operations in flight (pid 7)\n... settled at 54 ..."
     assert concurrency({}, log) == {"mode": "auto", "settled": 54, "from": "log"}
     assert concurrency({}, "nothing") is None
+
+
+def test_a_serial_run_killed_at_the_timeout_is_a_lower_bound(bench_modules, tmp_path):
+    """rm -rf at 5 ms killed after 300 s, pfs 25 s: the cell and the target say "> 12.00x", not "-"."""
+    render = bench_modules[0].render
+    base = {"kind": "run", "rtt_ms": 5.0, "tree": "bal20k", "action": "rm", "files": 20000, "entries": 21111}
+    base |= {"caches": "remount", "load": 1.0, "host_busy": 50, "ts": "2026-11-23T14:00:00+0000"}
+    rows = [
+        base | {"tool": "pfs", "threads": "auto", "run": 0, "seconds": 25.0, "files_per_s": 800.0, "ok": True},
+        base
+        | {"tool": "rm", "threads": None, "run": 0, "seconds": 300.0, "files_per_s": 66.7, "ok": False}
+        | {"timed_out": True, "note": "killed after 300 s: its time is a lower bound"},
+    ]
+    text = render(rows, tmp_path / "RESULTS-report.md")
+    assert "| rm: pfs >= 10x rm -rf | bal20k | 5 ms | > 12.00x | **met** (lower bound) |" in text
+    assert "| bal20k | 5 | 25.0 | > 300 (killed) |" in text
+    assert "rm rm: killed after 300 s: its time is a lower bound" in text
+
+
+def test_timed_kills_the_whole_command_at_the_timeout(tmp_path):
+    """The serial tool runs under /usr/bin/time: the kill must reach it, not only the wrapper."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from common import timed
+    finally:
+        sys.path.remove(str(BENCH))
+    pidfile = tmp_path / "pid"
+    run = timed("sleeper", f"echo $$ > {pidfile}; exec sleep 60", None, shell=True, timeout=1.0)
+    assert run.timed_out and 1.0 <= run.seconds < 10
+    pid = int(pidfile.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    ok = timed("quick", ["true"], None, timeout=30)
+    assert not ok.timed_out and ok.rc == 0
