@@ -48,7 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tools", type=csv(str), help="only these tools (pfs, find, du, rm, cp, rsync, diff, pfutils)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=900, help="s; kill a run then, its time a lower bound")
-    ap.add_argument("--probe-threads", type=csv(int), help="pstat concurrencies (default 1,8,32,64,128)")
+    ap.add_argument("--probe-threads", type=csv(int), help="pstat concurrencies (default 1,8,32,64,128,256)")
+    ap.add_argument("--read-probe-threads", type=csv(int), help="pstat -R concurrencies (default 8,32,128)")
     ap.add_argument("--sweep-actions", type=csv(str), default=["scan", "rm"], help="'' to skip the sweep")
     ap.add_argument("--sweep-threads", type=csv(int), help="fixed --threads values (default 8,16,32,64,128,256)")
     ap.add_argument("--sweep-rtt", type=float, help="ms (default 1 if among --rtts, else the first RTT)")
@@ -65,7 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     q = args.quick
     args.trees = args.trees or (["bal300"] if q else DEFAULT_TREES)
     args.runs = 1 if q and args.runs == 3 else args.runs
-    args.probe_threads = args.probe_threads or ([1, 8, 32] if q else [1, 8, 32, 64, 128])
+    args.probe_threads = args.probe_threads or ([1, 8, 32] if q else [1, 8, 32, 64, 128, 256])
+    args.read_probe_threads = args.read_probe_threads or ([8] if q else [8, 32, 128])
     args.sweep_threads = args.sweep_threads or ([8, 64] if q else [8, 16, 32, 64, 128, 256])
     args.sweep_tree = args.sweep_tree or args.trees[0]
     make = args.make_delay_us if args.make_delay_us is not None else (-1 if q else 0)
@@ -177,20 +179,26 @@ def measure(args, raw: Raw, ctx: Ctx, rtt_ms: float, action: str, tool: str, run
     )
 
 
-def probe(args, raw: Raw, ctx: Ctx, rtt_ms: float, exe: str) -> None:
+def probe(args, raw: Raw, ctx: Ctx, rtt_ms: float, exe: str, actions: list[str]) -> None:
+    """The ceilings: pstat's lstat rate, and its read mode (pstat -R) when an action reads every file."""
     paths = nas.path_list(ctx.tree, args.work)
-    for t in args.probe_threads:
-        key = {"kind": "probe", "rtt_ms": rtt_ms, "tree": ctx.tree.name, "action": None, "tool": "pstat"}
+    levels = [("pstat", t) for t in args.probe_threads]
+    if {"cp", "verify"} & set(actions):
+        levels += [("pread", t) for t in args.read_probe_threads]
+    for tool, t in levels:
+        key = {"kind": "probe", "rtt_ms": rtt_ms, "tree": ctx.tree.name, "action": None, "tool": tool}
         key |= {"threads": t, "run": 0}
         if Raw.key(key) in raw.done:
             continue
         with nas.team_lock(args.lock):
             nas.set_delay(round(rtt_ms * 1000))
             load = loadavg()
-            row = key | nas.probe(exe, paths, t, ctx.tree.path) | {"load": round(load, 2), "files": ctx.tree.files}
+            got = nas.probe(exe, paths, t, ctx.tree.path, read=tool == "pread")
+            row = key | got | {"load": round(load, 2), "files": ctx.tree.files}
         row["ok"] = row["errors"] == 0 and row["ops"] == ctx.tree.files
         raw.add(row)
-        nas.log(f"{rtt_ms:g} ms {ctx.tree.name} pstat -t {t}: {row['files_per_s']:,.0f} lstat/s")
+        unit = "whole-file reads/s" if tool == "pread" else "lstat/s"
+        nas.log(f"{rtt_ms:g} ms {ctx.tree.name} {tool} -t {t}: {row['files_per_s']:,.0f} {unit}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -236,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
             for name in args.trees:
                 ctx = ctxs[name]
                 ctx.run_delay = round(rtt * 1000)
-                probe(args, raw, ctx, rtt, exe)
+                probe(args, raw, ctx, rtt, exe, args.actions)
                 for action in args.actions:
                     for run in range(args.runs):
                         for tool in tools(action):
@@ -244,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         ctx = ctxs[args.sweep_tree]
         ctx.run_delay = round(args.sweep_rtt * 1000)
         if args.sweep_actions:
-            probe(args, raw, ctx, args.sweep_rtt, exe)
+            probe(args, raw, ctx, args.sweep_rtt, exe, args.sweep_actions)
         for run in range(args.runs):
             for threads in [*args.sweep_threads, None]:
                 for action in args.sweep_actions:

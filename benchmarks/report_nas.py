@@ -160,11 +160,12 @@ def path_list(tree: Tree, work: Path) -> Path:
     return lst
 
 
-def probe(exe: str, paths: Path, threads: int, cache_path: str) -> dict:
-    """One cold pstat run: ``threads`` lstat()s in flight over the tree's file list."""
+def probe(exe: str, paths: Path, threads: int, cache_path: str, read: bool = False) -> dict:
+    """One cold pstat run: ``threads`` lstat()s (``read``: whole-file reads) in flight over the tree's files."""
     caches = drop_caches(cache_path)
+    cmd = [exe, "-t", str(threads), *(["-R"] if read else [])]
     with open(paths) as f:
-        out = subprocess.run([exe, "-t", str(threads)], stdin=f, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(cmd, stdin=f, capture_output=True, text=True, check=True).stdout
     fields = dict(kv.split("=", 1) for kv in out.split())
     return {
         "threads": threads,
@@ -172,6 +173,7 @@ def probe(exe: str, paths: Path, threads: int, cache_path: str) -> dict:
         "errors": int(fields["errors"]),
         "seconds": float(fields["seconds"]),
         "files_per_s": float(fields["ops_per_s"]),
+        "bytes": int(fields.get("bytes", 0)),
         "lat_p50_us": float(fields["lat_p50_us"]),
         "caches": caches,
     }

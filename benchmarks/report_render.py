@@ -16,7 +16,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after choosing the backend
 from report_actions import COMMANDS, LABELS, SERIAL, TOOLS
 
-PROBE_TARGET = 0.8  # at 1 ms every pfs action within 80 % of pstat's best rate
+PROBE_TARGET = 0.8  # at 1 ms every pfs action within 80 % of its probe's best rate
+# Each action's ceiling: pstat's cold lstat rate for metadata work, its read mode (pstat -R: open, read to
+# the end, close) for the actions that move every file's data.
+PROBE_OF = {"cp": "pread", "verify": "pread"}
+PROBE_LABELS = {"pstat": "pstat (cold lstat/s)", "pread": "pstat -R (cold whole-file reads/s)"}
+
+
+def probe_tool(action: str) -> str:
+    return PROBE_OF.get(action, "pstat")
+
+
 RATIO_TARGETS = {"scan": 8.0, "rm": 10.0}  # at 5 ms: pfs scan >= 8x find, pfs rm >= 10x rm -rf
 
 
@@ -47,7 +57,7 @@ class Cells:
             elif r["kind"] == "sweep":
                 self.sweep[r["action"], r["tree"], r["rtt_ms"], r["threads"]].append(r["files_per_s"])
             elif r["kind"] == "probe":
-                self.probe[r["tree"], r["rtt_ms"], r["threads"]].append(r["files_per_s"])
+                self.probe[r["tool"], r["tree"], r["rtt_ms"], r["threads"]].append(r["files_per_s"])
             settled = (r.get("concurrency") or {}).get("settled")
             if settled and r.get("threads") == "auto":
                 self.settled[r["kind"], r["action"], r["tree"], r["rtt_ms"]].append(settled)
@@ -90,15 +100,16 @@ class Cells:
             return f"> {min(killed):.0f} (killed)"
         return fmt_s(done)
 
-    def probe_levels(self, tree: str, rtt: float) -> dict[int, float]:
-        return {t: statistics.median(v) for (tr, r, t), v in sorted(self.probe.items()) if tr == tree and r == rtt}
+    def probe_levels(self, tree: str, rtt: float, tool: str = "pstat") -> dict[int, float]:
+        got = sorted((t, v) for (pt, tr, r, t), v in self.probe.items() if (pt, tr, r) == (tool, tree, rtt))
+        return {t: statistics.median(v) for t, v in got}
 
-    def probe_best(self, tree: str, rtt: float) -> tuple[float, int] | None:
-        levels = self.probe_levels(tree, rtt)
+    def probe_best(self, tree: str, rtt: float, tool: str = "pstat") -> tuple[float, int] | None:
+        levels = self.probe_levels(tree, rtt, tool)
         return max((rate, t) for t, rate in levels.items()) if levels else None
 
     def of_probe(self, action: str, tree: str, rtt: float) -> float | None:
-        rate, best = self.rate(action, tree, rtt, "pfs"), self.probe_best(tree, rtt)
+        rate, best = self.rate(action, tree, rtt, "pfs"), self.probe_best(tree, rtt, probe_tool(action))
         return rate / best[0] if rate and best else None
 
     def settled_median(self, kind: str, action: str, tree: str, rtt: float) -> int | None:
@@ -159,7 +170,8 @@ def config_section(rows: list[dict], cells: Cells) -> list[str]:
         "start-up, its embedded LocalCluster, the work, the output); files/s = regular files of the tree / seconds "
         "(entries/s: files and directories)",
         "- cells: median seconds (min-max) over the runs; `x` = how many times faster pfs is (their median / "
-        "pfs's median); `of probe` = pfs files/s / pstat's best cold lstat/s on the same tree and RTT; "
+        "pfs's median); `of probe` = pfs files/s / the best rate of the action's probe on the same tree and RTT "
+        "(pstat's cold lstat/s; for cp and verify, which read every file, pstat -R's cold whole-file reads/s); "
         "`pfs job s` = the seconds pfs itself reports (--json), without the CLI's imports; `settled` = "
         "where auto-tuning settled (median over runs of the median over workers)",
         "- tools:",
@@ -192,7 +204,8 @@ def targets_section(cells: Cells) -> list[str]:
             if cells.seconds(action, tree, 1.0, "pfs"):
                 f = cells.of_probe(action, tree, 1.0)
                 status = "not measured (no probe)" if f is None else ("**met**" if f >= PROBE_TARGET else "missed")
-                rows.append([f"{action}: pfs >= 80 % of probe", tree, "1 ms", fmt_x(f), status])
+                what = f"{action}: pfs >= 80 % of {probe_tool(action)}"
+                rows.append([what, tree, "1 ms", fmt_x(f), status])
     for action, want in RATIO_TARGETS.items():
         for tree in cells.trees:
             if cells.seconds(action, tree, 5.0, "pfs"):
@@ -241,22 +254,19 @@ def action_section(cells: Cells, action: str) -> list[str]:
 
 
 def probe_section(cells: Cells) -> list[str]:
-    levels = sorted({t for (_, _, t) in cells.probe})
-    body = []
-    for tree in cells.trees:
-        for rtt in sorted({r for (tr, r, _) in cells.probe if tr == tree}):
-            got = cells.probe_levels(tree, rtt)
-            best = cells.probe_best(tree, rtt)
-            body.append([tree, f"{rtt:g}", *(fmt_rate(got.get(t)) for t in levels), f"{best[0]:,.0f} at {best[1]}"])
-    if not body:
-        return []
-    head = ["tree", "RTT ms", *(f"{t} threads" for t in levels), "best"]
-    return [
-        "## Probe: pstat, cold lstat/s of the tree's files at N in flight (benchmarks/probe/pstat.c)",
-        "",
-        *table(head, body, right_from=2),
-        "",
-    ]
+    lines = []
+    for tool, label in PROBE_LABELS.items():
+        levels = sorted({t for (pt, _, _, t) in cells.probe if pt == tool})
+        body = []
+        for tree in cells.trees:
+            for rtt in sorted({r for (pt, tr, r, _) in cells.probe if (pt, tr) == (tool, tree)}):
+                got = cells.probe_levels(tree, rtt, tool)
+                best = cells.probe_best(tree, rtt, tool)
+                body.append([tree, f"{rtt:g}", *(fmt_rate(got.get(t)) for t in levels), f"{best[0]:,.0f} at {best[1]}"])
+        if body:
+            head = ["tree", "RTT ms", *(f"{t} threads" for t in levels), "best"]
+            lines += [f"## Probe: {label} at N in flight (benchmarks/probe/pstat.c)", "", *table(head, body, 2), ""]
+    return lines
 
 
 def sweep_section(cells: Cells, plots: Path) -> list[str]:
@@ -294,10 +304,10 @@ def plot_rtt(cells: Cells, action: str, path: Path) -> bool:
             ax.errorbar(
                 [r for r, _ in pts], y, yerr=err, marker="o", capsize=3, label="pfs" if tool == "pfs" else LABELS[tool]
             )
-        best = [(r, cells.probe_best(tree, r)) for r in cells.rtts]
+        best = [(r, cells.probe_best(tree, r, probe_tool(action))) for r in cells.rtts]
         best = [(r, b[0]) for r, b in best if b]
         if best:
-            ax.plot(*zip(*best, strict=True), "k--", marker="x", label="pstat best")
+            ax.plot(*zip(*best, strict=True), "k--", marker="x", label=f"{probe_tool(action)} best")
         ax.set(title=f"{action}: {tree}", xlabel="added RTT (ms)", ylabel="files/s", xscale="log", yscale="log")
         ax.set_xticks(cells.rtts, [f"{r:g}" for r in cells.rtts])
         ax.minorticks_off()
@@ -324,9 +334,9 @@ def plot_sweep(cells: Cells, action: str, tree: str, rtt: float, path: Path) -> 
         settled = cells.settled_median("sweep", action, tree, rtt)
         if settled:
             ax.plot([settled], [rate], "*", color="tab:green", ms=14, label=f"auto settled at {settled}")
-    probe = cells.probe_levels(tree, rtt)
+    probe = cells.probe_levels(tree, rtt, probe_tool(action))
     if probe:
-        ax.plot(list(probe), list(probe.values()), "k--", marker="x", label="pstat (cold lstat/s)")
+        ax.plot(list(probe), list(probe.values()), "k--", marker="x", label=PROBE_LABELS[probe_tool(action)])
     ax.set(
         title=f"{action} {tree}, {rtt:g} ms: files/s against concurrency (pfs: per worker process)",
         xlabel="concurrency (--threads / pstat threads)",

@@ -5,15 +5,18 @@
  * scheduling: what it measures is the storage (and the kernel client), the ceiling that pfs
  * scans are compared with.
  *
- *   pstat -t THREADS [-d DIR] [-r REPEAT] < paths     paths one per line (find DIR -type f)
+ *   pstat -t THREADS [-d DIR] [-r REPEAT] [-R] < paths     paths one per line (find DIR -type f)
  *   -d DIR   take the entries of DIR (one readdir, not recursive) instead of stdin
  *   -r N     stat the list N times (default 1)
+ *   -R       read each file instead: open, read(2) to the end in 1 MiB calls, close.  The ceiling of
+ *            the actions that move data (cp, verify), as lstat is of the metadata ones.
  *
- * Prints: threads, ops, errors, seconds, ops/s, mean/p50/p99 latency in microseconds.
+ * Prints: threads, ops, errors, seconds, ops/s, bytes (read mode), mean/p50/p99 latency in microseconds.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,6 +32,9 @@ static atomic_size_t next_op;
 static atomic_size_t errors;
 static atomic_int first_errno; /* the first failure's errno, reported so a vanished mount shows */
 static double *lat_us; /* one slot per operation */
+static int read_mode;
+static atomic_size_t bytes_read;
+#define READ_BLOCK (1 << 20)
 
 static double now(void) {
     struct timespec ts;
@@ -36,14 +42,30 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* One file read to its end; 0 or -1 with errno set, like lstat. */
+static int read_file(const char *path, char *buf) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n;
+    size_t got = 0;
+    while ((n = read(fd, buf, READ_BLOCK)) > 0) got += (size_t)n;
+    int saved = errno;
+    close(fd);
+    atomic_fetch_add(&bytes_read, got);
+    if (n < 0) { errno = saved; return -1; }
+    return 0;
+}
+
 static void *worker(void *arg) {
     (void)arg;
     struct stat st;
+    char *buf = read_mode ? malloc(READ_BLOCK) : NULL;
+    if (read_mode && !buf) { perror("malloc"); exit(1); }
     for (;;) {
         size_t i = atomic_fetch_add(&next_op, 1);
-        if (i >= total) return NULL;
+        if (i >= total) { free(buf); return NULL; }
         double t = now();
-        if (lstat(paths[i % npaths], &st) != 0) {
+        if ((read_mode ? read_file(paths[i % npaths], buf) : lstat(paths[i % npaths], &st)) != 0) {
             int zero = 0;
             atomic_fetch_add(&errors, 1);
             atomic_compare_exchange_strong(&first_errno, &zero, errno);
@@ -70,11 +92,12 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     int threads = 1, repeat = 1, c;
     const char *dir = NULL;
-    while ((c = getopt(argc, argv, "t:d:r:")) != -1) {
+    while ((c = getopt(argc, argv, "t:d:r:R")) != -1) {
         if (c == 't') threads = atoi(optarg);
         else if (c == 'd') dir = optarg;
         else if (c == 'r') repeat = atoi(optarg);
-        else { fprintf(stderr, "usage: pstat -t THREADS [-d DIR] [-r REPEAT] < paths\n"); return 2; }
+        else if (c == 'R') read_mode = 1;
+        else { fprintf(stderr, "usage: pstat -t THREADS [-d DIR] [-r REPEAT] [-R] < paths\n"); return 2; }
     }
     if (threads < 1 || repeat < 1) { fprintf(stderr, "pstat: -t and -r must be >= 1\n"); return 2; }
     if (dir) {
@@ -108,8 +131,9 @@ int main(int argc, char **argv) {
     double secs = now() - t0, sum = 0;
     for (size_t i = 0; i < total; i++) sum += lat_us[i];
     qsort(lat_us, total, sizeof *lat_us, cmp);
-    printf("threads=%d ops=%zu errors=%zu seconds=%.3f ops_per_s=%.0f lat_mean_us=%.0f lat_p50_us=%.0f lat_p99_us=%.0f\n",
-           threads, total, (size_t)atomic_load(&errors), secs, total / secs, sum / total,
+    printf("threads=%d ops=%zu errors=%zu seconds=%.3f ops_per_s=%.0f bytes=%zu lat_mean_us=%.0f lat_p50_us=%.0f "
+           "lat_p99_us=%.0f\n",
+           threads, total, (size_t)atomic_load(&errors), secs, total / secs, (size_t)atomic_load(&bytes_read), sum / total,
            lat_us[total / 2], lat_us[(size_t)(total * 0.99)]);
     if (atomic_load(&errors)) fprintf(stderr, "pstat: first error: %s\n", strerror(atomic_load(&first_errno)));
     return 0;
