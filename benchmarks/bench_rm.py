@@ -4,7 +4,8 @@
 Each tool gets a fresh copy of the same seeded tree (made with the NAS harness's mktree.py),
 caches are dropped before each run (``nas.sh remount`` for trees under /mnt/nas), and the
 wall time, host load and ratios are printed (and appended as markdown with ``--out``).
-Tool ``prm`` is the ceiling: ``probe/prm.py`` (raw threads, no Dask), so pfs's own overhead shows.
+Tool ``prm`` is the ceiling: ``probe/prm.py`` (raw threads, no Dask), so pfs's own overhead shows;
+``prm-unlink`` is the same without the per-file lstat.
 
     benchmarks/bench_rm.py --tree-maker /work/shared/nas/mktree.py --dir /mnt/nas/rmbench-1 \\
         --files 20000 --shape balanced
@@ -71,6 +72,8 @@ def tool_command(tool: str, args, dest: str) -> list[str]:
         return [exe, "rm", "-r", "-y", "-j", str(args.pfutils_jobs), dest]
     if tool == "prm":  # the ceiling: raw threads, stat + unlink as listed, no Dask
         return [sys.executable, str(PRM), dest, "-j", str(args.prm_jobs), "--stat"]
+    if tool == "prm-unlink":  # the same without the lstat: what the per-file stat costs
+        return [sys.executable, str(PRM), dest, "-j", str(args.prm_jobs)]
     raise SystemExit(f"unknown tool {tool}")
 
 

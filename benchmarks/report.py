@@ -50,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=900, help="s; kill a run then, its time a lower bound")
     ap.add_argument("--probe-threads", type=csv(int), help="pstat concurrencies (default 1,8,32,64,128,256)")
     ap.add_argument("--read-probe-threads", type=csv(int), help="pstat -R concurrencies (default 8,32,128)")
+    ap.add_argument("--rm-probe-threads", type=csv(int), help="prm.py --stat concurrencies (default 8,64)")
     ap.add_argument("--sweep-actions", type=csv(str), default=["scan", "rm"], help="'' to skip the sweep")
     ap.add_argument("--sweep-threads", type=csv(int), help="fixed --threads values (default 8,16,32,64,128,256)")
     ap.add_argument("--sweep-rtt", type=float, help="ms (default 1 if among --rtts, else the first RTT)")
@@ -68,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.runs = 1 if q and args.runs == 3 else args.runs
     args.probe_threads = args.probe_threads or ([1, 8, 32] if q else [1, 8, 32, 64, 128, 256])
     args.read_probe_threads = args.read_probe_threads or ([8] if q else [8, 32, 128])
+    args.rm_probe_threads = args.rm_probe_threads or ([8] if q else [8, 64])
     args.sweep_threads = args.sweep_threads or ([8, 64] if q else [8, 16, 32, 64, 128, 256])
     args.sweep_tree = args.sweep_tree or args.trees[0]
     make = args.make_delay_us if args.make_delay_us is not None else (-1 if q else 0)
@@ -180,11 +182,14 @@ def measure(args, raw: Raw, ctx: Ctx, rtt_ms: float, action: str, tool: str, run
 
 
 def probe(args, raw: Raw, ctx: Ctx, rtt_ms: float, exe: str, actions: list[str]) -> None:
-    """The ceilings: pstat's lstat rate, and its read mode (pstat -R) when an action reads every file."""
+    """The ceilings: pstat's lstat rate; its read mode (pstat -R) when an action reads every file; for rm,
+    prm.py --stat on a fresh copy (raw threads doing pfs rm's per-file work)."""
     paths = nas.path_list(ctx.tree, args.work)
     levels = [("pstat", t) for t in args.probe_threads]
     if {"cp", "verify"} & set(actions):
         levels += [("pread", t) for t in args.read_probe_threads]
+    if "rm" in actions:
+        levels += [("prm", t) for t in args.rm_probe_threads]
     for tool, t in levels:
         key = {"kind": "probe", "rtt_ms": rtt_ms, "tree": ctx.tree.name, "action": None, "tool": tool}
         key |= {"threads": t, "run": 0}
@@ -193,12 +198,18 @@ def probe(args, raw: Raw, ctx: Ctx, rtt_ms: float, exe: str, actions: list[str])
         with nas.team_lock(args.lock):
             nas.set_delay(round(rtt_ms * 1000))
             load = loadavg()
-            got = nas.probe(exe, paths, t, ctx.tree.path, read=tool == "pread")
+            if tool == "prm":
+                nas.make_tree(ctx.tree, ctx.rm_copy, ctx.make_delay, ctx.run_delay, ours=True)
+                load = loadavg()
+                got = nas.prm_probe(ctx.rm_copy, t)
+                nas.remove_tree(ctx.rm_copy)
+            else:
+                got = nas.probe(exe, paths, t, ctx.tree.path, read=tool == "pread")
             row = key | got | {"load": round(load, 2), "files": ctx.tree.files}
         row["ok"] = row["errors"] == 0 and row["ops"] == ctx.tree.files
         raw.add(row)
-        unit = "whole-file reads/s" if tool == "pread" else "lstat/s"
-        nas.log(f"{rtt_ms:g} ms {ctx.tree.name} {tool} -t {t}: {row['files_per_s']:,.0f} {unit}")
+        unit = {"pread": "whole-file reads/s", "prm": "files removed/s"}.get(tool, "lstat/s")
+        nas.log(f"{rtt_ms:g} ms {ctx.tree.name} {tool} -t {t}: {row['files_per_s'] or 0:,.0f} {unit}")
 
 
 def main(argv: list[str] | None = None) -> None:

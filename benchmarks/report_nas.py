@@ -22,6 +22,7 @@ from common import NAS, PFS, drop_caches
 NAS_SH = str(NAS / "nas.sh")
 MKTREE = str(NAS / "mktree.py")
 PSTAT_C = Path(__file__).resolve().parent / "probe" / "pstat.c"
+PRM = Path(__file__).resolve().parent / "probe" / "prm.py"
 SHAPES = {"bal": "balanced", "flat": "flat", "deep": "deep"}
 
 
@@ -175,5 +176,33 @@ def probe(exe: str, paths: Path, threads: int, cache_path: str, read: bool = Fal
         "files_per_s": float(fields["ops_per_s"]),
         "bytes": int(fields.get("bytes", 0)),
         "lat_p50_us": float(fields["lat_p50_us"]),
+        "caches": caches,
+    }
+
+
+def prm_probe(copy: str, threads: int) -> dict:
+    """One cold ``prm.py --stat`` run (raw threads: lstat + unlink as listed, then the directories): the
+    removal ceiling, doing the same per-file work as ``pfs rm``.  ``copy`` is a fresh copy; it is consumed."""
+    caches = drop_caches(copy)
+    r = subprocess.run([sys.executable, str(PRM), copy, "-j", str(threads), "--stat"], capture_output=True, text=True)
+    m = re.search(r"(\d+) files, (\d+) dirs in ([\d.]+) s", r.stdout)
+    if r.returncode != 0 or not m:
+        return {
+            "threads": threads,
+            "ops": 0,
+            "errors": 1,
+            "seconds": None,
+            "files_per_s": None,
+            "caches": caches,
+            "note": (r.stderr or r.stdout).strip()[-300:],
+        }
+    files, dirs, seconds = int(m[1]), int(m[2]), float(m[3])
+    return {
+        "threads": threads,
+        "ops": files,
+        "dirs": dirs,
+        "errors": 0 if not os.path.lexists(copy) else 1,
+        "seconds": seconds,
+        "files_per_s": round(files / seconds, 1),
         "caches": caches,
     }

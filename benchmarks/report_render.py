@@ -18,9 +18,19 @@ from report_actions import COMMANDS, LABELS, SERIAL, TOOLS
 
 PROBE_TARGET = 0.8  # at 1 ms every pfs action within 80 % of its probe's best rate
 # Each action's ceiling: pstat's cold lstat rate for metadata work, its read mode (pstat -R: open, read to
-# the end, close) for the actions that move every file's data.
-PROBE_OF = {"cp": "pread", "verify": "pread"}
-PROBE_LABELS = {"pstat": "pstat (cold lstat/s)", "pread": "pstat -R (cold whole-file reads/s)"}
+# the end, close) for the actions that move every file's data, prm.py --stat (raw threads: lstat + unlink
+# as listed, then the directories) for rm.
+PROBE_OF = {"cp": "pread", "verify": "pread", "rm": "prm"}
+PROBE_LABELS = {
+    "pstat": "pstat (cold lstat/s)",
+    "pread": "pstat -R (cold whole-file reads/s)",
+    "prm": "prm.py --stat (cold files removed/s)",
+}
+PROBE_SOURCES = {
+    "pstat": "benchmarks/probe/pstat.c",
+    "pread": "benchmarks/probe/pstat.c",
+    "prm": "benchmarks/probe/prm.py",
+}
 
 
 def probe_tool(action: str) -> str:
@@ -171,7 +181,8 @@ def config_section(rows: list[dict], cells: Cells) -> list[str]:
         "(entries/s: files and directories)",
         "- cells: median seconds (min-max) over the runs; `x` = how many times faster pfs is (their median / "
         "pfs's median); `of probe` = pfs files/s / the best rate of the action's probe on the same tree and RTT "
-        "(pstat's cold lstat/s; for cp and verify, which read every file, pstat -R's cold whole-file reads/s); "
+        "(pstat's cold lstat/s; for cp and verify, which read every file, pstat -R's cold whole-file reads/s; "
+        "for rm, prm.py --stat's files removed/s); "
         "`pfs job s` = the seconds pfs itself reports (--json), without the CLI's imports; `settled` = "
         "where auto-tuning settled (median over runs of the median over workers)",
         "- tools:",
@@ -265,7 +276,8 @@ def probe_section(cells: Cells) -> list[str]:
                 body.append([tree, f"{rtt:g}", *(fmt_rate(got.get(t)) for t in levels), f"{best[0]:,.0f} at {best[1]}"])
         if body:
             head = ["tree", "RTT ms", *(f"{t} threads" for t in levels), "best"]
-            lines += [f"## Probe: {label} at N in flight (benchmarks/probe/pstat.c)", "", *table(head, body, 2), ""]
+            title = f"## Probe: {label} at N in flight ({PROBE_SOURCES[tool]})"
+            lines += [title, "", *table(head, body, 2), ""]
     return lines
 
 
@@ -373,7 +385,7 @@ def render(rows: list[dict], out: Path) -> str:
     plots = out.parent / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     cells = Cells(rows)
-    lines = ["# Benchmark report: pfs beside the serial tools, pfutils and the pstat ceiling", ""]
+    lines = ["# Benchmark report: pfs beside the serial tools, pfutils and the probed ceilings", ""]
     lines += ["Written by `benchmarks/report.py` (`report_render.py`) from its raw rows; see benchmarks/README.md.", ""]
     lines += config_section(rows, cells) + targets_section(cells)
     for action in TOOLS:
