@@ -165,6 +165,8 @@ def check(action: str, tool: str, ctx: Ctx, run: Run) -> tuple[bool, str, dict]:
     if tool == "pfs":
         summary = pfs_summary(run)
         extra["pfs_seconds"] = summary.get("seconds")
+        if summary.get("phases"):
+            extra["phases"] = summary["phases"]  # cp: seconds per phase (scan, dirs, files, ...)
         extra["concurrency"] = concurrency(summary, run.stderr)
     if run.rc != 0:
         return False, f"exit {run.rc}: {run.stderr.strip()[-300:]}", extra
