@@ -310,12 +310,20 @@ def plot_rtt(cells: Cells, action: str, path: Path) -> bool:
         for tool in TOOLS[action]:
             pts = [(r, cells.seconds(action, tree, r, tool)) for r in cells.rtts]
             pts = [(r, [cells.files[tree] / s for s in v]) for r, v in pts if v]
-            if not pts:
-                continue
-            y, err = spread([v for _, v in pts])
-            ax.errorbar(
-                [r for r, _ in pts], y, yerr=err, marker="o", capsize=3, label="pfs" if tool == "pfs" else LABELS[tool]
-            )
+            label = "pfs" if tool == "pfs" else LABELS[tool]
+            if pts:
+                y, err = spread([v for _, v in pts])
+                line = ax.errorbar([r for r, _ in pts], y, yerr=err, marker="o", capsize=3, label=label)
+                color = line.lines[0].get_color()
+            else:
+                color = None
+            killed = [
+                (r, cells.files[tree] / min(cells.killed[action, tree, r, tool]))
+                for r in cells.rtts
+                if cells.killed.get((action, tree, r, tool)) and not cells.seconds(action, tree, r, tool)
+            ]
+            if killed:  # killed at --timeout: its rate was at most this
+                ax.plot(*zip(*killed, strict=True), "v", color=color, ms=9, label=f"{label}: killed (at most)")
         best = [(r, cells.probe_best(tree, r, probe_tool(action))) for r in cells.rtts]
         best = [(r, b[0]) for r, b in best if b]
         if best:
