@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 
 from common import cpu_times
-from report_nas import set_delay
+from report_nas import PRM, set_delay
 
 REPO = Path(__file__).resolve().parent.parent
 NAS_SH = "/work/shared/nas/nas.sh"
-PRM = Path(__file__).resolve().parent / "probe" / "prm.py"
 PFUTILS = ("/work/shared/nas/.venv/bin/pfutils", "/opt/pfutils-venv/bin/pfutils")
 
 

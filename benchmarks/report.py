@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report_nas as nas
 from common import REPO, loadavg, timed
 from report_actions import TOOLS, Ctx, check, cleanup, command, ensure_pristine, prepare
-from report_render import render
+from report_render import probe_tool, render
 
 ALL_ACTIONS = list(TOOLS)
 DEFAULT_TREES = ["bal20k", "flat20k", "deep20k", "bal100k", "flat100k", "deep100k"]
@@ -185,11 +185,9 @@ def probe(args, raw: Raw, ctx: Ctx, rtt_ms: float, exe: str, actions: list[str])
     """The ceilings: pstat's lstat rate; its read mode (pstat -R) when an action reads every file; for rm,
     prm.py --stat on a fresh copy (raw threads doing pfs rm's per-file work)."""
     paths = nas.path_list(ctx.tree, args.work)
-    levels = [("pstat", t) for t in args.probe_threads]
-    if {"cp", "verify"} & set(actions):
-        levels += [("pread", t) for t in args.read_probe_threads]
-    if "rm" in actions:
-        levels += [("prm", t) for t in args.rm_probe_threads]
+    wanted = {"pstat"} | {probe_tool(a) for a in actions}  # pstat always: the lstat ceiling of every tree
+    threads = {"pstat": args.probe_threads, "pread": args.read_probe_threads, "prm": args.rm_probe_threads}
+    levels = [(tool, t) for tool, ts in threads.items() if tool in wanted for t in ts]
     for tool, t in levels:
         key = {"kind": "probe", "rtt_ms": rtt_ms, "tree": ctx.tree.name, "action": None, "tool": tool}
         key |= {"threads": t, "run": 0}
@@ -197,10 +195,10 @@ def probe(args, raw: Raw, ctx: Ctx, rtt_ms: float, exe: str, actions: list[str])
             continue
         with nas.team_lock(args.lock):
             nas.set_delay(round(rtt_ms * 1000))
-            load = loadavg()
             if tool == "prm":
                 nas.make_tree(ctx.tree, ctx.rm_copy, ctx.make_delay, ctx.run_delay, ours=True)
-                load = loadavg()
+            load = loadavg()
+            if tool == "prm":
                 got = nas.prm_probe(ctx.rm_copy, t)
                 nas.remove_tree(ctx.rm_copy)
             else:

@@ -93,22 +93,23 @@ class Cells:
         mine, theirs = self.median(action, tree, rtt, "pfs"), self.median(action, tree, rtt, other)
         return theirs / mine if mine and theirs else None
 
+    def killed_bound(self, action: str, tree: str, rtt: float, tool: str) -> float | None:
+        """When every run of ``tool`` was killed at the timeout: the seconds it took at least, else None."""
+        killed = self.killed.get((action, tree, rtt, tool))
+        return min(killed) if killed and not self.seconds(action, tree, rtt, tool) else None
+
     def lower_ratio(self, action: str, tree: str, rtt: float, other: str) -> float | None:
         """When every run of ``other`` was killed at the timeout: at least this many times faster."""
-        mine, killed = self.median(action, tree, rtt, "pfs"), self.killed.get((action, tree, rtt, other))
-        if not mine or not killed or self.seconds(action, tree, rtt, other):
-            return None
-        return min(killed) / mine
+        mine, bound = self.median(action, tree, rtt, "pfs"), self.killed_bound(action, tree, rtt, other)
+        return bound / mine if mine and bound else None
 
     def ratio_cell(self, action: str, tree: str, rtt: float, other: str) -> str:
         low = self.lower_ratio(action, tree, rtt, other)
         return f"> {fmt_x(low)}" if low is not None else fmt_x(self.ratio(action, tree, rtt, other))
 
     def seconds_cell(self, action: str, tree: str, rtt: float, tool: str) -> str:
-        killed, done = self.killed.get((action, tree, rtt, tool)), self.seconds(action, tree, rtt, tool)
-        if killed and not done:
-            return f"> {min(killed):.0f} (killed)"
-        return fmt_s(done)
+        bound = self.killed_bound(action, tree, rtt, tool)
+        return f"> {bound:.0f} (killed)" if bound else fmt_s(self.seconds(action, tree, rtt, tool))
 
     def probe_levels(self, tree: str, rtt: float, tool: str = "pstat") -> dict[int, float]:
         got = sorted((t, v) for (pt, tr, r, t), v in self.probe.items() if (pt, tr, r) == (tool, tree, rtt))
@@ -317,11 +318,8 @@ def plot_rtt(cells: Cells, action: str, path: Path) -> bool:
                 color = line.lines[0].get_color()
             else:
                 color = None
-            killed = [
-                (r, cells.files[tree] / min(cells.killed[action, tree, r, tool]))
-                for r in cells.rtts
-                if cells.killed.get((action, tree, r, tool)) and not cells.seconds(action, tree, r, tool)
-            ]
+            bounds = [(r, cells.killed_bound(action, tree, r, tool)) for r in cells.rtts]
+            killed = [(r, cells.files[tree] / b) for r, b in bounds if b]
             if killed:  # killed at --timeout: its rate was at most this
                 ax.plot(*zip(*killed, strict=True), "v", color=color, ms=9, label=f"{label}: killed (at most)")
         best = [(r, cells.probe_best(tree, r, probe_tool(action))) for r in cells.rtts]
