@@ -3,25 +3,40 @@
 Everything is bytes, so names that are not valid UTF-8 survive exactly.  Symlinks are never
 followed: ``lstat`` decides what is a directory, so a link to a directory (or a link loop) is
 recorded as a symlink and not descended into.
+
+Each directory is opened once, relative to its parent while that is still open, and its entries
+are stat-ed relative to it (``operators.dirfd``: why, with measurements).
+The first entries of a directory go out in small batches, so even a lone directory (a deep
+chain, a narrow frontier) spreads its stats over many threads; later ones in large batches.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as st
 from concurrent.futures import ThreadPoolExecutor
+from os import fsencode
 
+from .dirfd import DirFd, OpenDirs
 from .names import join
 from .ratelimit import take_ops
 from .rows import Row, error_row, row_from_stat
 from .walk import DirItem, Listing
 
-STAT_BATCH = 256
+SMALL_BATCH = 8  # stats per job for a directory's first SPREAD entries
+SPREAD = 256
+STAT_BATCH = 256  # stats per job after that: fewer, larger jobs for big directories
 
 
 class LocalLister:
     def __init__(self, root: str | bytes) -> None:
         self.root = os.fsencode(root).rstrip(b"/") or b"/"
+        self._open = OpenDirs(self.root)
+
+    def close(self) -> None:
+        """Close the directories kept open for relative lookups (the end of a task)."""
+        self._open.close()
 
     def full(self, rel: bytes) -> bytes:
         if not rel:
@@ -35,33 +50,67 @@ class LocalLister:
         rel = item[0]
         assert isinstance(rel, bytes)
         listing = Listing(item)
-        batch: list[tuple[bytes, bool]] = []
         try:
-            with os.scandir(self.full(rel)) as it:
+            handle = self._open.open(rel)
+        except (FileNotFoundError, NotADirectoryError):
+            listing.vanished = True  # gone, or replaced by a file since its parent was listed
+            return listing
+        except OSError as exc:
+            if rel and exc.errno == errno.ELOOP:
+                listing.vanished = True  # replaced by a symlink: never followed
+            else:
+                listing.error = exc
+            return listing
+        batch: list[tuple[bytes, bool]] = []
+        seen = 0
+        try:
+            with os.scandir(handle.fd) as it:  # names come back as str (surrogateescape) from a descriptor
                 for entry in it:
-                    batch.append((entry.name, entry.is_dir(follow_symlinks=False)))
-                    if len(batch) >= STAT_BATCH:
-                        listing.pending.append(pool.submit(self.stat_batch, rel, batch))
+                    batch.append((fsencode(entry.name), entry.is_dir(follow_symlinks=False)))
+                    seen += 1
+                    if len(batch) >= (SMALL_BATCH if seen <= SPREAD else STAT_BATCH):
+                        listing.pending.append(self._submit(pool, rel, batch, handle))
                         batch = []
         except FileNotFoundError:
             listing.vanished = True
-        except NotADirectoryError:
-            listing.vanished = True  # replaced by a file since its parent was listed
         except OSError as exc:
             listing.error = exc
-        listing.rows, listing.subdirs = self.stat_batch(rel, batch)
+        try:
+            listing.rows, listing.subdirs = self.stat_batch(rel, batch, handle.fd)
+        finally:
+            handle.release()
         return listing
 
-    def stat_batch(self, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
+    def _submit(self, pool: ThreadPoolExecutor, rel: bytes, batch: list, handle: DirFd):
+        handle.acquire()
+        try:
+            return pool.submit(self._stat_batch_releasing, rel, batch, handle)
+        except BaseException:
+            handle.release()
+            raise
+
+    def _stat_batch_releasing(self, rel: bytes, batch: list, handle: DirFd):
+        try:
+            return self.stat_batch(rel, batch, handle.fd)
+        finally:
+            handle.release()
+
+    def stat_batch(
+        self, rel: bytes, names: list[tuple[bytes, bool]], dir_fd: int | None = None
+    ) -> tuple[list[Row], list[DirItem]]:
+        """Rows for ``names`` in directory ``rel`` (stat-ed relative to ``dir_fd`` when given)."""
         rows: list[Row] = []
         subdirs: list[DirItem] = []
         base = self.full(rel)
         for name, looked_like_dir in names:
             path = join(rel, name)
-            full = base + b"/" + name if base != b"/" else b"/" + name
+            if dir_fd is None:
+                where, fd = (base + b"/" + name if base != b"/" else b"/" + name), None
+            else:
+                where, fd = name, dir_fd
             take_ops()
             try:
-                s = os.lstat(full)
+                s = os.stat(where, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue  # vanished since the listing: no phantom row
             except OSError as exc:
@@ -73,7 +122,7 @@ class LocalLister:
             target = None
             if st.S_ISLNK(s.st_mode):
                 try:
-                    target = os.readlink(full)
+                    target = os.readlink(where, dir_fd=fd)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:

@@ -36,6 +36,9 @@ class FsspecLister:
     def root_error_row(self, error: BaseException) -> Row:
         return error_row(".", "directory", error)
 
+    def close(self) -> None:
+        """Nothing to release: the fsspec instance is shared and cached by fsspec."""
+
     def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing:
         rel = item[0]
         assert isinstance(rel, str)

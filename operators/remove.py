@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import os
 import stat as st
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,12 +27,13 @@ from dataclasses import dataclass, field
 import fsspec
 
 from .concurrency import in_flight_cap
+from .dirfd import DirFd, OpenDirs
 from .names import decode, join, to_bytes
 from .pool import get_pool
 from .ratelimit import take_ops
 from .remote_scan import FLAT_PROTOCOLS, FsspecLister
 from .rows import Row, describe_error, error_row, row_from_stat, with_error
-from .safety import full_path, resolve_under
+from .safety import resolve_under
 from .schema import ROW_COLUMNS
 from .walk import Budget, DirItem, Listing, walk
 
@@ -127,26 +127,6 @@ class RmCounts:
 # ---------------------------------------------------------------- tree mode
 
 
-class _DirFd:
-    """A directory descriptor shared by the unlink jobs of one listing; closed by the last user."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.users = 1
-        self.lock = threading.Lock()
-
-    def acquire(self) -> None:
-        with self.lock:
-            self.users += 1
-
-    def release(self) -> None:
-        with self.lock:
-            self.users -= 1
-            last = self.users == 0
-        if last:
-            os.close(self.fd)
-
-
 def dir_row(rel: bytes) -> Row:
     """A directory's row when only its name is known: the walk reports it once it is listed."""
     values: list = [None] * len(ROW_COLUMNS)
@@ -161,6 +141,11 @@ class LocalTreeRemover:
     def __init__(self, root: bytes, dry_run: bool) -> None:
         self.root = root
         self.dry_run = dry_run
+        self._open = OpenDirs(root, follow_root=False)
+
+    def close(self) -> None:
+        """Close the directories kept open for relative lookups (the end of a task)."""
+        self._open.close()
 
     def root_error_row(self, error: BaseException) -> Row:
         return error_row(b".", "directory", error)
@@ -170,7 +155,7 @@ class LocalTreeRemover:
         assert isinstance(rel, bytes)
         listing = Listing(item)
         try:
-            fd = os.open(full_path(self.root, rel), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            handle = self._open.open(rel)
         except FileNotFoundError:
             listing.vanished = True
             return listing
@@ -179,10 +164,9 @@ class LocalTreeRemover:
                 exc = OSError(exc.errno, "no longer a directory (not followed)")
             listing.error = exc
             return listing
-        handle = _DirFd(fd)
         batch: list[bytes] = []
         try:
-            with os.scandir(fd) as it:
+            with os.scandir(handle.fd) as it:
                 for entry in it:
                     name = os.fsencode(entry.name)
                     try:
@@ -206,7 +190,7 @@ class LocalTreeRemover:
         handle.release()
         return listing
 
-    def unlink_batch(self, rel: bytes, handle: _DirFd, names: list[bytes]) -> tuple[list[Row], list[DirItem]]:
+    def unlink_batch(self, rel: bytes, handle: DirFd, names: list[bytes]) -> tuple[list[Row], list[DirItem]]:
         rows: list[Row] = []
         subdirs: list[DirItem] = []
         fd = handle.fd
@@ -247,6 +231,9 @@ class FsspecTreeRemover:
 
     def root_error_row(self, error: BaseException) -> Row:
         return self.lister.root_error_row(error)
+
+    def close(self) -> None:
+        self.lister.close()
 
     def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing:
         listing = self.lister.list_dir(item, pool)
@@ -304,7 +291,10 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
                 if spec.dry_run:
                     counts.sample(rel, spec.sample_limit)
 
-    tally, frontier = walk(lister, items, pool, in_flight_cap(spec.threads), budget, emit)
+    try:
+        tally, frontier = walk(lister, items, pool, in_flight_cap(spec.threads), budget, emit)
+    finally:
+        lister.close()
     blocked = set()
     for rel in [r for r, _ in frontier] + failed_dirs:
         rel = rel if isinstance(rel, bytes) else rel.encode("utf-8", "surrogateescape")

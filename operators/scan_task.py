@@ -70,7 +70,10 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
 
     cap = in_flight_cap(spec.threads)
     pool = get_pool(spec.threads, ((spec.protocol, spec.root),))
-    tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows)
+    try:
+        tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows)
+    finally:
+        lister.close()
     tally.errors += len(sum_failures)
     tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])
     return ChunkResult(task_id, parts, tally, frontier, time.monotonic() - start)

@@ -42,6 +42,8 @@ class Lister(Protocol):
 
     def root_error_row(self, error: BaseException) -> Row: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass
 class Tally:
@@ -85,8 +87,16 @@ class Tally:
 
 @dataclass
 class Budget:
+    """When a walk stops starting directories and hands the rest back as its frontier.
+
+    A spent budget hands back only a frontier worth sharing: with one directory left and
+    nothing in flight (a deep chain), the walk goes on, up to ``lone_seconds``, since a new
+    task would cost a round trip to the scheduler and re-opening a deep path from the root.
+    """
+
     max_entries: int = 50_000
     max_seconds: float = 1.0
+    lone_seconds: float = 10.0
 
 
 def walk(
@@ -111,8 +121,11 @@ def walk(
     inflight: set[Future] = set()
     start = time.monotonic()
 
-    def spent() -> bool:
-        return tally.entries >= budget.max_entries or time.monotonic() - start >= budget.max_seconds
+    def stop() -> bool:
+        elapsed = time.monotonic() - start
+        if tally.entries < budget.max_entries and elapsed < budget.max_seconds:
+            return False
+        return len(pending) > 1 or bool(inflight) or elapsed >= budget.lone_seconds
 
     def take(rows: list[Row]) -> None:
         for row in rows:
@@ -123,7 +136,7 @@ def walk(
 
     while True:
         cap = concurrency() if callable(concurrency) else concurrency
-        while pending and len(inflight) < cap and not spent():
+        while pending and len(inflight) < cap and not stop():
             item = pending.popleft()
             fut = pool.submit(lister.list_dir, item, pool)
             fut.pfs_kind = "list"  # type: ignore[attr-defined]

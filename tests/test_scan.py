@@ -22,6 +22,7 @@ from operators.local_scan import LocalLister
 from operators.names import to_bytes
 from operators.pool import get_pool
 from operators.schema import MARKER_NAME, SCHEMA
+from operators.walk import Budget, walk
 from tests.conftest import make_balanced, make_tree, run_pfs
 
 SMALL_TASKS = ScanTuning(max_entries=100, max_seconds=0.2, first_seconds=0.05, max_dirs_per_task=4)
@@ -200,6 +201,71 @@ def test_files_vanishing_during_scan(tmp_path):
     assert child.vanished and not child.rows and child.error is None
     rows_, subdirs = lister.stat_batch(b"", [(b"gone", True), (b"never-was", False)])
     assert rows_ == [] and subdirs == []  # no phantom rows
+
+
+def test_directory_swapped_for_symlink_after_listing_is_not_followed(tmp_path):
+    src, outside = tmp_path / "src", tmp_path / "outside"
+    (src / "d").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret").write_text("x")
+    lister = LocalLister(str(src))
+    (sub,) = lister.list_dir((b"", None), get_pool(4)).subdirs
+    (src / "d").rmdir()
+    (src / "d").symlink_to(outside)  # swapped between listing the parent and listing d
+    listing = lister.list_dir(sub, get_pool(4))
+    assert listing.vanished and listing.rows == [] and listing.subdirs == [] and listing.error is None
+
+
+def test_lone_directory_spreads_its_stats_over_the_pool(tmp_path):
+    """A deep chain has one directory to list at a time: its stats must not run one by one."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(100):
+        (src / f"f{i:03}").write_bytes(b"x" * i)
+    (src / "sub").mkdir()
+    listing = LocalLister(str(src)).list_dir((b"", None), get_pool(4))
+    assert len(listing.pending) >= 10  # batches of 8, not one serial batch of 101
+    rows_, subdirs = list(listing.rows), list(listing.subdirs)
+    for fut in listing.pending:
+        more_rows, more_dirs = fut.result()
+        rows_ += more_rows
+        subdirs += more_dirs
+    sizes = {to_bytes(r[0], r[1]): r[3] for r in rows_}
+    assert len(sizes) == 100 and sizes[b"f042"] == 42 and [d[0] for d in subdirs] == [b"sub"]
+
+
+def _walk_local(root: Path, budget: Budget):
+    lister = LocalLister(str(root))
+    try:
+        return walk(lister, [(b"", None)], get_pool(8), 8, budget, lambda buf: buf.take_table())
+    finally:
+        lister.close()
+
+
+def test_spent_budget_walks_on_down_a_chain_but_hands_back_a_shareable_frontier(tmp_path):
+    chain = tmp_path / "chain"
+    d = chain
+    for i in range(30):
+        d = d / f"d{i}"
+        d.mkdir(parents=True)
+        (d / "f").write_text("x")
+    tally, frontier = _walk_local(chain, Budget(max_entries=1, max_seconds=0))
+    assert frontier == [] and tally.directories == 30 and tally.files == 30  # nothing to share: kept going
+    tally, frontier = _walk_local(chain, Budget(max_entries=1, max_seconds=0, lone_seconds=0))
+    assert len(frontier) == 1 and tally.directories < 30  # the hard cap still ends the task
+    wide = tmp_path / "wide"
+    for i in range(5):
+        (wide / f"d{i}" / "sub").mkdir(parents=True)
+    tally, frontier = _walk_local(wide, Budget(max_entries=1, max_seconds=0))
+    assert tally.entries == 0 and sorted(rel for rel, _ in frontier) == [b"d%d" % i for i in range(5)]
+
+
+def test_walk_closes_every_directory_it_opened(tmp_path):
+    make_balanced(tmp_path / "src", dirs=300, files_per_dir=3)
+    before = len(os.listdir("/proc/self/fd"))
+    tally, _ = _walk_local(tmp_path / "src", Budget(10**6, 60))
+    assert tally.directories >= 300
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def test_churning_tree_scans_without_errors(tmp_path, dask_client):

@@ -1,0 +1,100 @@
+"""Open directory descriptors shared by a listing and its batches, and opened relative to a parent.
+
+Listers work relative to a directory's descriptor (``fstatat``, ``unlinkat``, ``openat``), as
+``find`` and ``rm`` do, instead of handing the kernel a full path for every entry.  A full path
+costs one lookup per component, and on a network mount a component whose cached entry has
+expired is a round trip: on gluster at 5 ms, a full-path ``lstat`` at depth 100 measured 17.5 ms
+against 6.7 ms relative (16 threads: 122/s against 1,652/s), and opening a directory by its full
+path grew to 670 ms at depth 200 against 6 ms relative to its open parent.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+
+OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class DirFd:
+    """A directory descriptor with a reference count; the last :meth:`release` closes it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._users = 1
+        self._lock = threading.Lock()
+
+    def acquire(self) -> DirFd:
+        with self._lock:
+            self._users += 1
+        return self
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            os.close(self.fd)
+
+
+class OpenDirs:
+    """Opens directories below ``root`` and keeps the most recent ``size`` open for their children.
+
+    Below the root (and at the root unless ``follow_root``) a symlink is never followed
+    (``O_NOFOLLOW``: ``ELOOP``), so a directory swapped for a link after its parent was listed
+    cannot lead the walk out of the tree.
+    Call :meth:`close` when the task ends.
+    """
+
+    def __init__(self, root: bytes, size: int = 128, follow_root: bool = True) -> None:
+        self.root = root
+        self.root_flags = OPEN_DIR if follow_root else OPEN_DIR | os.O_NOFOLLOW
+        self.size = size
+        self._lock = threading.Lock()
+        self._dirs: OrderedDict[bytes, DirFd] = OrderedDict()
+
+    def open(self, rel: bytes) -> DirFd:
+        """The directory ``rel`` (``b""`` is the root) with one reference for the caller."""
+        if not rel:
+            fd = os.open(self.root, self.root_flags)
+        else:
+            parent_rel, _, name = rel.rpartition(b"/")
+            parent = self._get(parent_rel)
+            if parent is None:
+                sep = b"" if self.root.endswith(b"/") else b"/"
+                fd = os.open(self.root + sep + rel, OPEN_DIR | os.O_NOFOLLOW)
+            else:
+                try:
+                    fd = os.open(name, OPEN_DIR | os.O_NOFOLLOW, dir_fd=parent.fd)
+                finally:
+                    parent.release()
+        handle = DirFd(fd)
+        self._put(rel, handle)
+        return handle
+
+    def _get(self, rel: bytes) -> DirFd | None:
+        with self._lock:
+            handle = self._dirs.get(rel)
+            if handle is None:
+                return None
+            self._dirs.move_to_end(rel)
+            return handle.acquire()
+
+    def _put(self, rel: bytes, handle: DirFd) -> None:
+        evicted = []
+        with self._lock:
+            old = self._dirs.pop(rel, None)
+            if old is not None:
+                evicted.append(old)
+            self._dirs[rel] = handle.acquire()
+            while len(self._dirs) > self.size:
+                evicted.append(self._dirs.popitem(last=False)[1])
+        for handle in evicted:
+            handle.release()
+
+    def close(self) -> None:
+        with self._lock:
+            handles, self._dirs = list(self._dirs.values()), OrderedDict()
+        for handle in handles:
+            handle.release()
