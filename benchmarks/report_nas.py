@@ -162,9 +162,10 @@ def path_list(tree: Tree, work: Path) -> Path:
 
 
 def probe(exe: str, paths: Path, threads: int, cache_path: str, read: bool = False) -> dict:
-    """One cold pstat run: ``threads`` lstat()s (``read``: whole-file reads) in flight over the tree's files."""
+    """One cold pstat run: ``threads`` lstat()s (``read``: whole-file reads) in flight over the tree's files,
+    relative to their open parent directories (``-a``), as pfs and find do."""
     caches = drop_caches(cache_path)
-    cmd = [exe, "-t", str(threads), *(["-R"] if read else [])]
+    cmd = [exe, "-t", str(threads), "-a", *(["-R"] if read else [])]
     with open(paths) as f:
         out = subprocess.run(cmd, stdin=f, capture_output=True, text=True, check=True).stdout
     fields = dict(kv.split("=", 1) for kv in out.split())
@@ -176,6 +177,8 @@ def probe(exe: str, paths: Path, threads: int, cache_path: str, read: bool = Fal
         "files_per_s": float(fields["ops_per_s"]),
         "bytes": int(fields.get("bytes", 0)),
         "lat_p50_us": float(fields["lat_p50_us"]),
+        "relative": True,
+        "dir_open_seconds": float(fields["dir_open_seconds"]),
         "caches": caches,
     }
 

@@ -5,11 +5,14 @@
  * scheduling: what it measures is the storage (and the kernel client), the ceiling that pfs
  * scans are compared with.
  *
- *   pstat -t THREADS [-d DIR] [-r REPEAT] [-R] < paths     paths one per line (find DIR -type f)
+ *   pstat -t THREADS [-d DIR] [-r REPEAT] [-R] [-a] < paths     paths one per line (find DIR -type f)
  *   -d DIR   take the entries of DIR (one readdir, not recursive) instead of stdin
  *   -r N     stat the list N times (default 1)
  *   -R       read each file instead: open, read(2) to the end in 1 MiB calls, close.  The ceiling of
  *            the actions that move data (cp, verify), as lstat is of the metadata ones.
+ *   -a       relative to the directory: open every parent directory first (untimed, like taking the
+ *            path list), then fstatat / openat the bare names, as find and pfs do.  A full path costs
+ *            one lookup per component, a round trip each on a network mount once its entry expired.
  *
  * Prints: threads, ops, errors, seconds, ops/s, bytes (read mode), mean/p50/p99 latency in microseconds.
  */
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +37,9 @@ static atomic_size_t errors;
 static atomic_int first_errno; /* the first failure's errno, reported so a vanished mount shows */
 static double *lat_us; /* one slot per operation */
 static int read_mode;
+static int at_mode;
+static int *dir_fd_of; /* -a: per path, its open parent directory */
+static const char **base_of; /* -a: per path, the name within it */
 static atomic_size_t bytes_read;
 #define READ_BLOCK (1 << 20)
 
@@ -43,8 +50,8 @@ static double now(void) {
 }
 
 /* One file read to its end; 0 or -1 with errno set, like lstat. */
-static int read_file(const char *path, char *buf) {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+static int read_file(int dir_fd, const char *path, char *buf) {
+    int fd = openat(dir_fd, path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -1;
     ssize_t n;
     size_t got = 0;
@@ -64,8 +71,11 @@ static void *worker(void *arg) {
     for (;;) {
         size_t i = atomic_fetch_add(&next_op, 1);
         if (i >= total) { free(buf); return NULL; }
+        size_t k = i % npaths;
+        int dir_fd = at_mode ? dir_fd_of[k] : AT_FDCWD;
+        const char *name = at_mode ? base_of[k] : paths[k];
         double t = now();
-        if ((read_mode ? read_file(paths[i % npaths], buf) : lstat(paths[i % npaths], &st)) != 0) {
+        if ((read_mode ? read_file(dir_fd, name, buf) : fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW)) != 0) {
             int zero = 0;
             atomic_fetch_add(&errors, 1);
             atomic_compare_exchange_strong(&first_errno, &zero, errno);
@@ -84,6 +94,36 @@ static void add(char *p) {
     paths[npaths++] = p;
 }
 
+/* -a: open each path's parent once (consecutive paths share it, as find lists them). */
+static double open_parents(void) {
+    double t = now();
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    dir_fd_of = calloc(npaths, sizeof *dir_fd_of);
+    base_of = calloc(npaths, sizeof *base_of);
+    char *last_dir = NULL;
+    int last_fd = -1;
+    for (size_t k = 0; k < npaths; k++) {
+        char *slash = strrchr(paths[k], '/');
+        char *dir = slash ? strndup(paths[k], slash == paths[k] ? 1 : (size_t)(slash - paths[k])) : strdup(".");
+        if (!last_dir || strcmp(dir, last_dir)) {
+            free(last_dir);
+            last_dir = dir;
+            last_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (last_fd < 0) { perror(dir); exit(1); }
+        } else {
+            free(dir);
+        }
+        dir_fd_of[k] = last_fd;
+        base_of[k] = slash ? slash + 1 : paths[k];
+    }
+    free(last_dir);
+    return now() - t;
+}
+
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -92,12 +132,13 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     int threads = 1, repeat = 1, c;
     const char *dir = NULL;
-    while ((c = getopt(argc, argv, "t:d:r:R")) != -1) {
+    while ((c = getopt(argc, argv, "t:d:r:Ra")) != -1) {
         if (c == 't') threads = atoi(optarg);
         else if (c == 'd') dir = optarg;
         else if (c == 'r') repeat = atoi(optarg);
         else if (c == 'R') read_mode = 1;
-        else { fprintf(stderr, "usage: pstat -t THREADS [-d DIR] [-r REPEAT] [-R] < paths\n"); return 2; }
+        else if (c == 'a') at_mode = 1;
+        else { fprintf(stderr, "usage: pstat -t THREADS [-d DIR] [-r REPEAT] [-R] [-a] < paths\n"); return 2; }
     }
     if (threads < 1 || repeat < 1) { fprintf(stderr, "pstat: -t and -r must be >= 1\n"); return 2; }
     if (dir) {
@@ -122,6 +163,7 @@ int main(int argc, char **argv) {
         free(line);
     }
     if (!npaths) { fprintf(stderr, "pstat: no paths\n"); return 1; }
+    double open_secs = at_mode ? open_parents() : 0;
     total = npaths * (size_t)repeat;
     lat_us = calloc(total, sizeof *lat_us);
     pthread_t *tid = calloc(threads, sizeof *tid);
@@ -132,9 +174,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < total; i++) sum += lat_us[i];
     qsort(lat_us, total, sizeof *lat_us, cmp);
     printf("threads=%d ops=%zu errors=%zu seconds=%.3f ops_per_s=%.0f bytes=%zu lat_mean_us=%.0f lat_p50_us=%.0f "
-           "lat_p99_us=%.0f\n",
+           "lat_p99_us=%.0f dir_open_seconds=%.3f\n",
            threads, total, (size_t)atomic_load(&errors), secs, total / secs, (size_t)atomic_load(&bytes_read), sum / total,
-           lat_us[total / 2], lat_us[(size_t)(total * 0.99)]);
+           lat_us[total / 2], lat_us[(size_t)(total * 0.99)], open_secs);
     if (atomic_load(&errors)) fprintf(stderr, "pstat: first error: %s\n", strerror(atomic_load(&first_errno)));
     return 0;
 }
