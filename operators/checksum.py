@@ -73,9 +73,16 @@ def checksum_fd(fd: int, algorithm: str) -> str:
     return f"{algorithm}:{h.hexdigest()}"
 
 
+OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC  # symlinks are not followed (ELOOP)
+
+
 def checksum_local(path: bytes | str, algorithm: str = DEFAULT) -> str:
     """Checksum of a local (or mounted) file; symlinks are not followed (ELOOP)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    return checksum_and_close(os.open(path, OPEN_FILE), algorithm)
+
+
+def checksum_and_close(fd: int, algorithm: str = DEFAULT) -> str:
+    """Checksum of a file opened (with ``OPEN_FILE``) for reading from the start; closes ``fd``."""
     try:
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
@@ -161,6 +168,7 @@ def checksum_table(
     import fsspec
     import pyarrow as pa
 
+    from .dirfd import OpenDirs
     from .names import to_bytes
     from .parts import write_part
     from .rows import describe_error
@@ -171,17 +179,26 @@ def checksum_table(
     cols = {n: table.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "error")}
     todo = [i for i in range(table.num_rows) if cols["type"][i] == "file" and cols["error"][i] is None]
 
+    dirs = OpenDirs(base or b"/") if local else None  # files open relative to their parent directory
+
     def one(i: int) -> str:
         rel = to_bytes(cols["path"][i], cols["path_raw"][i])
-        if local:
-            return checksum_local(base + b"/" + rel, algorithm)
-        return checksum_remote(fs, f"{base}/{cols['path'][i]}", algorithm)
+        if dirs is None:
+            return checksum_remote(fs, f"{base}/{cols['path'][i]}", algorithm)
+        if not rel:
+            return checksum_local(base, algorithm)
+        return checksum_and_close(dirs.open_file(rel, OPEN_FILE), algorithm)
 
     sums: list[str | None] = [None] * table.num_rows
     errors = list(cols["error"])
     failures: list[str] = []
     nbytes = 0
-    for i, result in zip(todo, checksum_many(todo, one), strict=True):
+    try:
+        results = checksum_many(todo, one)
+    finally:
+        if dirs is not None:
+            dirs.close()
+    for i, result in zip(todo, results, strict=True):
         if isinstance(result, BaseException):
             errors[i] = f"checksum: {describe_error(result)}"
             failures.append(f"{cols['path'][i]}: {errors[i]}")

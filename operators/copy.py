@@ -22,6 +22,7 @@ from typing import NamedTuple
 import fsspec
 
 from .copy_local import copy_range, is_sparse
+from .dirfd import OpenDirs
 from .names import check_relative
 from .pool import get_pool
 from .ratelimit import take_bytes, take_ops
@@ -265,7 +266,13 @@ def copy_files(spec: CopySpec, entries: list[Entry]) -> Outcome:
     out = Outcome()
     entries = _safe(spec, entries, out)
     pool = get_pool(spec.threads, spec.storage)
-    for e, result in zip(entries, pool.map(lambda e: _copy_one(spec, e), entries), strict=True):
+    sources = OpenDirs(os.fsencode(spec.src_root)) if spec.src_local else None
+    try:
+        results = list(pool.map(lambda e: _copy_one(spec, e, sources), entries))
+    finally:
+        if sources is not None:
+            sources.close()
+    for e, result in zip(entries, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
         elif result == "skip":
@@ -293,7 +300,7 @@ def _safe(spec: CopySpec, entries: list[Entry], out: Outcome) -> list[Entry]:
     return kept
 
 
-def _copy_one(spec: CopySpec, e: Entry) -> str | BaseException:
+def _copy_one(spec: CopySpec, e: Entry, sources: OpenDirs | None = None) -> str | BaseException:
     take_ops()
     try:
         if spec.check_existing:
@@ -312,7 +319,7 @@ def _copy_one(spec: CopySpec, e: Entry) -> str | BaseException:
             return _copy_special(spec, e)
         if kind == "directory":
             return NotImplementedError("symlink to a directory is not followed (-L copies symlinks to files)")
-        _copy_file(spec, e)
+        _copy_file(spec, e, sources)
         return "file"
     except Exception as exc:
         return exc
@@ -355,7 +362,9 @@ def existing_verdict(spec: CopySpec, e: Entry) -> str:
     return "copy"
 
 
-def _copy_file(spec: CopySpec, e: Entry) -> None:
+def _copy_file(spec: CopySpec, e: Entry, sources: OpenDirs | None = None) -> None:
+    """``sources`` opens the source relative to its open parent directory (a lookup per file, not per
+    path component: ``operators.dirfd``)."""
     src, dst = spec.src_path(e.rel), spec.dst_path(e.out_rel)
     if not (spec.src_local and spec.dst_local):
         take_bytes(e.size or 0)  # fsspec moves the data itself: charge it up front
@@ -365,8 +374,8 @@ def _copy_file(spec: CopySpec, e: Entry) -> None:
     tmp = dst if spec.inplace else _temp_of(dst, spec.token)
     try:
         if spec.src_local:
-            flags = os.O_RDONLY | (0 if spec.follow_symlinks else os.O_NOFOLLOW)
-            sfd = os.open(src, flags)
+            flags = os.O_RDONLY | os.O_CLOEXEC | (0 if spec.follow_symlinks else os.O_NOFOLLOW)
+            sfd = sources.open_file(e.rel, flags) if sources is not None and e.rel else os.open(src, flags)
             try:
                 s = os.fstat(sfd)
                 e = with_stat(e, s)

@@ -73,6 +73,19 @@ class OpenDirs:
         self._put(rel, handle)
         return handle
 
+    def handle(self, rel: bytes) -> DirFd:
+        """The directory ``rel``, kept open or opened now, with one reference for the caller."""
+        return self._get(rel) or self.open(rel)
+
+    def open_file(self, rel: bytes, flags: int) -> int:
+        """``os.open`` of the file ``rel`` relative to its (kept open) parent directory."""
+        parent_rel, _, name = rel.rpartition(b"/")
+        parent = self.handle(parent_rel)
+        try:
+            return os.open(name, flags, dir_fd=parent.fd)
+        finally:
+            parent.release()
+
     def _get(self, rel: bytes) -> DirFd | None:
         with self._lock:
             handle = self._dirs.get(rel)

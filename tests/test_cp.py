@@ -404,3 +404,20 @@ def test_big_files_split_only_where_parallel_streams_pay(tmp_path, dask_client):
     assert ranged.exit_code == 0 and ranged.ranges == 4
     for d in ("whole", "ranged"):
         assert (tmp_path / d / "big.bin").read_bytes() == (big / "big.bin").read_bytes()
+
+
+def test_source_directory_swapped_for_symlink_after_the_scan_is_not_followed(tmp_path):
+    """Sources open relative to their parent, which is never reached through a symlink below the root."""
+    from operators.copy import CopySpec, Entry, copy_files
+
+    src, outside, dst = tmp_path / "src", tmp_path / "outside", tmp_path / "dst"
+    make_tree(src, {"d/f": b"inside", "g": b"top"})
+    make_tree(outside, {"f": b"secret"})
+    (dst / "d").mkdir(parents=True)
+    (src / "d" / "f").unlink()
+    (src / "d").rmdir()
+    (src / "d").symlink_to(outside)  # after the scan listed d/f as a file in a directory
+    spec = CopySpec("file", str(src), "file", str(dst), token="t", check_existing=False)
+    out = copy_files(spec, [Entry(b"d/f", "file", 6), Entry(b"g", "file", 3)])
+    assert out.files == 1 and (dst / "g").read_bytes() == b"top"
+    assert not (dst / "d" / "f").exists() and out.counts()["failed"] == 1
