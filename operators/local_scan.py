@@ -18,11 +18,11 @@ import stat as st
 from concurrent.futures import ThreadPoolExecutor
 from os import fsencode
 
-from .checksum import OPEN_FILE, checksum_and_close
+from .checksum import OPEN_FILE, checksum_and_close, checksum_local
 from .dirfd import DirFd, OpenDirs
 from .names import join
 from .ratelimit import take_ops
-from .rows import Row, describe_error, error_row, row_from_stat, with_error
+from .rows import Row, error_row, row_from_stat
 from .walk import DirItem, Listing
 
 SMALL_BATCH = 8  # stats per job for a directory's first SPREAD entries
@@ -31,12 +31,8 @@ STAT_BATCH = 256  # stats per job after that: fewer, larger jobs for big directo
 
 
 class LocalLister:
-    """``checksum`` (an algorithm) also reads every regular file as its stat batch meets it, relative
-    to the open directory, so reading overlaps the walk instead of following it."""
-
-    def __init__(self, root: str | bytes, checksum: str | None = None) -> None:
+    def __init__(self, root: str | bytes) -> None:
         self.root = os.fsencode(root).rstrip(b"/") or b"/"
-        self.checksum = checksum
         self._open = OpenDirs(self.root)
 
     def close(self) -> None:
@@ -133,16 +129,11 @@ class LocalLister:
                 except OSError as exc:
                     rows.append(error_row(path, "symlink", exc))
                     continue
-            if self.checksum and st.S_ISREG(s.st_mode):
-                rows.append(self._checksummed(path, s, where, fd))
-            else:
-                rows.append(row_from_stat(path, s, target))
+            rows.append(row_from_stat(path, s, target))
         return rows, subdirs
 
-    def _checksummed(self, path: bytes, s: os.stat_result, where: bytes, dir_fd: int | None) -> Row:
-        """The file's row with its checksum, or with the read's failure in ``error``."""
-        try:
-            digest = checksum_and_close(os.open(where, OPEN_FILE, dir_fd=dir_fd), self.checksum)
-        except OSError as exc:
-            return with_error(row_from_stat(path, s), f"checksum: {describe_error(exc)}")
-        return row_from_stat(path, s, checksum=digest)
+    def checksum(self, rel: bytes, algorithm: str) -> str:
+        """A file's checksum, opened relative to its parent directory (kept open, or opened once)."""
+        if not rel:
+            return checksum_local(self.root, algorithm)
+        return checksum_and_close(self._open.open_file(rel, OPEN_FILE), algorithm)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from .checksum import checksum_remote, fill_rows
 from .concurrency import in_flight_cap
 from .local_scan import LocalLister
+from .names import to_bytes
 from .parts import part_name, write_part
 from .pool import get_pool
 from .remote_scan import FsspecLister
@@ -35,7 +36,7 @@ class ScanSpec:
 
     def lister(self):
         if self.protocol in ("file", "local"):
-            return LocalLister(self.root, self.checksum)  # reads files as it stats them
+            return LocalLister(self.root)
         return FsspecLister(self.protocol, self.root, self.storage_options)
 
 
@@ -56,11 +57,13 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
     sum_failures: list[str] = []
 
     def checksum_of(row) -> str:
+        if isinstance(lister, LocalLister):
+            return lister.checksum(to_bytes(row[0], row[1]), spec.checksum)
         return checksum_remote(lister.fs, lister.full(row[0]), spec.checksum)
 
     def emit(buf: RowBuffer) -> None:
         if len(buf):
-            if spec.checksum and not isinstance(lister, LocalLister):  # local rows come checksummed
+            if spec.checksum:
                 sum_failures.extend(fill_rows(buf.rows, checksum_of))
             table = buf.take_table()
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))

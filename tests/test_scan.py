@@ -21,7 +21,7 @@ from dask_pfs.scan import ScanTuning
 from operators.local_scan import LocalLister
 from operators.names import to_bytes
 from operators.pool import get_pool
-from operators.schema import MARKER_NAME, ROW_COLUMNS, SCHEMA
+from operators.schema import MARKER_NAME, SCHEMA
 from operators.walk import Budget, walk
 from tests.conftest import make_balanced, make_tree, run_pfs
 
@@ -266,19 +266,6 @@ def test_walk_closes_every_directory_it_opened(tmp_path):
     tally, _ = _walk_local(tmp_path / "src", Budget(10**6, 60))
     assert tally.directories >= 300
     assert len(os.listdir("/proc/self/fd")) == before
-
-
-def test_checksums_are_read_as_the_walk_stats_files(tmp_path):
-    """With --checksum, a listing's rows come back hashed: reading overlaps the walk."""
-    from operators.checksum import checksum_local
-
-    src = make_tree(tmp_path / "src", {"a": b"alpha", "sub/b": b"beta"})
-    (src / "link").symlink_to("a")
-    listing = LocalLister(str(src), "xxh3").list_dir((b"", None), get_pool(4))
-    got = {to_bytes(r[0], r[1]): r for r in listing.rows}
-    i_sum = ROW_COLUMNS.index("checksum")
-    assert got[b"a"][i_sum] == checksum_local(src / "a", "xxh3") and got[b"a"][-1] is None
-    assert got[b"link"][i_sum] is None and [d[0] for d in listing.subdirs] == [b"sub"]
 
 
 def test_churning_tree_scans_without_errors(tmp_path, dask_client):
