@@ -53,29 +53,68 @@ class OpenDirs:
         self.size = size
         self._lock = threading.Lock()
         self._dirs: OrderedDict[bytes, DirFd] = OrderedDict()
+        self._opening: dict[bytes, threading.Event] = {}
 
     def open(self, rel: bytes) -> DirFd:
-        """The directory ``rel`` (``b""`` is the root) with one reference for the caller."""
+        """The directory ``rel`` (``b""`` is the root), opened now, with one reference for the caller.
+
+        Opened relative to its parent; a parent not kept open is opened first, down from the
+        deepest ancestor that is (each component relative to the one above, no full paths).
+        """
         if not rel:
-            fd = os.open(self.root, self.root_flags)
+            handle = DirFd(os.open(self.root, self.root_flags))
         else:
             parent_rel, _, name = rel.rpartition(b"/")
-            parent = self._get(parent_rel)
-            if parent is None:
-                sep = b"" if self.root.endswith(b"/") else b"/"
-                fd = os.open(self.root + sep + rel, OPEN_DIR | os.O_NOFOLLOW)
-            else:
-                try:
-                    fd = os.open(name, OPEN_DIR | os.O_NOFOLLOW, dir_fd=parent.fd)
-                finally:
-                    parent.release()
-        handle = DirFd(fd)
+            parent = self._get(parent_rel) or self._open_down_to(parent_rel)
+            try:
+                handle = DirFd(os.open(name, OPEN_DIR | os.O_NOFOLLOW, dir_fd=parent.fd))
+            finally:
+                parent.release()
         self._put(rel, handle)
         return handle
 
+    def _open_down_to(self, rel: bytes) -> DirFd:
+        parts = rel.split(b"/") if rel else []
+        depth = len(parts)
+        handle = None
+        while depth > 0 and handle is None:
+            handle = self._get(b"/".join(parts[:depth]))
+            if handle is None:
+                depth -= 1
+        if handle is None:
+            handle = self._get(b"") or self.open(b"")
+        for i in range(depth, len(parts)):
+            try:
+                child = DirFd(os.open(parts[i], OPEN_DIR | os.O_NOFOLLOW, dir_fd=handle.fd))
+            finally:
+                handle.release()
+            self._put(b"/".join(parts[: i + 1]), child)
+            handle = child
+        return handle
+
     def handle(self, rel: bytes) -> DirFd:
-        """The directory ``rel``, kept open or opened now, with one reference for the caller."""
-        return self._get(rel) or self.open(rel)
+        """The directory ``rel``, kept open or opened now, with one reference for the caller.
+
+        Threads asking for the same directory at once wait for one opener: a chunk's files start
+        together, and each opening the parent itself measured as costly as opening the files.
+        """
+        while True:
+            with self._lock:
+                handle = self._dirs.get(rel)
+                if handle is not None:
+                    self._dirs.move_to_end(rel)
+                    return handle.acquire()
+                opening = self._opening.get(rel)
+                if opening is None:
+                    self._opening[rel] = opening = threading.Event()
+                    break
+            opening.wait()  # then take it from the cache (or open it, if that opener failed)
+        try:
+            return self.open(rel)
+        finally:
+            with self._lock:
+                del self._opening[rel]
+            opening.set()
 
     def open_file(self, rel: bytes, flags: int) -> int:
         """``os.open`` of the file ``rel`` relative to its (kept open) parent directory."""

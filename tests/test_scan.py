@@ -444,3 +444,32 @@ def test_dashboard_only_for_a_terminal_unless_asked(tmp_path):
     assert re.search(r"^dashboard: http://\S+:\d+/status$", shown.stderr, re.M), shown.stderr
     flag = run_pfs("scan", src, "-o", tmp_path / "m3", "--workers", "1", "--dashboard", check=True)
     assert "dashboard: http" in flag.stderr
+
+
+def test_open_dirs_walks_down_component_by_component_and_shares_one_descriptor(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from operators.dirfd import OpenDirs
+
+    deep = b"/".join([b"d"] * 600)  # deeper than Python's recursion limit allows recursing per level
+    os.makedirs(os.path.join(os.fsencode(tmp_path), deep))
+    (tmp_path / "a").mkdir()
+    with open(os.path.join(os.fsencode(tmp_path), deep, b"f"), "wb") as f:
+        f.write(b"bottom")
+    before = len(os.listdir("/proc/self/fd"))
+    dirs = OpenDirs(os.fsencode(tmp_path))
+    fd = dirs.open_file(deep + b"/f", os.O_RDONLY)
+    assert os.read(fd, 10) == b"bottom"
+    os.close(fd)
+    barrier = threading.Barrier(16)
+
+    def ask(_):
+        barrier.wait()
+        handle = dirs.handle(b"a")
+        handle.release()
+        return handle.fd
+
+    with ThreadPoolExecutor(16) as pool:
+        assert len(set(pool.map(ask, range(16)))) == 1  # one opener; the others waited for it
+    dirs.close()
+    assert len(os.listdir("/proc/self/fd")) == before
