@@ -16,6 +16,28 @@ from collections import OrderedDict
 
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
+_limit_raised = False
+
+
+def raise_open_file_limit() -> None:
+    """Lift this process's soft limit on open files to the hard one (once), as ``find`` and ``rsync``
+    users expect: a task keeps up to 128 directories open and hundreds of files in flight, while
+    many systems start processes with a soft limit of 1,024."""
+    global _limit_raised
+    if _limit_raised:
+        return
+    _limit_raised = True
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = 1 << 20
+        if soft != resource.RLIM_INFINITY and soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, OSError, ValueError):
+        pass  # not permitted here: the walk still works, with fewer descriptors to spare
+
 
 class DirFd:
     """A directory descriptor with a reference count; the last :meth:`release` closes it."""
@@ -54,6 +76,7 @@ class OpenDirs:
         self._lock = threading.Lock()
         self._dirs: OrderedDict[bytes, DirFd] = OrderedDict()
         self._opening: dict[bytes, threading.Event] = {}
+        raise_open_file_limit()
 
     def open(self, rel: bytes) -> DirFd:
         """The directory ``rel`` (``b""`` is the root), opened now, with one reference for the caller.

@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -473,3 +474,18 @@ def test_open_dirs_walks_down_component_by_component_and_shares_one_descriptor(t
         assert len(set(pool.map(ask, range(16)))) == 1  # one opener; the others waited for it
     dirs.close()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_open_dirs_lifts_a_low_soft_limit_on_open_files(tmp_path):
+    code = (
+        "import resource; from operators.dirfd import OpenDirs; OpenDirs(b'/').close(); "
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+    out = subprocess.run(
+        ["prlimit", "--nofile=256:4096", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[1],
+    ).stdout
+    assert out.strip() == "4096"
