@@ -167,7 +167,12 @@ class StopAfter:
 def wait_idle(client) -> None:
     """Tasks of an interrupted driver run on: let them end before the next run (a killed client's do too)."""
     deadline = time.monotonic() + 30
-    while any(client.processing().values()) and time.monotonic() < deadline:
+
+    def busy() -> bool:  # the scheduler forgets cancelled tasks while their threads still run
+        threads = client.run(lambda dask_worker: len(dask_worker.active_threads))
+        return any(client.processing().values()) or any(threads.values())
+
+    while busy() and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
