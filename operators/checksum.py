@@ -185,8 +185,6 @@ def checksum_table(
         rel = to_bytes(cols["path"][i], cols["path_raw"][i])
         if dirs is None:
             return checksum_remote(fs, f"{base}/{cols['path'][i]}", algorithm)
-        if not rel:
-            return checksum_local(base, algorithm)
         return checksum_and_close(dirs.open_file(rel, OPEN_FILE), algorithm)
 
     sums: list[str | None] = [None] * table.num_rows

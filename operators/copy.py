@@ -375,7 +375,7 @@ def _copy_file(spec: CopySpec, e: Entry, sources: OpenDirs | None = None) -> Non
     try:
         if spec.src_local:
             flags = os.O_RDONLY | os.O_CLOEXEC | (0 if spec.follow_symlinks else os.O_NOFOLLOW)
-            sfd = sources.open_file(e.rel, flags) if sources is not None and e.rel else os.open(src, flags)
+            sfd = sources.open_file(e.rel, flags) if sources is not None else os.open(src, flags)
             try:
                 s = os.fstat(sfd)
                 e = with_stat(e, s)

@@ -59,6 +59,21 @@ class DirFd:
         if last:
             os.close(self.fd)
 
+    def submit(self, pool, fn, *args):
+        """``pool.submit(fn, self.fd, *args)``, holding a reference until ``fn`` has returned."""
+        self.acquire()
+        try:
+            return pool.submit(self._call, fn, args)
+        except BaseException:
+            self.release()
+            raise
+
+    def _call(self, fn, args):
+        try:
+            return fn(self.fd, *args)
+        finally:
+            self.release()
+
 
 class OpenDirs:
     """Opens directories below ``root`` and keeps the most recent ``size`` open for their children.
@@ -140,7 +155,10 @@ class OpenDirs:
             opening.set()
 
     def open_file(self, rel: bytes, flags: int) -> int:
-        """``os.open`` of the file ``rel`` relative to its (kept open) parent directory."""
+        """``os.open`` of the file ``rel`` relative to its (kept open) parent directory (``b""``: the
+        root itself, a scan or copy of one file)."""
+        if not rel:
+            return os.open(self.root, flags)
         parent_rel, _, name = rel.rpartition(b"/")
         parent = self.handle(parent_rel)
         try:

@@ -16,10 +16,9 @@ import errno
 import os
 import stat as st
 from concurrent.futures import ThreadPoolExecutor
-from os import fsencode
 
-from .checksum import OPEN_FILE, checksum_and_close, checksum_local
-from .dirfd import DirFd, OpenDirs
+from .checksum import OPEN_FILE, checksum_and_close
+from .dirfd import OpenDirs
 from .names import join
 from .ratelimit import take_ops
 from .rows import Row, error_row, row_from_stat
@@ -38,11 +37,6 @@ class LocalLister:
     def close(self) -> None:
         """Close the directories kept open for relative lookups (the end of a task)."""
         self._open.close()
-
-    def full(self, rel: bytes) -> bytes:
-        if not rel:
-            return self.root
-        return self.root + rel if self.root == b"/" else self.root + b"/" + rel
 
     def root_error_row(self, error: BaseException) -> Row:
         return error_row(b".", "directory", error)
@@ -67,51 +61,30 @@ class LocalLister:
         try:
             with os.scandir(handle.fd) as it:  # names come back as str (surrogateescape) from a descriptor
                 for entry in it:
-                    batch.append((fsencode(entry.name), entry.is_dir(follow_symlinks=False)))
+                    batch.append((os.fsencode(entry.name), entry.is_dir(follow_symlinks=False)))
                     seen += 1
                     if len(batch) >= (SMALL_BATCH if seen <= SPREAD else STAT_BATCH):
-                        listing.pending.append(self._submit(pool, rel, batch, handle))
+                        listing.pending.append(handle.submit(pool, self.stat_batch, rel, batch))
                         batch = []
         except FileNotFoundError:
             listing.vanished = True
         except OSError as exc:
             listing.error = exc
         try:
-            listing.rows, listing.subdirs = self.stat_batch(rel, batch, handle.fd)
+            listing.rows, listing.subdirs = self.stat_batch(handle.fd, rel, batch)
         finally:
             handle.release()
         return listing
 
-    def _submit(self, pool: ThreadPoolExecutor, rel: bytes, batch: list, handle: DirFd):
-        handle.acquire()
-        try:
-            return pool.submit(self._stat_batch_releasing, rel, batch, handle)
-        except BaseException:
-            handle.release()
-            raise
-
-    def _stat_batch_releasing(self, rel: bytes, batch: list, handle: DirFd):
-        try:
-            return self.stat_batch(rel, batch, handle.fd)
-        finally:
-            handle.release()
-
-    def stat_batch(
-        self, rel: bytes, names: list[tuple[bytes, bool]], dir_fd: int | None = None
-    ) -> tuple[list[Row], list[DirItem]]:
-        """Rows for ``names`` in directory ``rel`` (stat-ed relative to ``dir_fd`` when given)."""
+    def stat_batch(self, dir_fd: int, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
+        """Rows for ``names`` in directory ``rel``, stat-ed relative to its descriptor ``dir_fd``."""
         rows: list[Row] = []
         subdirs: list[DirItem] = []
-        base = self.full(rel)
         for name, looked_like_dir in names:
             path = join(rel, name)
-            if dir_fd is None:
-                where, fd = (base + b"/" + name if base != b"/" else b"/" + name), None
-            else:
-                where, fd = name, dir_fd
             take_ops()
             try:
-                s = os.stat(where, dir_fd=fd, follow_symlinks=False)
+                s = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue  # vanished since the listing: no phantom row
             except OSError as exc:
@@ -123,7 +96,7 @@ class LocalLister:
             target = None
             if st.S_ISLNK(s.st_mode):
                 try:
-                    target = os.readlink(where, dir_fd=fd)
+                    target = os.readlink(name, dir_fd=dir_fd)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:
@@ -134,6 +107,4 @@ class LocalLister:
 
     def checksum(self, rel: bytes, algorithm: str) -> str:
         """A file's checksum, opened relative to its parent directory (kept open, or opened once)."""
-        if not rel:
-            return checksum_local(self.root, algorithm)
         return checksum_and_close(self._open.open_file(rel, OPEN_FILE), algorithm)

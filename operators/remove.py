@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import fsspec
 
 from .concurrency import in_flight_cap
-from .dirfd import DirFd, OpenDirs
+from .dirfd import OpenDirs
 from .names import decode, join, to_bytes
 from .pool import get_pool
 from .ratelimit import take_ops
@@ -179,46 +179,42 @@ class LocalTreeRemover:
                         continue
                     batch.append(name)
                     if len(batch) >= BATCH:
-                        handle.acquire()
-                        listing.pending.append(pool.submit(self.unlink_batch, rel, handle, batch))
+                        listing.pending.append(handle.submit(pool, self.unlink_batch, rel, batch))
                         batch = []
         except OSError as exc:
             listing.error = exc
-        handle.acquire()
-        listing.rows, more = self.unlink_batch(rel, handle, batch)
+        try:
+            listing.rows, more = self.unlink_batch(handle.fd, rel, batch)
+        finally:
+            handle.release()
         listing.subdirs.extend(more)
-        handle.release()
         return listing
 
-    def unlink_batch(self, rel: bytes, handle: DirFd, names: list[bytes]) -> tuple[list[Row], list[DirItem]]:
+    def unlink_batch(self, fd: int, rel: bytes, names: list[bytes]) -> tuple[list[Row], list[DirItem]]:
         rows: list[Row] = []
         subdirs: list[DirItem] = []
-        fd = handle.fd
-        try:
-            for name in names:
-                path = join(rel, name)
-                take_ops()
+        for name in names:
+            path = join(rel, name)
+            take_ops()
+            try:
+                s = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                rows.append(error_row(path, "other", exc))
+                continue
+            if st.S_ISDIR(s.st_mode):  # d_type was unknown, or it was replaced since the listing
+                subdirs.append((path, dir_row(path)))
+                continue
+            row = row_from_stat(path, s)
+            if not self.dry_run:
                 try:
-                    s = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    os.unlink(name, dir_fd=fd)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:
-                    rows.append(error_row(path, "other", exc))
-                    continue
-                if st.S_ISDIR(s.st_mode):  # d_type was unknown, or it was replaced since the listing
-                    subdirs.append((path, dir_row(path)))
-                    continue
-                row = row_from_stat(path, s)
-                if not self.dry_run:
-                    try:
-                        os.unlink(name, dir_fd=fd)
-                    except FileNotFoundError:
-                        continue
-                    except OSError as exc:
-                        row = with_error(row, exc)
-                rows.append(row)
-        finally:
-            handle.release()
+                    row = with_error(row, exc)
+            rows.append(row)
         return rows, subdirs
 
 

@@ -200,7 +200,11 @@ def test_files_vanishing_during_scan(tmp_path):
     sub = listing.subdirs[0]
     child = lister.list_dir(sub, get_pool(4))
     assert child.vanished and not child.rows and child.error is None
-    rows_, subdirs = lister.stat_batch(b"", [(b"gone", True), (b"never-was", False)])
+    root_fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        rows_, subdirs = lister.stat_batch(root_fd, b"", [(b"gone", True), (b"never-was", False)])
+    finally:
+        os.close(root_fd)
     assert rows_ == [] and subdirs == []  # no phantom rows
 
 
