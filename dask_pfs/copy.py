@@ -11,6 +11,12 @@ Phases, each streamed out of DuckDB in record batches so the driver never holds 
 4. hard links to files copied in 3 (POSIX destinations);
 5. directory modes and times, after their contents, then the destination root's.
 
+Streamed: a live tree copied into a new local destination does not wait for the scan.  Each
+scan task's rows are copied as soon as the task is back, while the walk goes on (files create
+their missing directories); the phases above then do only what needs the whole manifest: hard
+links, big files in ranges, directories, and every row a streamed part left (``_Streamer``).
+Listing and copying overlap, which on network storage saves most of the scan's time.
+
 Copy semantics (like ``cp -r``, with rsync's trailing slash):
 
 * ``copy("a", "b")``: ``b`` is an existing directory -> ``b/a`` is the copy; otherwise ``b`` is
@@ -75,7 +81,7 @@ from operators.names import UnsafePathError, check_relative, to_bytes
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
 from .limits import Limits, concurrency_report, job_limits
-from .manifest import Manifest, has_marker, open_manifest
+from .manifest import Manifest, has_marker, open_manifest, sql_str
 from .progress import NullProgress, Reporter
 from .query import connection
 from .urls import Location, resolve
@@ -103,6 +109,7 @@ class CopyResult:
     journal: str | None = None  # kept when the run did not finish cleanly: pass resume=True to go on
     concurrency: dict = field(default_factory=dict)  # I/O concurrency per worker: fixed, or where auto-tuning settled
     ranges: int = 0  # byte-range tasks of big files (split over several tasks)
+    streamed: int = 0  # files, symlinks and special files copied while the scan was still walking
 
     @property
     def exit_code(self) -> int:
@@ -147,6 +154,7 @@ def copy(
     resume: bool = False,
     journal: str | os.PathLike | bool | None = None,
     limits: Limits | None = None,
+    stream: bool = True,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
 
@@ -163,6 +171,8 @@ def copy(
     source, unsafe manifest paths, a destination inside the source, conflicting options.
     ``journal``: where to record finished chunks (default: see the module docstring; False: none);
     ``resume`` continues the interrupted run that journal describes.
+    ``stream`` copies while scanning where it can (see the module docstring); False keeps the phases
+    strictly one after the other.
     """
     t0 = time.monotonic()
     if overwrite and skip_existing:
@@ -180,6 +190,7 @@ def copy(
         root = os.fspath(src) if src is not None else m.root
         target = _manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     phases: dict[str, float] = {}
+    live = manifest is None
     jr = _journal(journal, target, src, manifest, where)
     prior = jr.job() if jr is not None and resume else {}
     if jr is not None and not resume and jr.exists:
@@ -191,7 +202,14 @@ def copy(
         m = open_manifest(manifest)
     elif jr is not None and manifest is None and manifest_out is None:
         manifest_out = os.path.join(jr.path, "manifest")
-    journal_job = {"token": token, "manifest": os.fspath(manifest or manifest_out or ""), "dst": target.dst.url}
+    # a resumed run streams again when the first did: the same chunks get the same ids (see _Streamer)
+    streaming = stream and live and (bool(prior.get("streamed")) if prior else _streamable(target, manifest_out))
+    journal_job = {
+        "token": token,
+        "manifest": os.fspath(manifest or manifest_out or ""),
+        "dst": target.dst.url,
+        "streamed": streaming,
+    }
 
     def begin_journal() -> None:
         """Start a fresh journal once nothing can refuse the job any more (it lives in DST); once."""
@@ -206,11 +224,40 @@ def copy(
         if client is None:
             client = stack.enter_context(connect(cluster or ClusterOptions.from_env(threads=threads)))
         stack.enter_context(job_limits(client, limits or (cluster.limits if cluster else None)))
+
+        def new_job(rows_root: Location, m: Manifest | None, streamed: bool) -> _Job:
+            spec = CopySpec(
+                src_protocol=rows_root.protocol,
+                src_root=rows_root.path,
+                dst_protocol=target.dst.protocol,
+                dst_root=target.dst.path,
+                token=token,
+                on_exist="overwrite" if overwrite else "skip" if skip_existing else "error",
+                check_existing=not target.fresh,
+                follow_symlinks=follow_symlinks,
+                preserve=preserve,
+                inplace=inplace,
+                make_parents=streamed,
+                threads=threads,
+                src_options=rows_root.storage_options,
+                dst_options=target.dst.storage_options,
+            )
+            chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
+            job = _Job(client, spec, m, where, target, chunking, progress)
+            job.journal = jr
+            job.begin_journal = begin_journal
+            job.done = jr.done() if jr is not None and prior else {}
+            return job
+
+        job = new_job(target.src, None, streamed=True) if streaming else None
+        streamer = None
         if manifest is None:
             if manifest_out is None:
                 manifest_out = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="pfs-cp-")), "m")
             from .scan import scan
 
+            if job is not None:
+                streamer = _Streamer(job, os.fspath(manifest_out))
             t_scan = time.monotonic()
             scan(
                 target.src.url,
@@ -220,30 +267,19 @@ def copy(
                 storage_options=storage_options,
                 progress=progress,
                 resume=bool(prior),  # killed while scanning: finish that scan (its own journal)
+                on_parts=streamer.on_parts if streamer else None,
             )
             m = open_manifest(manifest_out)
             phases["scan"] = round(time.monotonic() - t_scan, 3)
-        rows_root = resolve(os.fspath(src) if manifest is not None and src is not None else m.root, storage_options)
-        spec = CopySpec(
-            src_protocol=rows_root.protocol,
-            src_root=rows_root.path,
-            dst_protocol=target.dst.protocol,
-            dst_root=target.dst.path,
-            token=token,
-            on_exist="overwrite" if overwrite else "skip" if skip_existing else "error",
-            check_existing=not target.fresh,
-            follow_symlinks=follow_symlinks,
-            preserve=preserve,
-            inplace=inplace,
-            threads=threads,
-            src_options=rows_root.storage_options,
-            dst_options=target.dst.storage_options,
-        )
-        chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
-        job = _Job(client, spec, m, where, target, chunking, progress)
-        job.journal = jr
-        job.begin_journal = begin_journal
-        job.done = jr.done() if jr is not None and prior else {}
+        if job is not None:
+            t_drain = time.monotonic()
+            streamer = streamer or _Streamer(job, os.fspath(manifest))  # resumed after the scan had finished
+            streamer.finish(m)
+            phases["streamed"] = round(time.monotonic() - t_drain, 3)  # copying still left when the scan ended
+        else:
+            rows_root = resolve(os.fspath(src) if manifest is not None and src is not None else m.root, storage_options)
+            job = new_job(rows_root, m, streamed=False)
+        job.m = m
         try:
             job.run()
         finally:
@@ -273,6 +309,7 @@ def copy(
             journal=kept,
             concurrency=concurrency_report(client, threads),
             ranges=job.ranges,
+            streamed=job.streamed_files,
         )
 
 
@@ -388,12 +425,28 @@ class _Job:
         self.seq = 0  # file items in plan order: the chunk ids (deterministic for one manifest)
         self.ranges = 0  # byte-range tasks submitted
         self.uploads: dict[str, tuple[Entry, Future, list[Future]]] = {}  # open multipart uploads by chunk id
+        self.streamed_parts: list[str] = []  # manifest parts whose streamable rows were copied during the scan
+        self.streamed_files = 0
 
     # SQL ------------------------------------------------------------------
 
-    def sel(self) -> str:
+    def sel(self, every_row: bool = False) -> str:
+        """The selected rows; without ``every_row``, less those a streamed copy already took."""
         cond = f"({self.where})" if self.where else "true"
-        return f"sel AS (SELECT * FROM {self.m.relation_sql()} AS m WHERE {cond})"
+        if every_row or not self.streamed_parts:
+            return f"sel AS (SELECT * FROM {self.m.relation_sql()} AS m WHERE {cond})"
+        names = ", ".join(sql_str(name) for name in self.streamed_parts)
+        taken = f"parse_filename(filename) IN ({names}) AND {self.streamable()}"
+        return f"sel AS (SELECT * FROM {self.m.relation_sql(filename=True)} AS m WHERE {cond} AND NOT ({taken}))"
+
+    def streamable(self) -> str:
+        """Rows a streamed copy takes as they are listed: all but directories (made before their contents and
+        given their times after), hard links (a group's first copy needs the whole manifest), and files
+        big enough to be copied in ranges."""
+        return (
+            "type <> 'directory' AND error IS NULL AND NOT (type = 'file' AND "
+            f"(coalesce(nlink, 1) > 1 OR coalesce(size, 0) > {int(self.limits.split_size)}))"
+        )
 
     def hl(self) -> str:
         if not self.links:
@@ -471,12 +524,13 @@ class _Job:
     def check_paths(self) -> None:
         """Refuse the whole job if any selected row (or link target of a hard link) could escape."""
         bad = self.con.execute(
-            f"WITH {self.sel()} SELECT path FROM sel WHERE path = '' OR regexp_matches(path, "
+            f"WITH {self.sel(every_row=True)} SELECT path FROM sel WHERE path = '' OR regexp_matches(path, "
             r"'(^/|//|(^|/)\.\.?(/|$)|/$|\x00)') LIMIT 1"
         ).fetchall()
         if bad:
             raise PfsError(f"manifest row with an unsafe path {bad[0][0]!r}; refusing to copy anything")
-        for batch in self.batches(f"WITH {self.sel()} SELECT path, path_raw FROM sel WHERE path_raw IS NOT NULL"):
+        raw_paths = f"WITH {self.sel(every_row=True)} SELECT path, path_raw FROM sel WHERE path_raw IS NOT NULL"
+        for batch in self.batches(raw_paths):
             for text, raw in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
                 try:
                     check_relative(to_bytes(text, raw))
@@ -485,7 +539,7 @@ class _Job:
 
     def count(self) -> None:
         row = self.con.execute(
-            f"WITH {self.sel()} SELECT count(*) FILTER (WHERE type <> 'directory'), "
+            f"WITH {self.sel(every_row=True)} SELECT count(*) FILTER (WHERE type <> 'directory'), "
             "coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM sel WHERE error IS NULL"
         ).fetchall()[0]
         self.totals = {"total_files": int(row[0]), "total_bytes": int(row[1])}
@@ -523,7 +577,8 @@ class _Job:
         runner.drain()
 
     def submit_item(self, runner: _Runner, item: Chunk | BigFile) -> None:
-        cid = f"{'c' if isinstance(item, Chunk) else 'b'}{self.seq}"
+        # a streamed run numbers only what the scan left: its ids must never match a resumed run's full plan
+        cid = f"{'s' if self.streamed_parts else ''}{'c' if isinstance(item, Chunk) else 'b'}{self.seq}"
         self.seq += 1
         if cid in self.done:
             self.resumed += 1
@@ -689,6 +744,58 @@ class _Job:
         return final
 
 
+def _streamable(target: _Target, manifest_out: str | os.PathLike | None) -> bool:
+    """Stream (copy while scanning) a tree into a new local destination with a local manifest: nothing
+    there to compare against, so no row needs the destination's state first, and nothing there but
+    this run's own copies (``operators.copy._made_parent``)."""
+    return target.fresh and not target.rename and target.dst.is_local and "://" not in str(manifest_out or "")
+
+
+class _Streamer:
+    """Copies the rows of each scan task as soon as it is back, while the walk goes on.
+
+    The scan's driver loop calls :meth:`on_parts`; it folds in finished copies without waiting and
+    submits new chunks, waiting only when the copy tasks in flight fill the cluster (the copy is
+    then the slower side, and the walk may as well wait for it).
+    """
+
+    def __init__(self, job: _Job, manifest: str) -> None:
+        self.job = job
+        self.manifest = manifest
+        self.runner = _Runner(job, job.max_inflight)
+        self.progress, job.progress = job.progress, NullProgress()  # the scan reports meanwhile
+
+    def on_parts(self, parts: list[str]) -> None:
+        """``parts``: names of part files in the manifest directory."""
+        self.runner.poll()
+        for name in parts:
+            self.copy_part(name)
+            self.job.streamed_parts.append(name)
+
+    def copy_part(self, name: str) -> None:
+        """Chunks named after the part and their place in it: a resumed run (same manifest) makes the same
+        chunks and skips the ones its journal lists."""
+        rows = f"read_parquet({sql_str(os.path.join(self.manifest, name))})"  # one file: rows in stored order
+        sql = f"SELECT {_META}, link_target, link_target_raw FROM {rows} WHERE {self.job.streamable()}"
+        planner = Planner(self.job.limits, split=False)
+        chunks = [c for batch in self.job.batches(sql) for e in entries_from_batch(batch) for c in planner.add(e)]
+        for i, chunk in enumerate([*chunks, *planner.finish()]):
+            cid = f"p{name}.{i}"
+            if cid in self.job.done:
+                self.job.resumed += 1
+            else:
+                self.runner.submit("stream", copy_files, chunk.entries, cid=cid)
+
+    def finish(self, m: Manifest) -> None:
+        """Copy the parts not streamed yet (an interrupted run's scan), wait for the copies still running; the
+        phases after the scan leave out what they copied."""
+        seen = set(self.job.streamed_parts)
+        self.on_parts([name for name in (os.path.basename(p) for p in m.part_files()) if name not in seen])
+        self.runner.drain()
+        self.job.streamed_files = self.job.total.files + self.job.total.symlinks
+        self.job.progress = self.progress
+
+
 class _Runner:
     """Keeps at most ``limit`` task slots busy and folds results into the job as they finish."""
 
@@ -736,6 +843,11 @@ class _Runner:
 
     def drain(self) -> None:
         while self.inflight:
+            self.take()
+
+    def poll(self) -> None:
+        """Fold in the results already back, without waiting."""
+        while self.inflight and self.ac.has_ready():
             self.take()
 
 

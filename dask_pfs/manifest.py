@@ -57,13 +57,14 @@ class Manifest:
         fs, _ = _fs(self.url)
         return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
 
-    def relation_sql(self) -> str:
-        """A DuckDB table expression over the parts (works for an empty manifest too)."""
+    def relation_sql(self, filename: bool = False) -> str:
+        """A DuckDB table expression over the parts (works for an empty manifest too); ``filename``
+        adds the column of that name: the part each row is in."""
         files = self.part_files()
         if not files:
             cols = ", ".join(f'NULL::{_duck_type(f)} AS "{f.name}"' for f in SCHEMA)
-            return f"(SELECT {cols} WHERE false)"
-        return f"read_parquet({_sql_str(self.parts_glob)})"
+            return f"(SELECT {cols}{', NULL::VARCHAR AS filename' if filename else ''} WHERE false)"
+        return f"read_parquet({sql_str(self.parts_glob)}{', filename = true' if filename else ''})"
 
 
 def _duck_type(field) -> str:
@@ -81,7 +82,8 @@ def _duck_type(field) -> str:
     return "BIGINT"
 
 
-def _sql_str(s: str) -> str:
+def sql_str(s: str) -> str:
+    """A DuckDB string literal."""
     return "'" + s.replace("'", "''") + "'"
 
 

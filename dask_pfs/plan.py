@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from operators.journal import write_atomic
 
 from .errors import PfsError
+from .manifest import sql_str
 from .query import connection
 
 PLAN_FILE = "plan.parquet"
@@ -33,10 +34,6 @@ ACTIONS = ("new", "changed", "type-changed", "unchanged", "extra", "error")
 COPY_ACTIONS = ("new", "changed", "type-changed")
 # never part of a destination's contents: journals and temp files of pfs runs
 IGNORED_DST = "NOT (starts_with(path, '.pfs-journal-') OR contains(name, '.pfs-tmp-'))"
-
-
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 @dataclass(frozen=True)
@@ -53,7 +50,7 @@ class Plan:
 
     def keys_sql(self, condition: str) -> str:
         """A subquery of the exact path bytes of the plan rows matching ``condition``."""
-        return f"(SELECT key FROM read_parquet({_sql_str(self.file)}) WHERE {condition})"
+        return f"(SELECT key FROM read_parquet({sql_str(self.file)}) WHERE {condition})"
 
     def where(self, condition: str) -> str:
         """A manifest ``--where`` selecting the rows of the plan that match ``condition``."""
@@ -103,13 +100,13 @@ def write_plan(
     tmp = os.path.join(out, f".{PLAN_FILE}.tmp")
     sql = plan_sql(src_rel, dst_rel, checksum=checksum, compare_mtime=compare_mtime)
     try:
-        con.execute(f"COPY ({sql}) TO {_sql_str(tmp)} (FORMAT parquet, COMPRESSION zstd)")
+        con.execute(f"COPY ({sql}) TO {sql_str(tmp)} (FORMAT parquet, COMPRESSION zstd)")
     except Exception as exc:  # duckdb.Error
         raise PfsError(f"sync plan failed: {str(exc).splitlines()[0]}") from None
     os.replace(tmp, target)
     rows = con.execute(
         f"SELECT action, count(*), coalesce(sum(size) FILTER (WHERE src_type = 'file'), 0), "
-        f"count(*) FILTER (WHERE remove_first) FROM read_parquet({_sql_str(target)}) GROUP BY action"
+        f"count(*) FILTER (WHERE remove_first) FROM read_parquet({sql_str(target)}) GROUP BY action"
     ).fetchall()
     counts = {a: 0 for a in ACTIONS} | {"copy_bytes": 0, "remove_first": 0}
     for action, n, nbytes, first in rows:

@@ -48,7 +48,7 @@ from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
 from .frontier import WalkTuning, next_slice
 from .limits import Limits, concurrency_report, job_limits
-from .manifest import open_manifest
+from .manifest import open_manifest, sql_str
 from .progress import NullProgress, Reporter, human_bytes
 from .query import connection
 from .urls import Location, resolve
@@ -353,11 +353,11 @@ class _Job:
             self.fresh_journal = True
             sel = rm_journal.freeze(con, relation, cond, jr)
         self.jr = jr
-        self.selection = (con, f"read_parquet({rm_journal.quote(sel)})", "TRUE")
+        self.selection = (con, f"read_parquet({sql_str(sel)})", "TRUE")
         n_files, n_bytes, n_dirs = con.execute(
             f"SELECT count(*) FILTER (WHERE type <> 'directory'), "
             f"coalesce(sum(size) FILTER (WHERE type <> 'directory'), 0), "
-            f"count(*) FILTER (WHERE type = 'directory') FROM read_parquet({rm_journal.quote(sel)})"
+            f"count(*) FILTER (WHERE type = 'directory') FROM read_parquet({sql_str(sel)})"
         ).fetchall()[0]
         self.totals = (n_files, n_bytes, n_dirs)
 

@@ -20,7 +20,7 @@ import os
 
 from operators.journal import Journal
 
-from .manifest import JOURNAL_PREFIX
+from .manifest import JOURNAL_PREFIX, sql_str
 from .urls import Location, resolve
 
 SELECTION = "selection.parquet"
@@ -70,7 +70,7 @@ def freeze(con, relation: str, cond: str, jr: Journal) -> str:
     tmp = f"{final}.tmp"
     con.execute(
         f"COPY (SELECT path, path_raw, type, size, mtime, depth, error FROM {relation} AS m "
-        f"WHERE {cond} AND error IS NULL ORDER BY {SELECTION_ORDER}) TO {quote(tmp)} "
+        f"WHERE {cond} AND error IS NULL ORDER BY {SELECTION_ORDER}) TO {sql_str(tmp)} "
         "(FORMAT parquet, COMPRESSION zstd)"
     )
     os.replace(tmp, final)
@@ -81,8 +81,3 @@ def frozen(jr: Journal) -> str | None:
     """The selection an earlier run froze, or None (it was killed before the file was complete)."""
     path = os.path.join(jr.path, SELECTION)
     return path if os.path.exists(path) else None
-
-
-def quote(text: str) -> str:
-    """A DuckDB string literal."""
-    return "'" + text.replace("'", "''") + "'"

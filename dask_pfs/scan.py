@@ -17,6 +17,7 @@ import os
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
@@ -81,6 +82,7 @@ def scan(
     checksum: str | None = None,
     limits: Limits | None = None,
     resume: bool = False,
+    on_parts: Callable[[list[str]], None] | None = None,
 ) -> ScanResult:
     """Scan ``url`` into a manifest directory ``out``; return counts and timings.
 
@@ -92,6 +94,9 @@ def scan(
     ``resume`` finishes the interrupted scan of ``url`` into ``out`` that the journal describes
     (walking only what its finished tasks left), returns a complete manifest's summary as it is,
     and otherwise scans afresh, replacing an incomplete manifest.
+
+    ``on_parts`` is called on the driver with each finished task's parts, which the manifest keeps,
+    while the walk goes on (``dask_pfs.copy`` starts copying them).
     """
     if checksum is not None:
         from operators.checksum import check_algorithm
@@ -149,7 +154,7 @@ def scan(
         checksum=checksum,
     )
     progress = progress or NullProgress()
-    args = (spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard, limits, jr, prior)
+    args = (spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard, limits, jr, prior, on_parts)
     if client is None:
         with connect(cluster or ClusterOptions.from_env(threads=threads)) as own, job_limits(own, limits):
             return _run(own, *args)
@@ -228,6 +233,7 @@ def _run(
     limits: Limits | None = None,
     journal: Journal | None = None,
     prior: sj.Resumed | None = None,
+    on_parts: Callable[[list[str]], None] | None = None,
 ) -> ScanResult:
     link = dashboard_link(client)
     if on_dashboard and link:
@@ -286,6 +292,8 @@ def _run(
             frontier.extend(result.frontier)
             progress.update(tally.as_dict())
             submit()
+            if on_parts is not None and result.parts:
+                on_parts(result.parts)  # after the next tasks are out: the walk does not wait on it
     except BaseException:
         pending.clear()
         raise

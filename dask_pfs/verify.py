@@ -26,7 +26,7 @@ from operators.remote_scan import FLAT_PROTOCOLS
 
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
-from .manifest import Manifest, open_manifest, prepare_output, write_marker
+from .manifest import Manifest, open_manifest, prepare_output, sql_str, write_marker
 from .progress import NullProgress, Reporter
 from .query import connection
 from .urls import resolve
@@ -196,10 +196,6 @@ def compare_sql(src: Side, dst: Side, where: str | None) -> str:
     )
 
 
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def verify(
     src: str | os.PathLike | None = None,
     dst: str | os.PathLike | None = None,
@@ -268,7 +264,7 @@ def verify(
             if differ:
                 con.execute(
                     f"COPY (SELECT * FROM ({sql}) WHERE status <> 'same' ORDER BY path) "
-                    f"TO {_sql_str(report)} (FORMAT parquet)"
+                    f"TO {sql_str(report)} (FORMAT parquet)"
                 )
                 wrote = report
             sample_rows = con.execute(

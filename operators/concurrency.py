@@ -16,8 +16,10 @@ with a limit it moves while the job runs, by hill climbing on the measured compl
   intervals and then probes again.  After each change, one pipeline's worth of jobs (admitted
   under the old limit) finishes before the next interval is measured.
 
-Intervals where no job had to wait for the gate are skipped: the limit did not bound them.
-The cost on the hot path is one lock acquire at the start of a job and one at its end.
+Intervals that never had the limit's number of jobs running are skipped: the limit did not bound them.  The cost on the
+hot path is one lock acquire at the start of a job and one at its end: the pool runs as many
+threads as the limit allows and parks the rest only when the limit falls, so a job never waits
+on a gate and is never woken from one.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from __future__ import annotations
 import logging
 import math
 import os
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 
 log = logging.getLogger("pfs.concurrency")
 
@@ -67,7 +70,6 @@ class Controller:
         self.limit = max(lo, min(hi, start))
         self.lo, self.hi, self.interval, self.gain, self.hold = lo, hi, interval, gain, hold
         self.inflight = 0
-        self._waiting = 0
         self._warm = self.limit  # the first jobs only fill the pipeline
         self._reset_interval(time.monotonic())
         self.phase = "base"  # base | up | down | hold
@@ -87,24 +89,30 @@ class Controller:
             self.limit = max(self.lo, min(self.hi, limit))
             self._warm = self.limit
             self._reset_interval(time.monotonic())
+            self._cond.notify_all()
 
-    # ---------------------------------------------------------------- the gate
+    # ---------------------------------------------------------------- jobs
 
-    def acquire(self) -> float:
-        """Wait for a slot; return the start time to hand to :meth:`release`."""
+    def begin(self) -> float:
+        """A job starts; return the start time to hand to :meth:`end`."""
         with self._cond:
-            if self.inflight >= self.limit:
-                self._waited += 1
-                self._waiting += 1
-                while self.inflight >= self.limit:
-                    self._cond.wait()
-                self._waiting -= 1
             self.inflight += 1
             if self.inflight > self._peak:
                 self._peak = self.inflight
         return time.monotonic()
 
-    def release(self, started: float) -> None:
+    def park(self, index: int, stop: Callable[[], bool]) -> bool:
+        """Hold pool thread ``index`` while the limit is at most ``index``; False once ``stop()``."""
+        with self._cond:
+            while index >= self.limit and not stop():
+                self._cond.wait()
+        return not stop()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def end(self, started: float) -> None:
         now = time.monotonic()
         with self._cond:
             self.inflight -= 1
@@ -117,8 +125,6 @@ class Controller:
                 self._latency += now - started
                 if self._done >= self._min_done and now - self._t0 >= self.interval:
                     self._step(now)
-            if self._waiting and self.inflight < self.limit:
-                self._cond.notify(self.limit - self.inflight)
 
     # ---------------------------------------------------------------- the climber
 
@@ -126,7 +132,6 @@ class Controller:
         self._t0 = now
         self._done = 0
         self._latency = 0.0
-        self._waited = 0
         self._peak = self.inflight
         self._min_done = max(8, self.limit // 2)
 
@@ -134,7 +139,7 @@ class Controller:
         before = self.limit
         rate = self._done / (now - self._t0)
         latency = self._latency / self._done
-        bound = self._waited > 0 or self._waiting > 0 or self._peak >= self.limit  # else demand was the bound
+        bound = self._peak >= self.limit  # all running: jobs queued for the limit, else demand was the bound
         self.completed += self._done
         self.history.append((round(now, 3), self.limit, round(rate, 1), round(latency, 6), self.phase))
         if bound:
@@ -144,6 +149,8 @@ class Controller:
         self._reset_interval(now)
         if self.limit != before:
             self._warm = max(1, min(before, self.limit))  # one turnover of the pipeline
+        if self.limit > before:
+            self._cond.notify_all()  # parked pool threads below the new limit go back to work
 
     def _decide(self, rate: float, latency: float) -> None:
         if self.phase == "base":
@@ -196,27 +203,86 @@ class Controller:
             }
 
 
-class GatedExecutor(ThreadPoolExecutor):
-    """A thread pool whose jobs each hold one slot of a :class:`Controller` while they run.
+class GatedExecutor(Executor):
+    """A thread pool running as many jobs at once as its :class:`Controller`'s limit says.
 
-    The slot is taken in the pool thread, not by the submitter, so a job that submits more
-    jobs (a listing handing out stat batches) never deadlocks on the gate.
+    Pool thread ``i`` takes jobs only while ``i`` is under the limit; the others park until it
+    rises again.  A job costs one queue put and get, like ``ThreadPoolExecutor``; an earlier
+    design let all 256 threads take jobs and wait on a gate, which cost every job a wait and a
+    wake-up: 20 % more CPU for a local copy of 20,000 files (15 s against 12 s).  Threads start
+    as jobs arrive, up to the limit.  Jobs may submit jobs (a listing hands out stat batches)
+    but never wait for them, so the pool cannot deadlock on itself.
     """
 
     def __init__(self, controller: Controller, max_workers: int = MAX_LIMIT) -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix="pfs-io")
         self.controller = controller
+        self._max_workers = max_workers
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._shutdown = False
 
-    def submit(self, fn, /, *args, **kwargs):
-        return super().submit(_gated, self.controller, fn, args, kwargs)
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        fut: Future = Future()
+        self._queue.put((fut, fn, args, kwargs))
+        if len(self._threads) < min(self._max_workers, self.controller.limit):
+            self._start_thread()
+        return fut
 
+    def _start_thread(self) -> None:
+        with self._lock:
+            index = len(self._threads)
+            if index >= min(self._max_workers, self.controller.limit) or self._shutdown:
+                return
+            t = threading.Thread(target=self._work, args=(index,), name=f"pfs-io_{index}", daemon=True)
+            t.start()
+            self._threads.append(t)
 
-def _gated(controller: Controller, fn, args, kwargs):
-    started = controller.acquire()
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        controller.release(started)
+    def _work(self, index: int) -> None:
+        ctl, jobs = self.controller, self._queue
+        stopped = lambda: self._shutdown  # noqa: E731
+        while True:
+            if index >= ctl.limit and not ctl.park(index, stopped):
+                return
+            item = jobs.get()
+            if item is None:
+                return
+            fut, fn, args, kwargs = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            started = ctl.begin()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                ctl.end(started)
+                fut.set_exception(exc)
+                del fut, exc
+            else:
+                ctl.end(started)
+                fut.set_result(result)
+                del fut, result
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._shutdown = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put(None)  # after the jobs already queued, as ThreadPoolExecutor does
+        self.controller.wake()  # parked threads see the shutdown and end
+        if wait:
+            for t in threads:
+                if t is not threading.current_thread():
+                    t.join()
 
 
 _lock = threading.Lock()

@@ -68,6 +68,7 @@ class CopySpec:
     follow_symlinks: bool = False
     preserve: bool = False  # ownership (needs root)
     inplace: bool = False  # small files straight to their names: no rename (costly on GlusterFS), no atomicity
+    make_parents: bool = False  # a file's destination directory may not exist yet: create it (streamed copies)
     threads: int | None = None
     src_options: dict = field(default_factory=dict)
     dst_options: dict = field(default_factory=dict)
@@ -300,7 +301,7 @@ def _safe(spec: CopySpec, entries: list[Entry], out: Outcome) -> list[Entry]:
     return kept
 
 
-def _copy_one(spec: CopySpec, e: Entry, sources: OpenDirs | None = None) -> str | BaseException:
+def _copy_one(spec: CopySpec, e: Entry, sources: OpenDirs | None = None, retry: bool = True) -> str | BaseException:
     take_ops()
     try:
         if spec.check_existing:
@@ -321,8 +322,27 @@ def _copy_one(spec: CopySpec, e: Entry, sources: OpenDirs | None = None) -> str 
             return NotImplementedError("symlink to a directory is not followed (-L copies symlinks to files)")
         _copy_file(spec, e, sources)
         return "file"
+    except FileNotFoundError as exc:
+        if retry and spec.make_parents and _made_parent(spec, e):
+            return _copy_one(spec, e, sources, retry=False)
+        return exc
     except Exception as exc:
         return exc
+
+
+def _made_parent(spec: CopySpec, e: Entry) -> bool:
+    """Make sure the destination directory of ``e`` exists (owner-writable: its real mode comes last),
+    so the copy can be tried once more.  Another thread may have made it meanwhile; when the
+    source was what was missing, the second try fails the same way.
+
+    Only for a streamed copy into a fresh destination (``dask_pfs.copy``): files are copied as the
+    walk lists them, and nothing has made their directories yet.  Nothing but this run has written
+    there, so no component can be a symlink planted to redirect the copy.
+    """
+    if not spec.dst_local:
+        return False
+    os.makedirs(os.path.dirname(spec.dst_path(e.out_rel)), 0o700, exist_ok=True)
+    return True
 
 
 def _followed_kind(spec: CopySpec, e: Entry) -> str:

@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -78,11 +79,16 @@ def no_temp_files(root: Path) -> bool:
     return not [n for _, ds, fs in os.walk(os.fsencode(root)) for n in ds + fs if TEMP_MARK in n]
 
 
-def test_local_copy_is_exact(tmp_path, dask_client):
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "phased"])
+def test_local_copy_is_exact(tmp_path, dask_client, stream):
+    """Streamed, the small files and symlinks are copied as the scan lists them; hard links, big and
+    sparse ones (ranges), and directories wait for the whole manifest.  The copy is the same."""
     src = build_source(tmp_path / "src")
-    result = copy(src, tmp_path / "dst", client=dask_client, **SMALL)
+    result = copy(src, tmp_path / "dst", client=dask_client, stream=stream, **SMALL)
     dst = tmp_path / "dst"
     assert result.exit_code == 0, result.failure_samples
+    # empty.bin, the quoted, newline, unicode and latin-1 names, dir-\xff/x and the two symlinks
+    assert result.streamed == (8 if stream else 0)
     assert_same_tree(src, dst)
     assert no_temp_files(dst)
     c = result.counts
@@ -98,6 +104,21 @@ def test_local_copy_is_exact(tmp_path, dask_client):
         assert d.st_size == os.stat(src / name).st_size
         assert d.st_blocks * 512 < 1 * MiB, (name, d.st_blocks)
     assert os.path.exists(os.path.join(os.fsencode(dst), NON_UTF8))
+
+
+def test_streamed_copy_starts_before_the_scan_ends(tmp_path, dask_client):
+    """The first files land while the walk is still listing: their change times come before the
+    manifest's finish time (the scan took several tasks)."""
+    src = tmp_path / "src"
+    make_balanced(src, dirs=400, files_per_dir=25)
+    result = copy(src, tmp_path / "dst", client=dask_client, manifest_out=tmp_path / "m")
+    assert result.exit_code == 0 and result.streamed == 400 * 25
+    marker = json.loads((tmp_path / "m" / "_manifest.json").read_text())
+    assert marker["tasks"] > 1, marker
+    finished = datetime.fromisoformat(marker["finished"]).timestamp() * 1e9
+    first = min(os.lstat(p).st_ctime_ns for p in (tmp_path / "dst").rglob("*.dat"))
+    assert first < finished
+    assert tree_digest(tmp_path / "dst") == tree_digest(src)
 
 
 def test_trailing_slash_and_existing_directory_semantics(tmp_path, dask_client):

@@ -90,6 +90,12 @@ def _size(text: str) -> int:
     is_flag=True,
     help="Write small files straight to their names (no temp name + rename; faster on GlusterFS, not atomic).",
 )
+@click.option(
+    "--stream/--no-stream",
+    default=True,
+    show_default=True,
+    help="Into a new local destination, copy each directory's files as the scan lists them.",
+)
 @click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per task.")
 @click.option("--chunk-bytes", default="256M", show_default=True, help="Bytes per task.")
 @click.option(
@@ -111,6 +117,7 @@ def cp_cmd(
     follow,
     preserve,
     inplace,
+    stream,
     chunk_files,
     chunk_bytes,
     split_size,
@@ -129,7 +136,8 @@ def cp_cmd(
       pfs cp a/ b    copies the contents of a into b (created if missing)
       pfs cp f b     one file: into b when b is a directory, else to the name b
       pfs cp --manifest M --where "size > 1e6" b   the selected rows, below b
-    SRC is scanned first (pfs scan) and the copy runs from that manifest. Files land under a
+    SRC is scanned (pfs scan) and the copy runs from that manifest; into a new local
+    destination, files are copied as the scan lists them (--no-stream: after it). Files land under a
     temporary name (.NAME.pfs-tmp-*) and are renamed when complete; a rerun removes leftovers.
     Symlinks stay symlinks (-L copies what they point at), hard links within the tree stay
     linked, sparse files stay sparse, mode and mtime are kept (ownership with --preserve).
@@ -164,6 +172,7 @@ def cp_cmd(
         follow_symlinks=follow,
         preserve=preserve,
         inplace=inplace,
+        stream=stream,
         threads=threads,
         progress=make_copy_reporter(progress),
         chunk_files=chunk_files,
