@@ -15,7 +15,8 @@ Streamed: a live tree copied into a new local destination does not wait for the 
 scan task's rows are copied as soon as the task is back, while the walk goes on (files create
 their missing directories); the phases above then do only what needs the whole manifest: hard
 links, big files in ranges, directories, and every row a streamed part left (``_Streamer``).
-Listing and copying overlap, which on network storage saves most of the scan's time.
+The first files land while the walk still lists, and listing and reading can load different
+servers at once (a metadata server and data servers); docs/performance.md has the measurements.
 
 Copy semantics (like ``cp -r``, with rsync's trailing slash):
 
@@ -440,9 +441,9 @@ class _Job:
         return f"sel AS (SELECT * FROM {self.m.relation_sql(filename=True)} AS m WHERE {cond} AND NOT ({taken}))"
 
     def streamable(self) -> str:
-        """Rows a streamed copy takes as they are listed: all but directories (made before their contents and
-        given their times after), hard links (a group's first copy needs the whole manifest), and files
-        big enough to be copied in ranges."""
+        """Rows a streamed copy takes as they are listed: all but directories (their files make them; every
+        one is made, and given its times, after the scan), hard links (a group's first copy needs the
+        whole manifest), and files big enough to be copied in ranges."""
         return (
             "type <> 'directory' AND error IS NULL AND NOT (type = 'file' AND "
             f"(coalesce(nlink, 1) > 1 OR coalesce(size, 0) > {int(self.limits.split_size)}))"

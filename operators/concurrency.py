@@ -3,8 +3,9 @@
 The best number depends on the storage: a local disk is happy with a few, a file server with
 1 ms round trips wants a hundred, an overloaded metadata server wants fewer.  Unless told a
 fixed number (``--threads`` / ``PFS_THREADS``), every worker process runs one
-:class:`Controller` that gates the process's I/O pool (:class:`GatedExecutor`, 256 threads)
-with a limit it moves while the job runs, by hill climbing on the measured completion rate:
+:class:`Controller` whose limit says how many jobs the process's I/O pool
+(:class:`GatedExecutor`, up to 256 threads) runs at once, and which moves that limit while the
+job runs, by hill climbing on the measured completion rate:
 
 - it measures an interval (>= 0.5 s) at a base limit, then tries a step up (x1.5);
 - a step up is kept only if the rate grew by more than ``gain`` (10 %), and then it climbs on;
