@@ -24,6 +24,41 @@ def cpu_times() -> tuple[float, float]:
     return sum(fields) - idle, sum(fields)
 
 
+NAS_PROCESSES = ("glusterfsd", "glusterfs", "glusterd", "netdelay", "sshd", "sftp-server", "sshfs")
+
+
+def process_cpu(names: tuple[str, ...] = NAS_PROCESSES) -> dict[int, float]:
+    """CPU seconds (user + system) so far of every process whose command name is in ``names``, by pid:
+    the NAS harness's bricks, FUSE clients and delay link, which share the host's cores with the tool."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")] in names:
+            fields = text[text.rindex(")") + 2 :].split()
+            out[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's waited-for children so far."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds the processes of :func:`process_cpu` used since ``before`` (new ones from zero)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in process_cpu().items())
+
+
 def drop_caches(path: str) -> str:
     """Cold caches: remount the NAS clients for paths under /mnt/nas*, else drop the kernel caches."""
     if path.startswith("/mnt/nas") and (NAS / "nas.sh").exists():
@@ -50,6 +85,8 @@ class Run:
     stdout: str = ""  # only with capture=True (pfs --json summaries, find's lines)
     stderr: str = ""
     timed_out: bool = False  # killed at ``timeout``: ``seconds`` is a lower bound
+    cpu_s: float | None = None  # the command's own CPU seconds (user + system, all its processes)
+    nas_cpu_s: float | None = None  # the NAS harness's CPU seconds meanwhile (common.NAS_PROCESSES)
 
 
 def timed(
@@ -67,9 +104,11 @@ def timed(
     can take longer than the network client stays up); the run's seconds are then a lower bound.
     """
     caches = drop_caches(cache_path) if cache_path else "warm"
+    nas0 = process_cpu()
     b0, t0c = cpu_times()
     t0 = time.monotonic()
-    wrapped = ["/usr/bin/time", "-f", "%M", "-o", "/tmp/pfs-bench-rss"] + (["sh", "-c", cmd] if shell else list(cmd))
+    measure = ["/usr/bin/time", "-f", "%M %U %S", "-o", "/tmp/pfs-bench-rss"]  # peak RSS, user and system CPU
+    wrapped = measure + (["sh", "-c", cmd] if shell else list(cmd))
     out = subprocess.PIPE if capture else subprocess.DEVNULL
     proc = subprocess.Popen(wrapped, stdout=out, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
@@ -81,16 +120,18 @@ def timed(
         timed_out = True
     seconds = time.monotonic() - t0
     b1, t1c = cpu_times()
+    nas_cpu = cpu_since(nas0)
     try:
-        rss = int(Path("/tmp/pfs-bench-rss").read_text().strip().splitlines()[-1])
+        rss_kb, user, system = Path("/tmp/pfs-bench-rss").read_text().strip().splitlines()[-1].split()
+        rss, cpu = int(rss_kb), float(user) + float(system)
     except (OSError, ValueError, IndexError):
-        rss = None
+        rss, cpu = None, None
     if timed_out:
         print(f"  {tool}: killed after {timeout:g} s", file=sys.stderr)
     elif proc.returncode not in (0, 1):
         print(f"  {tool}: exit {proc.returncode}: {(stderr or '').strip()[-300:]}", file=sys.stderr)
     busy = 100 * (b1 - b0) / max(t1c - t0c, 1)
-    return Run(tool, seconds, busy, caches, proc.returncode, rss, stdout or "", stderr or "", timed_out)
+    return Run(tool, seconds, busy, caches, proc.returncode, rss, stdout or "", stderr or "", timed_out, cpu, nas_cpu)
 
 
 def loadavg() -> float:

@@ -168,6 +168,8 @@ def measure(args, raw: Raw, ctx: Ctx, rtt_ms: float, action: str, tool: str, run
         "rc": r.rc,
         "caches": r.caches,
         "host_busy": round(r.busy),
+        "cpu_s": None if r.cpu_s is None else round(r.cpu_s, 2),
+        "nas_cpu_s": None if r.nas_cpu_s is None else round(r.nas_cpu_s, 2),
         "load": round(load, 2),
         "cmd": " ".join(cmd),
         **extra,

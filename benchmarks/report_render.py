@@ -373,6 +373,53 @@ def plot_sweep(cells: Cells, action: str, tree: str, rtt: float, path: Path) -> 
     plt.close(fig)
 
 
+def cpu_section(rows: list[dict]) -> list[str]:
+    """Where the host's cores went: per action and tool (and probe), the tool's own CPU, the NAS harness's
+    (bricks, FUSE client, delay link) and what the two need of the cores at the least."""
+    cpus = next((r.get("cpus") for r in reversed(rows) if r.get("kind") == "config" and r.get("cpus")), None)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r.get("ok") and r.get("cpu_s") is not None and r.get("nas_cpu_s") is not None and r.get("seconds"):
+            if r["kind"] == "run":
+                groups[r["action"], LABELS.get(r["tool"], r["tool"]), r["tree"], r["rtt_ms"]].append(r)
+            elif r["kind"] == "probe":
+                groups["probe", f"{r['tool']} at {r['threads']}", r["tree"], r["rtt_ms"]].append(r)
+    if not groups or not cpus:
+        return []
+    body = []
+    for (action, tool, tree, rtt), group in sorted(groups.items(), key=lambda kv: (kv[0][2], kv[0][3], kv[0][0])):
+        med = {k: statistics.median(r[k] for r in group) for k in ("seconds", "cpu_s", "nas_cpu_s")}
+        files = group[0].get("files") or group[0].get("ops") or 0
+        busy = [r["host_busy"] for r in group if r.get("host_busy") is not None]
+        body.append(
+            [
+                action,
+                tool,
+                tree,
+                f"{rtt:g}",
+                f"{med['seconds']:.1f}",
+                f"{med['cpu_s']:.1f}",
+                f"{1e6 * med['cpu_s'] / files:,.0f}" if files else "-",
+                f"{med['nas_cpu_s']:.1f}",
+                f"{(med['cpu_s'] + med['nas_cpu_s']) / cpus:.1f}",
+                f"{statistics.median(busy):.0f}" if busy else "-",
+            ]
+        )
+    head = ["action", "tool", "tree", "RTT ms", "wall s", "tool CPU s", "tool CPU µs/file", "NAS CPU s"]
+    head += [f"(tool + NAS) / {cpus} cores s", "host busy %"]
+    return [
+        "## CPU: where the host's cores went",
+        "",
+        "Medians over the runs. `NAS CPU` is the harness's processes meanwhile (bricks, FUSE client, delay link, "
+        f"sshd); `(tool + NAS) / {cpus} cores` is the wall time those two alone need of the host at the least: "
+        "where it is close to `wall s`, the run was bound by this host's CPU, not by the round trips. "
+        "A probe's CPU covers its whole process (its untimed directory opens too); its `wall s` is its timed part.",
+        "",
+        *table(head, body, right_from=3),
+        "",
+    ]
+
+
 def failures_section(rows: list[dict]) -> list[str]:
     bad = [r for r in rows if r.get("kind") in ("run", "sweep", "probe") and not r.get("ok")]
     if not bad:
@@ -398,7 +445,7 @@ def render(rows: list[dict], out: Path) -> str:
         section = action_section(cells, action)
         if section and plot_rtt(cells, action, plots / f"rtt-{action}.png"):
             lines += section
-    lines += probe_section(cells) + sweep_section(cells, plots) + failures_section(rows)
+    lines += probe_section(cells) + cpu_section(rows) + sweep_section(cells, plots) + failures_section(rows)
     text = "\n".join(lines).rstrip() + "\n"
     out.write_text(text)
     return text

@@ -140,3 +140,37 @@ def test_timed_kills_the_whole_command_at_the_timeout(tmp_path):
     assert state() in ("gone", "Z"), "the grandchild outlived the timeout"
     ok = timed("quick", ["true"], None, timeout=30)
     assert not ok.timed_out and ok.rc == 0
+
+
+def test_cpu_section_shows_when_a_run_is_bound_by_the_host(bench_modules):
+    """Two cp runs whose CPU, with the NAS's, fills both cores for about the wall time: the table says so."""
+    render = bench_modules[0]
+    run = {"kind": "run", "action": "cp", "tool": "pfs", "tree": "bal20k", "rtt_ms": 1.0, "files": 20_000, "ok": True}
+    rows = [
+        {"kind": "config", "cpus": 2},
+        run | {"seconds": 20.0, "cpu_s": 18.0, "nas_cpu_s": 22.0, "host_busy": 88},
+        run | {"seconds": 22.0, "cpu_s": 20.0, "nas_cpu_s": 24.0, "host_busy": 92},
+        run | {"seconds": 9.0, "cpu_s": None, "nas_cpu_s": None, "ok": True},  # an older row: no CPU, left out
+        {"kind": "probe", "tool": "pstat", "threads": 64, "tree": "bal20k", "rtt_ms": 1.0, "ops": 20_000}
+        | {"seconds": 9.0, "cpu_s": 1.6, "nas_cpu_s": 17.0, "ok": True},
+    ]
+    text = "\n".join(render.cpu_section(rows))
+    assert "| cp | pfs | bal20k | 1 | 21.0 | 19.0 | 950 | 23.0 | 21.0 | 90 |" in text
+    assert "| probe | pstat at 64 | bal20k | 1 | 9.0 | 1.6 | 80 | 17.0 | 9.3 | - |" in text
+    assert render.cpu_section([r for r in rows if r["kind"] != "config"]) == []  # no core count: no table
+
+
+def test_timed_measures_the_commands_own_cpu():
+    sys.path.insert(0, str(BENCH))
+    try:
+        from common import timed
+    finally:
+        sys.path.remove(str(BENCH))
+    busy = timed(
+        "spin",
+        [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"],
+        None,
+    )
+    idle = timed("sleep", ["sleep", "0.4"], None)
+    assert busy.cpu_s >= 0.35 and idle.cpu_s < 0.1, (busy.cpu_s, idle.cpu_s)
+    assert busy.nas_cpu_s is not None and busy.nas_cpu_s >= 0
