@@ -75,6 +75,15 @@ class DirFd:
             self.release()
 
 
+def _child(parent: DirFd, name: bytes) -> DirFd:
+    """The directory ``name`` opened relative to ``parent``, never through a symlink; the caller's
+    reference to ``parent`` is released."""
+    try:
+        return DirFd(os.open(name, OPEN_DIR | os.O_NOFOLLOW, dir_fd=parent.fd))
+    finally:
+        parent.release()
+
+
 class OpenDirs:
     """Opens directories below ``root`` and keeps the most recent ``size`` open for their children.
 
@@ -103,15 +112,12 @@ class OpenDirs:
             handle = DirFd(os.open(self.root, self.root_flags))
         else:
             parent_rel, _, name = rel.rpartition(b"/")
-            parent = self._get(parent_rel) or self._open_down_to(parent_rel)
-            try:
-                handle = DirFd(os.open(name, OPEN_DIR | os.O_NOFOLLOW, dir_fd=parent.fd))
-            finally:
-                parent.release()
+            handle = _child(self._open_down_to(parent_rel), name)
         self._put(rel, handle)
         return handle
 
     def _open_down_to(self, rel: bytes) -> DirFd:
+        """``rel`` from the cache, else opened from its deepest cached ancestor down (or from the root)."""
         parts = rel.split(b"/") if rel else []
         depth = len(parts)
         handle = None
@@ -122,12 +128,8 @@ class OpenDirs:
         if handle is None:
             handle = self._get(b"") or self.open(b"")
         for i in range(depth, len(parts)):
-            try:
-                child = DirFd(os.open(parts[i], OPEN_DIR | os.O_NOFOLLOW, dir_fd=handle.fd))
-            finally:
-                handle.release()
-            self._put(b"/".join(parts[: i + 1]), child)
-            handle = child
+            handle = _child(handle, parts[i])
+            self._put(b"/".join(parts[: i + 1]), handle)
         return handle
 
     def handle(self, rel: bytes) -> DirFd:
