@@ -54,9 +54,20 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def cpu_since(before: dict[int, float]) -> float:
-    """CPU seconds the processes of :func:`process_cpu` used since ``before`` (new ones from zero)."""
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in process_cpu().items())
+class CpuMeter:
+    """CPU seconds used during a ``with`` block: by the commands it ran and waited for (``cpu_s``, all
+    their processes) and by the NAS harness meanwhile (``nas_cpu_s``; new processes count from zero)."""
+
+    def __enter__(self) -> CpuMeter:
+        self._children, self._nas = children_cpu(), process_cpu()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cpu_s = children_cpu() - self._children
+        self.nas_cpu_s = sum(cpu - self._nas.get(pid, 0.0) for pid, cpu in process_cpu().items())
+
+    def fields(self) -> dict:
+        return {"cpu_s": round(self.cpu_s, 2), "nas_cpu_s": round(self.nas_cpu_s, 2)}
 
 
 def drop_caches(path: str) -> str:
@@ -104,34 +115,33 @@ def timed(
     can take longer than the network client stays up); the run's seconds are then a lower bound.
     """
     caches = drop_caches(cache_path) if cache_path else "warm"
-    nas0 = process_cpu()
     b0, t0c = cpu_times()
     t0 = time.monotonic()
-    measure = ["/usr/bin/time", "-f", "%M %U %S", "-o", "/tmp/pfs-bench-rss"]  # peak RSS, user and system CPU
-    wrapped = measure + (["sh", "-c", cmd] if shell else list(cmd))
+    wrapped = ["/usr/bin/time", "-f", "%M", "-o", "/tmp/pfs-bench-rss"] + (["sh", "-c", cmd] if shell else list(cmd))
     out = subprocess.PIPE if capture else subprocess.DEVNULL
-    proc = subprocess.Popen(wrapped, stdout=out, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        timed_out = True
+    with CpuMeter() as meter:
+        proc = subprocess.Popen(wrapped, stdout=out, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            timed_out = True
     seconds = time.monotonic() - t0
     b1, t1c = cpu_times()
-    nas_cpu = cpu_since(nas0)
     try:
-        rss_kb, user, system = Path("/tmp/pfs-bench-rss").read_text().strip().splitlines()[-1].split()
-        rss, cpu = int(rss_kb), float(user) + float(system)
+        rss = int(Path("/tmp/pfs-bench-rss").read_text().strip().splitlines()[-1])
     except (OSError, ValueError, IndexError):
-        rss, cpu = None, None
+        rss = None
     if timed_out:
         print(f"  {tool}: killed after {timeout:g} s", file=sys.stderr)
     elif proc.returncode not in (0, 1):
         print(f"  {tool}: exit {proc.returncode}: {(stderr or '').strip()[-300:]}", file=sys.stderr)
     busy = 100 * (b1 - b0) / max(t1c - t0c, 1)
-    return Run(tool, seconds, busy, caches, proc.returncode, rss, stdout or "", stderr or "", timed_out, cpu, nas_cpu)
+    return Run(
+        tool, seconds, busy, caches, proc.returncode, rss, stdout or "", stderr or "", timed_out, **meter.fields()
+    )
 
 
 def loadavg() -> float:

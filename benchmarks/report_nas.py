@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import NAS, PFS, children_cpu, cpu_since, drop_caches, process_cpu
+from common import NAS, PFS, CpuMeter, drop_caches
 
 NAS_SH = str(NAS / "nas.sh")
 MKTREE = str(NAS / "mktree.py")
@@ -166,10 +166,8 @@ def probe(exe: str, paths: Path, threads: int, cache_path: str, read: bool = Fal
     relative to their open parent directories (``-a``), as pfs and find do."""
     caches = drop_caches(cache_path)
     cmd = [exe, "-t", str(threads), "-a", *(["-R"] if read else [])]
-    cpu0, nas0 = children_cpu(), process_cpu()
-    with open(paths) as f:
+    with open(paths) as f, CpuMeter() as meter:  # the whole probe, its untimed directory opens too
         out = subprocess.run(cmd, stdin=f, capture_output=True, text=True, check=True).stdout
-    cpu, nas_cpu = children_cpu() - cpu0, cpu_since(nas0)  # the whole probe, its untimed directory opens too
     fields = dict(kv.split("=", 1) for kv in out.split())
     return {
         "threads": threads,
@@ -182,8 +180,7 @@ def probe(exe: str, paths: Path, threads: int, cache_path: str, read: bool = Fal
         "relative": True,
         "dir_open_seconds": float(fields["dir_open_seconds"]),
         "caches": caches,
-        "cpu_s": round(cpu, 2),
-        "nas_cpu_s": round(nas_cpu, 2),
+        **meter.fields(),
     }
 
 
@@ -191,9 +188,9 @@ def prm_probe(copy: str, threads: int) -> dict:
     """One cold ``prm.py --stat`` run (raw threads: lstat + unlink as listed, then the directories): the
     removal ceiling, doing the same per-file work as ``pfs rm``.  ``copy`` is a fresh copy; it is consumed."""
     caches = drop_caches(copy)
-    cpu0, nas0 = children_cpu(), process_cpu()
-    r = subprocess.run([sys.executable, str(PRM), copy, "-j", str(threads), "--stat"], capture_output=True, text=True)
-    cpu, nas_cpu = children_cpu() - cpu0, cpu_since(nas0)
+    cmd = [sys.executable, str(PRM), copy, "-j", str(threads), "--stat"]
+    with CpuMeter() as meter:
+        r = subprocess.run(cmd, capture_output=True, text=True)
     m = re.search(r"(\d+) files, (\d+) dirs in ([\d.]+) s", r.stdout)
     if r.returncode != 0 or not m:
         return {
@@ -214,6 +211,5 @@ def prm_probe(copy: str, threads: int) -> dict:
         "seconds": seconds,
         "files_per_s": round(files / seconds, 1),
         "caches": caches,
-        "cpu_s": round(cpu, 2),
-        "nas_cpu_s": round(nas_cpu, 2),
+        **meter.fields(),
     }
