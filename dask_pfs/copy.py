@@ -79,6 +79,8 @@ from operators.copy_plan import BigFile, Chunk, ChunkLimits, Planner, entries_fr
 from operators.journal import Journal
 from operators.names import UnsafePathError, check_relative, to_bytes
 
+from . import sql as pfs_sql
+from .caps import Cap
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
 from .limits import Limits, concurrency_report, job_limits
@@ -111,6 +113,7 @@ class CopyResult:
     concurrency: dict = field(default_factory=dict)  # I/O concurrency per worker: fixed, or where auto-tuning settled
     ranges: int = 0  # byte-range tasks of big files (split over several tasks)
     streamed: int = 0  # files, symlinks and special files copied while the scan was still walking
+    selected: int | None = None  # manifest mode: rows the where-clause selected (what max_entries caps)
 
     @property
     def exit_code(self) -> int:
@@ -134,7 +137,8 @@ def copy(
     dst: str | os.PathLike,
     *,
     manifest: str | os.PathLike | None = None,
-    where: str | None = None,
+    where: str | pfs_sql.Filter | None = None,
+    max_entries: int | str | None = None,
     client: Client | None = None,
     cluster: ClusterOptions | None = None,
     overwrite: bool = False,
@@ -169,7 +173,9 @@ def copy(
     ``skip_existing`` replaces it.
 
     Raises :class:`PfsError` (exit code 2, destination untouched) for refused requests: missing
-    source, unsafe manifest paths, a destination inside the source, conflicting options.
+    source, unsafe manifest paths, a destination inside the source, conflicting options, a
+    ``where`` that is more than one SQL condition (``dask_pfs.sql``), a selection larger than
+    ``max_entries`` (a count, or ``"5%"`` of the manifest's rows).
     ``journal``: where to record finished chunks (default: see the module docstring; False: none);
     ``resume`` continues the interrupted run that journal describes.
     ``stream`` copies while scanning where it can (see the module docstring); False keeps the phases
@@ -182,12 +188,19 @@ def copy(
         raise PfsError("give a source or --manifest")
     if where and manifest is None:
         raise PfsError("--where needs --manifest")
+    cap = Cap.parse(max_entries, "--max-entries")
+    if cap is not None and manifest is None:
+        raise PfsError("--max-entries needs --manifest")
+    selection = pfs_sql.where_filter(where)
+    where = str(selection) if selection else None
+    selected = None
     progress = progress or NullProgress()
     # everything that can refuse the request runs before a cluster is started or anything is written
     if manifest is None:
         target = _live_target(os.fspath(src), os.fspath(dst), storage_options, dst_storage_options)
     else:
-        m = open_manifest(manifest)
+        m = open_manifest(manifest, storage_options=storage_options)
+        selected = _selected(m, selection, cap)
         root = os.fspath(src) if src is not None else m.root
         target = _manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     phases: dict[str, float] = {}
@@ -244,7 +257,7 @@ def copy(
                 dst_options=target.dst.storage_options,
             )
             chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
-            job = _Job(client, spec, m, where, target, chunking, progress)
+            job = _Job(client, spec, m, selection, target, chunking, progress)
             job.journal = jr
             job.begin_journal = begin_journal
             job.done = jr.done() if jr is not None and prior else {}
@@ -311,7 +324,23 @@ def copy(
             concurrency=concurrency_report(client, threads),
             ranges=job.ranges,
             streamed=job.streamed_files,
+            selected=selected,
         )
+
+
+def _selected(m: Manifest, selection: pfs_sql.Filter | None, cap: Cap | None) -> int:
+    """Rows ``selection`` takes from ``m``; over ``cap``, PfsError before anything is written."""
+    con = pfs_sql.connect(m, reads=selection.reads if selection else ())
+    cond = f"({selection})" if selection else "TRUE"
+    try:
+        total, n = con.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE {cond}) FROM {m.relation_sql()} AS m"
+        ).fetchall()[0]
+    except duckdb.Error as exc:
+        raise PfsError(f"--where: {str(exc).splitlines()[0]}") from None
+    if cap is not None:
+        cap.check(n, total, "the selection has")
+    return int(n)
 
 
 # ---------------------------------------------------------------- where things go
@@ -404,10 +433,12 @@ def _refuse_inside(s: Location, d: Location) -> None:
 
 
 class _Job:
-    def __init__(self, client, spec, m: Manifest, where, target: _Target, limits: ChunkLimits, progress) -> None:
+    def __init__(self, client, spec, m: Manifest | None, where, target: _Target, limits: ChunkLimits, progress) -> None:
         self.client, self.spec, self.m, self.where = client, spec, m, where
         self.target, self.limits, self.progress = target, limits, progress
-        self.con = connection()
+        # the where-clause only ever runs locked to the manifest; a streamed copy (no where-clause)
+        # reads parts of a manifest still being written
+        self.con = pfs_sql.connect(m, reads=where.reads if where else ()) if m is not None else connection()
         self.run_id = f"{spec.token}-{uuid.uuid4().hex[:6]}"  # Dask keys: unique even for a resumed run (same token)
         self.total = Outcome()
         self.failed = 0

@@ -7,6 +7,7 @@ asked to read it anyway (then they warn).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -25,28 +26,45 @@ JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directo
 
 
 def _fs(url: str, storage_options: dict | None = None):
-    return fsspec.core.url_to_fs(url, **(storage_options or {}))
+    """The file system of ``url``; ``storage_options`` are for remote ones (a local path takes none)."""
+    local = fsspec.utils.get_protocol(url) in ("file", "local")
+    return fsspec.core.url_to_fs(url, **({} if local else storage_options or {}))
 
 
 @dataclass
 class Manifest:
-    """An opened manifest directory."""
+    """An opened manifest directory; ``storage_options`` open it (an object store's credentials)."""
 
     url: str
     info: dict[str, Any]
     complete: bool
+    storage_options: dict | None = None
 
     @property
     def root(self) -> str:
         return self.info["root"]
 
     @property
+    def is_local(self) -> bool:
+        return fsspec.utils.get_protocol(self.url) in ("file", "local")
+
+    @property
+    def local_dir(self) -> str:
+        """The absolute directory of a local manifest."""
+        return os.path.abspath(self.url.removeprefix("file://"))
+
+    @property
+    def table_name(self) -> str:
+        """The name a manifest on an object store is registered under (``dask_pfs.sql.connect``)."""
+        return "pfs_manifest_" + hashlib.sha1(self.url.encode()).hexdigest()[:12]
+
+    @property
     def parts_glob(self) -> str:
-        """What DuckDB's ``read_parquet`` takes."""
-        return f"{self.url.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"
+        """What DuckDB's ``read_parquet`` takes (local manifests)."""
+        return f"{self.local_dir}/{PART_PREFIX}*{PART_SUFFIX}"
 
     def part_files(self) -> list[str]:
-        fs, path = _fs(self.url)
+        fs, path = _fs(self.url, self.storage_options)
         names = sorted(fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"))
         return names
 
@@ -54,16 +72,21 @@ class Manifest:
         """A ``pyarrow.dataset`` over the part files."""
         import pyarrow.dataset as ds
 
-        fs, _ = _fs(self.url)
+        fs, _ = _fs(self.url, self.storage_options)
         return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
 
     def relation_sql(self, filename: bool = False) -> str:
         """A DuckDB table expression over the parts (works for an empty manifest too); ``filename``
-        adds the column of that name: the part each row is in."""
+        adds the column of that name: the part each row is in (local manifests).  A manifest on
+        an object store is a table registered by ``dask_pfs.sql.connect``."""
         files = self.part_files()
         if not files:
             cols = ", ".join(f'NULL::{_duck_type(f)} AS "{f.name}"' for f in SCHEMA)
             return f"(SELECT {cols}{', NULL::VARCHAR AS filename' if filename else ''} WHERE false)"
+        if not self.is_local:
+            if filename:
+                raise PfsError(f"{self.url}: the part of each row is known only for local manifests")
+            return self.table_name
         return f"read_parquet({sql_str(self.parts_glob)}{', filename = true' if filename else ''})"
 
 
@@ -92,10 +115,15 @@ def has_marker(url: str, storage_options: dict | None = None) -> bool:
     return fs.exists(f"{path.rstrip('/')}/{MARKER_NAME}")
 
 
-def open_manifest(url: str | os.PathLike, allow_incomplete: bool = False) -> Manifest:
-    """Open a manifest; refuse one without a completion marker unless ``allow_incomplete``."""
+def open_manifest(
+    url: str | os.PathLike, allow_incomplete: bool = False, storage_options: dict | None = None
+) -> Manifest:
+    """Open a manifest; refuse one without a completion marker unless ``allow_incomplete``.
+
+    ``storage_options`` open a manifest on an object store (credentials, endpoint); the
+    :class:`Manifest` keeps them for its later reads."""
     url = os.fspath(url)
-    fs, path = _fs(url)
+    fs, path = _fs(url, storage_options)
     if not fs.isdir(path):
         raise PfsError(f"{url}: no such manifest directory")
     marker = f"{path.rstrip('/')}/{MARKER_NAME}"
@@ -106,13 +134,13 @@ def open_manifest(url: str | os.PathLike, allow_incomplete: bool = False) -> Man
                 "(rerun the scan, or pass --allow-incomplete to read it anyway)"
             )
         warnings.warn(f"{url}: incomplete manifest (no {MARKER_NAME})", stacklevel=2)
-        return Manifest(url, {"root": None, "complete": False}, False)
+        return Manifest(url, {"root": None, "complete": False}, False, storage_options)
     with fs.open(marker, "r") as f:
         info = json.load(f)
     version = info.get("schema_version")
     if version != SCHEMA_VERSION:
         raise PfsError(f"{url}: manifest schema version {version}, this pfs reads version {SCHEMA_VERSION}")
-    return Manifest(url, info, True)
+    return Manifest(url, info, True, storage_options)
 
 
 def prepare_output(url: str, overwrite: bool, storage_options: dict | None = None) -> None:

@@ -26,6 +26,7 @@ from operators.journal import write_atomic
 from .errors import PfsError
 from .manifest import sql_str
 from .query import connection
+from .sql import Filter
 
 PLAN_FILE = "plan.parquet"
 PLAN_INFO = "_plan.json"
@@ -52,9 +53,10 @@ class Plan:
         """A subquery of the exact path bytes of the plan rows matching ``condition``."""
         return f"(SELECT key FROM read_parquet({sql_str(self.file)}) WHERE {condition})"
 
-    def where(self, condition: str) -> str:
-        """A manifest ``--where`` selecting the rows of the plan that match ``condition``."""
-        return f"{KEY} IN {self.keys_sql(condition)}"
+    def where(self, condition: str) -> Filter:
+        """A manifest filter selecting the rows of the plan that match ``condition`` (pfs's own SQL:
+        its subquery reads the plan file, which the engine's locked connection is allowed to)."""
+        return Filter(f"{KEY} IN {self.keys_sql(condition)}", reads=(self.file,))
 
 
 def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool) -> str:

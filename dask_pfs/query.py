@@ -1,7 +1,8 @@
 """DuckDB over manifests: ad-hoc queries and ``du``-style summaries.
 
 Queries run out of core in DuckDB straight from the part files, so a manifest of a
-hundred million rows is summarised without loading it into Python.
+hundred million rows is summarised without loading it into Python.  The clauses a user
+writes are checked by ``dask_pfs.sql`` and run on its locked connection (``sql.connect``).
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import duckdb
 
 from .errors import PfsError
 from .manifest import Manifest
+from .sql import check_order, check_select, check_where
 
 BY_CHOICES = ("parent", "uid", "gid", "type", "ext", "depth")
 
 
 def connection() -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
+    """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
     return con
 
@@ -27,9 +30,11 @@ def select_sql(
     order: str | None = None,
     limit: int | None = None,
 ) -> str:
+    """The query of ``pfs query``; each clause is checked to be only what its option says."""
+    where, select, order = check_where(where), check_select(select), check_order(order)
     sql = f"SELECT {select or '*'} FROM {manifest.relation_sql()} AS m"
     if where:
-        sql += f" WHERE {where}"
+        sql += f" WHERE ({where})"
     if order:
         sql += f" ORDER BY {order}"
     if limit is not None:
@@ -48,6 +53,7 @@ def du_sql(manifest: Manifest, by: str = "parent", depth: int | None = None, whe
     """Sizes and counts grouped by ``by``; ``depth`` N groups paths by their first N components."""
     if by not in BY_CHOICES:
         raise PfsError(f"--by must be one of {', '.join(BY_CHOICES)}")
+    where = check_where(where)
     if by == "parent":
         key = (
             f"CASE WHEN depth > {int(depth)} THEN array_to_string(string_split(path, '/')[1:{int(depth)}], '/') "
@@ -62,7 +68,7 @@ def du_sql(manifest: Manifest, by: str = "parent", depth: int | None = None, whe
         )
     else:
         key = f"CAST({by} AS VARCHAR)"
-    cond = f"WHERE {where}" if where else ""
+    cond = f"WHERE ({where})" if where else ""
     return (
         f"SELECT {key} AS key, count(*) AS entries, count(*) FILTER (WHERE type = 'file') AS files, "
         f"coalesce(sum(size) FILTER (WHERE type = 'file'), 0) AS bytes, "

@@ -44,13 +44,14 @@ from operators.safety import check_paths
 from operators.walk import DirItem
 
 from . import rm_journal
+from . import sql as pfs_sql
+from .caps import Cap
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
 from .frontier import WalkTuning, next_slice
 from .limits import Limits, concurrency_report, job_limits
 from .manifest import open_manifest, sql_str
 from .progress import NullProgress, Reporter, human_bytes
-from .query import connection
 from .urls import Location, resolve
 
 CHUNK = 2000  # manifest rows per unlink / rmdir task
@@ -81,6 +82,7 @@ class RemoveResult:
     would_remove: list[str] = field(default_factory=list)  # dry run: first paths
     concurrency: dict = field(default_factory=dict)  # I/O concurrency per worker: fixed, or where auto-tuning settled
     resumed: int = 0  # chunks an interrupted run had finished (manifest mode: skipped, not redone)
+    selected: int | None = None  # manifest mode: rows the where-clause selected (what max_entries caps)
     journal: str | None = None  # kept when the run had failures: resume=True retries only those chunks
 
     @property
@@ -105,7 +107,8 @@ def remove(
     url: str | os.PathLike | None = None,
     *,
     manifest: str | os.PathLike | None = None,
-    where: str | None = None,
+    where: str | pfs_sql.Filter | None = None,
+    max_entries: int | str | None = None,
     client: Client | None = None,
     cluster: ClusterOptions | None = None,
     dry_run: bool = False,
@@ -130,6 +133,10 @@ def remove(
     when ``confirm(message)`` returns false.  ``confirm`` is called after every check and
     before the first unlink.  ``show`` bounds the paths a dry run lists.
 
+    ``where`` is one SQL condition over the manifest's columns (``dask_pfs.sql``: never a
+    statement or a subquery).  ``max_entries`` (a count, or ``"5%"`` of the manifest's rows)
+    refuses a larger selection, dry runs included, before anything is removed or written.
+
     ``journal``: where finished chunks are recorded (default: see ``dask_pfs.rm_journal``;
     False: nowhere; dry runs keep none); ``resume`` goes on with the interrupted run it describes,
     with that run's ``chunk_files`` (rows per unlink or rmdir task), so chunk ids match.
@@ -138,6 +145,10 @@ def remove(
         raise PfsError("give either a URL or --manifest, not both")
     if where and manifest is None:
         raise PfsError("--where needs --manifest")
+    cap = Cap.parse(max_entries, "--max-entries")
+    if cap is not None and manifest is None:
+        raise PfsError("--max-entries needs --manifest")
+    selection = pfs_sql.where_filter(where)
     t0 = time.monotonic()
     job = _Job(
         dry_run=dry_run,
@@ -153,7 +164,7 @@ def remove(
         chunk=max(1, chunk_files),
     )
     if manifest is not None:
-        prepared = job.prepare_manifest(os.fspath(manifest), where, log, storage_options)
+        prepared = job.prepare_manifest(os.fspath(manifest), selection, cap, log, storage_options)
     else:
         prepared = job.prepare_tree(os.fspath(url), log, storage_options)
     if prepared is not None:  # done without a cluster (a single file or link)
@@ -297,8 +308,8 @@ class _Job:
         self.result.log = self.log.close()
         return self.result
 
-    def prepare_manifest(self, url: str, where: str | None, log, storage_options: dict | None):
-        m = open_manifest(url)
+    def prepare_manifest(self, url: str, where: pfs_sql.Filter | None, cap: Cap | None, log, storage_options):
+        m = open_manifest(url, storage_options=storage_options)
         loc = resolve(m.root, storage_options)
         try:
             kind, _ = _probe(loc)
@@ -310,31 +321,32 @@ class _Job:
             raise PfsError(f"{m.root} (root of manifest {url}) is not a directory")
         self.spec = self._spec(loc)
         self.result = RemoveResult(m.root, "manifest", self.dry_run)
+        con = pfs_sql.connect(m, reads=where.reads if where else ())
+        cond = f"({where})" if where else "TRUE"
+        self.selection = (con, m.relation_sql(), cond)
+        try:
+            total, n_error, n_files, n_bytes, n_dirs = con.execute(
+                f"SELECT count(*), count(*) FILTER (WHERE {cond} AND error IS NOT NULL), "
+                f"count(*) FILTER (WHERE {cond} AND error IS NULL AND type <> 'directory'), "
+                f"coalesce(sum(size) FILTER (WHERE {cond} AND error IS NULL AND type <> 'directory'), 0), "
+                f"count(*) FILTER (WHERE {cond} AND error IS NULL AND type = 'directory') "
+                f"FROM {m.relation_sql()} AS m"
+            ).fetchall()[0]
+        except Exception as exc:  # duckdb.Error: a bad --where
+            raise PfsError(f"--where: {str(exc).splitlines()[0]}") from None
+        self.result.skipped_error = n_error
+        self.result.selected = n_error + n_files + n_dirs
+        self.totals = (n_files, n_bytes, n_dirs)
+        if cap is not None:  # before the stale log goes and a journal starts: refused means untouched
+            cap.check(self.result.selected, total, "the selection has")
         default_log = f"{url.rstrip('/')}/{FAILURE_LOG}"
         if not self.dry_run and not log:
             fs, path = fsspec.core.url_to_fs(default_log)
             if fs.exists(path):
                 fs.rm(path)  # a stale log from an earlier run would be misread as this run's
         self.log = _Log(None if self.dry_run else os.fspath(log) if log else default_log)
-        con = connection()
-        cond = f"({where})" if where else "TRUE"
-        self.selection = (con, m.relation_sql(), cond)
-        try:
-            (n_error,) = con.execute(
-                f"SELECT count(*) FROM {m.relation_sql()} AS m WHERE {cond} AND error IS NOT NULL"
-            ).fetchall()[0]
-            n_files, n_bytes, n_dirs = con.execute(
-                f"SELECT count(*) FILTER (WHERE type <> 'directory'), "
-                f"coalesce(sum(size) FILTER (WHERE type <> 'directory'), 0), "
-                f"count(*) FILTER (WHERE type = 'directory') "
-                f"FROM {m.relation_sql()} AS m WHERE {cond} AND error IS NULL"
-            ).fetchall()[0]
-        except Exception as exc:  # duckdb.Error: a bad --where
-            raise PfsError(f"--where: {str(exc).splitlines()[0]}") from None
-        self.result.skipped_error = n_error
-        self.totals = (n_files, n_bytes, n_dirs)
         if not self.dry_run:
-            self._journal_manifest(url, where, m.root)
+            self._journal_manifest(url, str(where) if where else None, m.root)
         return None
 
     def _journal_manifest(self, url: str, where: str | None, root: str) -> None:
@@ -353,6 +365,7 @@ class _Job:
             self.fresh_journal = True
             sel = rm_journal.freeze(con, relation, cond, jr)
         self.jr = jr
+        con = pfs_sql.connect(reads=[sel])
         self.selection = (con, f"read_parquet({sql_str(sel)})", "TRUE")
         n_files, n_bytes, n_dirs = con.execute(
             f"SELECT count(*) FILTER (WHERE type <> 'directory'), "

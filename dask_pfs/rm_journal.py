@@ -20,7 +20,8 @@ import os
 
 from operators.journal import Journal
 
-from .manifest import JOURNAL_PREFIX, sql_str
+from .manifest import JOURNAL_PREFIX
+from .sql import write_parquet
 from .urls import Location, resolve
 
 SELECTION = "selection.parquet"
@@ -68,10 +69,11 @@ def freeze(con, relation: str, cond: str, jr: Journal) -> str:
     """Write the selected rows (without scan errors) to the journal's ``selection.parquet``; its path."""
     final = os.path.join(jr.path, SELECTION)
     tmp = f"{final}.tmp"
-    con.execute(
-        f"COPY (SELECT path, path_raw, type, size, mtime, depth, error FROM {relation} AS m "
-        f"WHERE {cond} AND error IS NULL ORDER BY {SELECTION_ORDER}) TO {sql_str(tmp)} "
-        "(FORMAT parquet, COMPRESSION zstd)"
+    write_parquet(  # pyarrow writes: the connection the where-clause runs on cannot
+        con,
+        f"SELECT path, path_raw, type, size, mtime, depth, error FROM {relation} AS m "
+        f"WHERE {cond} AND error IS NULL ORDER BY {SELECTION_ORDER}",
+        tmp,
     )
     os.replace(tmp, final)
     return final

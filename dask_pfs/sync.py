@@ -28,6 +28,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
+from .caps import Cap
 from .cluster import ClusterOptions, connect
 from .errors import PfsError
 from .manifest import has_marker, prepare_output, remove_manifest_files, write_marker
@@ -73,19 +74,6 @@ def default_work_dir(src_url: str, dst_url: str) -> str:
     return os.path.join(cache, "pfs", f"sync-{ident}")
 
 
-def parse_max_delete(value: str | int | None) -> tuple[int | None, float | None]:
-    """``"100"`` -> (100, None); ``"5%"`` -> (None, 5.0); None -> (None, None)."""
-    if value is None:
-        return None, None
-    text = str(value).strip()
-    try:
-        if text.endswith("%"):
-            return None, float(text[:-1])
-        return int(text), None
-    except ValueError:
-        raise PfsError(f"--max-delete: not a count or a percentage: {value!r}") from None
-
-
 def sync(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -129,7 +117,7 @@ def sync(
             algorithm = check_algorithm(DEFAULT if checksum is True else str(checksum))
         except ValueError as exc:
             raise PfsError(str(exc)) from None
-    cap_n, cap_pct = parse_max_delete(max_delete)
+    cap = Cap.parse(max_delete, "--max-delete")
     work = default_work_dir(s_loc.url, d_loc.url)
     src_m = os.fspath(src_manifest) if src_manifest else os.path.join(work, "src-manifest")
     dst_m = os.fspath(dst_manifest) if dst_manifest else os.path.join(work, "dst-manifest")
@@ -180,7 +168,7 @@ def sync(
                 info=info,
             )
         return _act(
-            client, p, sides, s_loc, d_loc, delete=delete, cap=(cap_n, cap_pct), dry_run=dry_run,
+            client, p, sides, s_loc, d_loc, delete=delete, cap=cap, dry_run=dry_run,
             update=update_dst_manifest, resume=resume, confirm=confirm, threads=threads, progress=progress,
             limits=(chunk_files, chunk_bytes, split_size), t0=t0,
         )  # fmt: skip
@@ -240,16 +228,9 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         )
         warnings.warn(f"--delete switched off: {result.delete_suppressed}", stacklevel=3)
     extras = c["extra"] - _count(p, "action = 'extra' AND remove_first")
-    if result.delete and extras:
-        cap_n, cap_pct = cap
-        total = max(1, c["extra"] + c["unchanged"] + c["changed"] + c["type-changed"])
-        if cap_n is not None and extras > cap_n:
-            raise PfsError(f"refusing: the sync would delete {extras:,} entries, more than --max-delete {cap_n:,}")
-        if cap_pct is not None and extras * 100.0 / total > cap_pct:
-            raise PfsError(
-                f"refusing: the sync would delete {extras:,} of {total:,} destination entries "
-                f"({extras * 100.0 / total:.1f}%), more than --max-delete {cap_pct:g}%"
-            )
+    if result.delete and extras and cap is not None:
+        total = c["extra"] + c["unchanged"] + c["changed"] + c["type-changed"]
+        cap.check(extras, total, "the sync would delete", "destination entries")
     to_remove = c["remove_first"] + (extras if result.delete else 0)
     if dry_run:
         result.seconds = round(time.monotonic() - t0, 3)
@@ -365,4 +346,4 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     write_atomic(os.path.join(p.path, "_plan.json"), json.dumps(pinfo, indent=1).encode())
 
 
-__all__ = ["SyncResult", "default_work_dir", "parse_max_delete", "sync"]
+__all__ = ["SyncResult", "default_work_dir", "sync"]

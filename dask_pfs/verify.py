@@ -24,11 +24,11 @@ from operators.checksum import DEFAULT, check_algorithm, checksum_table
 from operators.parts import part_name
 from operators.remote_scan import FLAT_PROTOCOLS
 
+from . import sql as pfs_sql
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
-from .manifest import Manifest, open_manifest, prepare_output, sql_str, write_marker
+from .manifest import Manifest, open_manifest, prepare_output, write_marker
 from .progress import NullProgress, Reporter
-from .query import connection
 from .urls import resolve
 
 KEY = "coalesce(path_raw, encode(path))"
@@ -108,7 +108,7 @@ def missing_checksums(side: Side, where: str | None, algorithm: str) -> int:
         f"SELECT count(*) FROM {side.manifest.relation_sql()} AS m WHERE {cond} AND type = 'file' "
         f"AND error IS NULL AND (checksum IS NULL OR NOT starts_with(checksum, '{algorithm}:'))"
     )
-    return int(connection().execute(sql).fetchall()[0][0])
+    return int(pfs_sql.connect(side.manifest).execute(sql).fetchall()[0][0])
 
 
 def with_checksums(client, side: Side, where: str | None, algorithm: str, out: str, progress: Reporter) -> Side:
@@ -119,7 +119,7 @@ def with_checksums(client, side: Side, where: str | None, algorithm: str, out: s
     loc = resolve(side.root, side.storage_options)
     cond = f"({where})" if where else "TRUE"
     reader = (
-        connection()
+        pfs_sql.connect(side.manifest)
         .sql(f"SELECT * FROM {side.manifest.relation_sql()} AS m WHERE {cond} ORDER BY path")
         .to_arrow_reader(CHUNK_ROWS)
     )
@@ -215,7 +215,7 @@ def verify(
 ) -> VerifyResult:
     """Compare ``src`` and ``dst`` by content; a side may be given as a manifest instead.
 
-    ``where`` (a DuckDB condition over manifest columns) selects rows on both sides.  With a
+    ``where`` (one DuckDB condition over manifest columns, ``dask_pfs.sql``) selects rows on both sides.  With a
     manifest and a URL for the same side, the manifest's rows are read below the URL.  Rows
     that are not the same go to the Parquet ``report`` (default: a file in the temp dir).
     """
@@ -226,6 +226,7 @@ def verify(
         raise PfsError(str(exc)) from None
     if (src is None and src_manifest is None) or (dst is None and dst_manifest is None):
         raise PfsError("give SRC and DST (trees), or --src-manifest / --dst-manifest")
+    where = pfs_sql.check_where(where)
     progress = progress or NullProgress()
     src, dst = (os.fspath(x) if x is not None else None for x in (src, dst))
     sides: list[Side | None] = [
@@ -248,7 +249,7 @@ def verify(
             with_checksums(client, side, where, algorithm, os.path.join(work, f"{label}-sums"), progress)
             for side, label in zip(sides, ("src", "dst"), strict=True)
         )
-        con = connection()
+        con = pfs_sql.connect(s_side.manifest, d_side.manifest)
         sql = compare_sql(s_side, d_side, where)
         try:
             rows = con.execute(f"SELECT status, count(*), sum(src_size) FROM ({sql}) GROUP BY status").fetchall()
@@ -262,10 +263,7 @@ def verify(
             differ = sum(counts[s] for s in STATUSES)
             wrote = None
             if differ:
-                con.execute(
-                    f"COPY (SELECT * FROM ({sql}) WHERE status <> 'same' ORDER BY path) "
-                    f"TO {sql_str(report)} (FORMAT parquet)"
-                )
+                pfs_sql.write_parquet(con, f"SELECT * FROM ({sql}) WHERE status <> 'same' ORDER BY path", report)
                 wrote = report
             sample_rows = con.execute(
                 f"SELECT path, status FROM ({sql}) WHERE status <> 'same' ORDER BY path LIMIT {int(samples)}"

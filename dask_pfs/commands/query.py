@@ -8,6 +8,8 @@ import sys
 import tempfile
 
 import click
+import duckdb
+import fsspec
 from rich.console import Console
 from rich.table import Table
 
@@ -15,7 +17,8 @@ from ..cli import cli, cluster_options, echo_json
 from ..errors import PfsError
 from ..manifest import has_marker, open_manifest
 from ..progress import human_bytes, make_reporter
-from ..query import BY_CHOICES, connection, du_sql, run_query, select_sql
+from ..query import BY_CHOICES, du_sql, run_query, select_sql
+from ..sql import check_where, connect, write_parquet
 
 
 def _print_table(columns: list[str], rows: list[tuple], title: str | None = None) -> None:
@@ -29,9 +32,13 @@ def _print_table(columns: list[str], rows: list[tuple], title: str | None = None
 
 @cli.command("query")
 @click.argument("manifest")
-@click.option("--where", help="SQL condition, e.g. \"size > 1e9 AND mtime < '2026-01-01'\".")
-@click.option("--select", "select", help="Columns or expressions (default: all).")
-@click.option("--order-by", "order", help="SQL ORDER BY expression.")
+@click.option(
+    "--where",
+    help="One SQL condition over the manifest's columns, e.g. \"size > 1e9 AND mtime < '2026-01-01'\" "
+    "(no statements, no subqueries).",
+)
+@click.option("--select", "select", help="Columns or expressions over the manifest's columns (default: all).")
+@click.option("--order-by", "order", help='SQL ORDER BY list, e.g. "size DESC, path".')
 @click.option("--limit", type=int)
 @click.option(
     "--format",
@@ -43,29 +50,59 @@ def _print_table(columns: list[str], rows: list[tuple], title: str | None = None
 @click.option("-o", "--output", help="Write to this file instead of stdout (required for parquet).")
 @click.option("--allow-incomplete", is_flag=True, help="Read a manifest without a completion marker.")
 def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomplete) -> None:
-    """Select rows of a manifest with SQL (DuckDB)."""
-    m = open_manifest(manifest, allow_incomplete=allow_incomplete)
-    con = connection()
-    sql = select_sql(m, where, select, order, limit)
-    if fmt == "parquet" or (output and fmt in ("csv", "json")):
-        if not output:
-            raise PfsError("--format parquet needs -o FILE")
-        opts = {"parquet": "FORMAT parquet", "csv": "FORMAT csv, HEADER", "json": "FORMAT json, ARRAY true"}[fmt]
-        run_query(con, f"COPY ({sql}) TO '{output.replace(chr(39), chr(39) * 2)}' ({opts})")
-        return
-    rel = run_query(con, sql)
-    cols = rel.columns
-    rows = rel.fetchall()
-    if fmt == "table":
-        _print_table(cols, rows)
-    elif fmt == "csv":
-        import csv
+    """Select rows of a manifest with SQL (DuckDB).
 
-        w = csv.writer(sys.stdout)
-        w.writerow(cols)
-        w.writerows(rows)
+    The clauses may only filter and shape the manifest's rows: each is parsed as one
+    expression (or one list), never a statement, and runs on a DuckDB connection that can
+    read nothing but the manifest. A refused clause exits 2 and says why.
+    """
+    m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+    sql = select_sql(m, where, select, order, limit)
+    if fmt == "parquet" and not output:
+        raise PfsError("--format parquet needs -o FILE")
+    con = connect(m)
+    if fmt == "parquet":
+        write_parquet(con, sql, output)  # pyarrow writes: the locked connection cannot
+        return
+    if fmt == "table":
+        rel = run_query(con, sql)
+        _print_table(rel.columns, rel.fetchall())
+        return
+    cur = con.cursor()
+    try:
+        cur.execute(sql)  # a bad column fails here, before the output file is opened
+    except duckdb.Error as exc:
+        raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
+    if output:
+        with fsspec.open(output, "w", newline="") as f:
+            _write_rows(cur, fmt, f)
     else:
-        click.echo(json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str, indent=1))
+        _write_rows(cur, fmt, sys.stdout)
+
+
+def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
+    """Stream the rows of an executed query to ``out`` as CSV (with a header) or a JSON array of objects."""
+    import csv
+
+    try:
+        cols = [d[0] for d in cur.description]
+        w = csv.writer(out) if fmt == "csv" else None
+        if w is not None:
+            w.writerow(cols)
+        else:
+            out.write("[")
+        first = True
+        while rows := cur.fetchmany(10_000):
+            if w is not None:
+                w.writerows(rows)
+                continue
+            for r in rows:
+                out.write(("\n " if first else ",\n ") + json.dumps(dict(zip(cols, r, strict=True)), default=str))
+                first = False
+        if w is None:
+            out.write("\n]\n")
+    except duckdb.Error as exc:
+        raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
 
 
 @cli.command("du")
@@ -77,7 +114,7 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
     default=None,
     help="With --by parent: total per directory at this depth (default 1).",
 )
-@click.option("--where", help="SQL condition to restrict the rows counted.")
+@click.option("--where", help="One SQL condition over the manifest's columns restricting the rows counted.")
 @click.option("--limit", type=int, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @cluster_options
@@ -85,6 +122,7 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
     """Sizes and counts of a manifest, or of a URL (scanned first into a temporary manifest)."""
     if by == "parent" and depth is None:
         depth = 1
+    check_where(where)  # refused before any scan
     tmp = None
     if not has_marker(target) and not (os.path.isdir(target) and _looks_like_manifest(target)):
         from ..scan import scan
@@ -100,9 +138,10 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
         target = os.path.join(tmp.name, "m")
     try:
         m = open_manifest(target)
-        con = connection()
-        rows = run_query(con, du_sql(m, by, depth if by == "parent" else None, where)).fetchall()
-        total = run_query(con, du_sql(m, "type", None, where)).fetchall()
+        rows_sql, total_sql = du_sql(m, by, depth if by == "parent" else None, where), du_sql(m, "type", None, where)
+        con = connect(m)
+        rows = run_query(con, rows_sql).fetchall()
+        total = run_query(con, total_sql).fetchall()
     finally:
         if tmp is not None:
             tmp.cleanup()
