@@ -62,9 +62,24 @@ def manifest_urls(operator: Any, *names: str) -> dict[str, str]:
 
 
 def check_where(where: Any) -> str | None:
-    """A DuckDB filter over manifest rows, or None; it must be a string (templated or not)."""
-    if where is None or (isinstance(where, str) and not where.strip()):
-        return None
-    if not isinstance(where, str):
-        raise AirflowException(f"where must be a SQL condition string, got {type(where).__name__}")
-    return where.strip()
+    """One DuckDB condition over manifest rows, or None: the rendered template is checked the way
+    the engine checks ``--where`` (``dask_pfs.sql``), so a DAG run's conf can only filter."""
+    from dask_pfs.errors import PfsError
+    from dask_pfs.sql import check_where as check_clause
+
+    try:
+        return check_clause(where, "where")
+    except PfsError as exc:
+        raise AirflowException(str(exc)) from None
+
+
+def check_cap(value: Any, what: str) -> str | None:
+    """A cap such as ``max_entries``: a count or ``"N%"`` (rendered templates are strings)."""
+    from dask_pfs.caps import Cap
+    from dask_pfs.errors import PfsError
+
+    try:
+        cap = Cap.parse(value, what)
+    except PfsError as exc:
+        raise AirflowException(str(exc)) from None
+    return None if cap is None else str(cap)

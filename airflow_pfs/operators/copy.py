@@ -9,7 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
-from ..paths import check_where, manifest_url, merge_options, to_url
+from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
 from .base import PfsBaseOperator
 
 COUNTS = ("files", "bytes", "dirs", "symlinks", "hardlinks", "skipped", "failed")
@@ -21,7 +21,10 @@ class PfsCopyOperator(PfsBaseOperator):
     Semantics are ``pfs cp``'s: ``src="a/"`` copies the contents of ``a`` into ``dst``; with a
     manifest the selected rows go below ``dst`` relative to the manifest's root (or to ``src``).
     Existing identical files are skipped; a differing one fails unless ``skip_existing`` or
-    ``overwrite``.  Returns the counts (``files``, ``bytes``, ``dirs``, ``skipped``, ``failed``...).
+    ``overwrite``.  ``where`` is one DuckDB condition over manifest columns (never a statement);
+    ``max_entries`` (a count or ``"5%"`` of the manifest's rows) makes the engine refuse a larger
+    selection before anything is written.  Returns the counts (``files``, ``bytes``, ``dirs``,
+    ``skipped``, ``failed``..., and ``selected`` with a manifest).
     """
 
     engine = "copy"
@@ -30,6 +33,7 @@ class PfsCopyOperator(PfsBaseOperator):
         "dst",
         "manifest",
         "where",
+        "max_entries",
         "manifest_out",
         "storage_options",
         "dst_storage_options",
@@ -42,6 +46,7 @@ class PfsCopyOperator(PfsBaseOperator):
         src: Any = None,
         manifest: Any = None,
         where: str | None = None,
+        max_entries: int | str | None = None,
         overwrite: bool = False,
         skip_existing: bool = False,
         preserve: bool = False,
@@ -55,6 +60,7 @@ class PfsCopyOperator(PfsBaseOperator):
         self.dst = dst
         self.manifest = manifest
         self.where = where
+        self.max_entries = max_entries
         self.overwrite = overwrite
         self.skip_existing = skip_existing
         self.preserve = preserve
@@ -71,8 +77,9 @@ class PfsCopyOperator(PfsBaseOperator):
         if self.overwrite and self.skip_existing:
             raise AirflowException("overwrite and skip_existing exclude each other")
         where = check_where(self.where)
-        if where and self.manifest is None:
-            raise AirflowException("where needs a manifest (scan first, then copy its rows)")
+        max_entries = check_cap(self.max_entries, "max_entries")
+        if (where or max_entries is not None) and self.manifest is None:
+            raise AirflowException("where and max_entries need a manifest (scan first, then copy its rows)")
         src, src_options = to_url(self.src, "src") if self.src is not None else (None, {})
         dst, dst_options = to_url(self.dst, "dst")
         kwargs: dict[str, Any] = {
@@ -87,6 +94,7 @@ class PfsCopyOperator(PfsBaseOperator):
         if self.manifest is not None:
             url, manifest_options = manifest_url(self.manifest)
             kwargs["manifest"] = url
+            kwargs["max_entries"] = max_entries
             if src is None and manifest_options:
                 kwargs["storage_options"] = {**manifest_options, **(kwargs["storage_options"] or {})}
         if self.manifest_out is not None:
@@ -104,6 +112,7 @@ class PfsCopyOperator(PfsBaseOperator):
             "failure_log": summary.get("failure_log"),
             "seconds": round(float(summary.get("seconds") or 0), 3),
             "exit_code": summary.get("exit_code", 0),
+            **({"selected": summary["selected"]} if summary.get("selected") is not None else {}),
         }
 
     def error_samples(self, summary: dict) -> list[str]:

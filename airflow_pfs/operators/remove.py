@@ -8,12 +8,8 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
-from dask_pfs.errors import PfsError
-from dask_pfs.manifest import open_manifest
-from dask_pfs.query import connection
-
 from ..jobs import JobSpec
-from ..paths import check_where, manifest_url, merge_options, to_url
+from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
 from .base import PfsBaseOperator
 
 COUNTS = (
@@ -30,12 +26,14 @@ COUNTS = (
 
 class PfsRemoveOperator(PfsBaseOperator):
     """Remove the tree ``path``, or the rows of ``manifest`` (an upstream scan's result) selected
-    by ``where`` (a DuckDB condition over manifest columns, e.g. ``mtime < now() - to_days(30)``).
+    by ``where`` (one DuckDB condition over manifest columns, e.g. ``mtime < now() - to_days(30)``;
+    never a statement or a subquery, see ``dask_pfs.sql``).
 
-    ``dry_run=True`` only counts what would go.  ``max_entries`` refuses (before anything is
-    removed) a selection larger than that: a typo in ``where`` then fails instead of emptying the
-    tree.  Returns the engine's counts (``removed_files``, ``removed_dirs``, ``bytes``, ``failed``,
-    ``skipped_*``) plus ``selected`` (rows the where-clause selects) when run in the worker.
+    ``dry_run=True`` only counts what would go.  ``max_entries`` (a count or ``"5%"`` of the
+    manifest's rows) makes the engine refuse a larger selection before anything is removed: a
+    typo in ``where`` then fails instead of emptying the tree.  Returns the engine's counts
+    (``removed_files``, ``removed_dirs``, ``bytes``, ``failed``, ``skipped_*``, and ``selected``:
+    rows the where-clause selected), in XCom, deferred or not.
     """
 
     engine = "remove"
@@ -48,7 +46,7 @@ class PfsRemoveOperator(PfsBaseOperator):
         manifest: Any = None,
         where: str | None = None,
         dry_run: bool = False,
-        max_entries: int | None = None,
+        max_entries: int | str | None = None,
         force: bool = False,
         ignore_changes: bool = False,
         storage_options: dict | None = None,
@@ -63,7 +61,6 @@ class PfsRemoveOperator(PfsBaseOperator):
         self.force = force
         self.ignore_changes = ignore_changes
         self.storage_options = storage_options
-        self._selected: int | None = None
 
     def job_spec(self, context: Context) -> JobSpec:
         if (self.path is None) == (self.manifest is None):
@@ -72,11 +69,7 @@ class PfsRemoveOperator(PfsBaseOperator):
             if not isinstance(getattr(self, flag), bool):
                 raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         where = check_where(self.where)
-        max_entries = self.max_entries
-        if isinstance(max_entries, str) and max_entries.strip().isdigit():
-            max_entries = int(max_entries)  # rendered from a template
-        if max_entries is not None and (not isinstance(max_entries, int) or max_entries < 0):
-            raise AirflowException(f"max_entries must be a whole number >= 0, got {self.max_entries!r}")
+        max_entries = check_cap(self.max_entries, "max_entries")
         kwargs: dict[str, Any] = {
             "dry_run": self.dry_run,
             "force": self.force,
@@ -90,26 +83,13 @@ class PfsRemoveOperator(PfsBaseOperator):
             kwargs.update(url=url, storage_options=merge_options(options, self.storage_options))
             return JobSpec(self.engine, (), kwargs)
         url, options = manifest_url(self.manifest)
-        self._selected = self._count(url, where)
-        self.log.info("%s: %d manifest rows selected for removal", self.task_id, self._selected)
-        if max_entries is not None and self._selected > max_entries:
-            raise AirflowException(
-                f"where selects {self._selected} entries, more than max_entries={max_entries}: refusing to remove"
-            )
-        kwargs.update(manifest=url, where=where, storage_options=merge_options(options, self.storage_options))
+        kwargs.update(
+            manifest=url,
+            where=where,
+            max_entries=max_entries,
+            storage_options=merge_options(options, self.storage_options),
+        )
         return JobSpec(self.engine, (), kwargs)
-
-    @staticmethod
-    def _count(url: str, where: str | None) -> int:
-        """Rows selected, read from the manifest's Parquet parts (counts only; no list leaves DuckDB)."""
-        try:
-            manifest = open_manifest(url)
-            sql = f"SELECT count(*) FROM {manifest.relation_sql()} AS m WHERE {f'({where})' if where else 'TRUE'}"
-            return int(connection().execute(sql).fetchall()[0][0])
-        except PfsError as exc:
-            raise AirflowException(f"manifest: {exc}") from None
-        except Exception as exc:  # duckdb.Error: a bad where-clause
-            raise AirflowException(f"where: {str(exc).splitlines()[0]}") from None
 
     def report(self, summary: dict) -> dict:
         result = {
@@ -121,8 +101,9 @@ class PfsRemoveOperator(PfsBaseOperator):
             "seconds": round(float(summary.get("seconds") or 0), 3),
             "exit_code": summary.get("exit_code", 0),
         }
-        if self._selected is not None:
-            result["selected"] = self._selected
+        if summary.get("selected") is not None:  # manifest mode: counted by the engine, kept in XCom
+            result["selected"] = summary["selected"]
+            self.log.info("%s: %d manifest rows selected for removal", self.task_id, summary["selected"])
         if summary.get("dry_run") and summary.get("would_remove"):
             self.log.info("dry run, would remove e.g.: %s", ", ".join(summary["would_remove"][:10]))
         return result

@@ -79,7 +79,16 @@ def _size(text: str) -> int:
 @cli.command("cp")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--manifest", help="Copy the rows of this manifest (relative to its root) instead of scanning SRC.")
-@click.option("--where", help="With --manifest: SQL condition selecting the rows to copy.")
+@click.option(
+    "--where",
+    help="With --manifest: one SQL condition over the manifest's columns selecting the rows to copy "
+    "(no statements, no subqueries).",
+)
+@click.option(
+    "--max-entries",
+    metavar="N|P%",
+    help="With --manifest: refuse (exit 2, nothing copied) when the selection has more rows than this.",
+)
 @click.option("--manifest-out", help="Keep the scan of SRC in this manifest directory (default: a temporary one).")
 @click.option("--overwrite", is_flag=True, help="Rewrite every destination file that exists.")
 @click.option("--skip-existing", is_flag=True, help="Skip identical existing files, replace ones that differ.")
@@ -111,6 +120,7 @@ def cp_cmd(
     paths,
     manifest,
     where,
+    max_entries,
     manifest_out,
     overwrite,
     skip_existing,
@@ -144,6 +154,8 @@ def cp_cmd(
     Existing files: identical ones (size and mtime) are skipped; one that differs is an
     error unless --skip-existing (replace it) or --overwrite (rewrite all).
     Object stores: no symlinks (skipped), big files are uploaded whole by one task.
+    --where may only filter: one SQL condition over the manifest's columns, run on a DuckDB
+    connection that reads nothing but the manifest; --max-entries N (or N%) caps the selection.
 
     Resume: finished chunks (and byte ranges of big files) are journaled in
     DST/.pfs-journal-<id>/ with the scan's manifest; after a crash, Ctrl-C or a killed
@@ -166,6 +178,7 @@ def cp_cmd(
         dst,
         manifest=manifest,
         where=where,
+        max_entries=max_entries,
         cluster=cluster,
         overwrite=overwrite,
         skip_existing=skip_existing,

@@ -18,7 +18,16 @@ if TYPE_CHECKING:
 @cli.command("rm")
 @click.argument("url", required=False)
 @click.option("--manifest", help="Remove exactly the entries of this manifest (directory or URL).")
-@click.option("--where", help="With --manifest: SQL condition selecting the rows, e.g. \"name LIKE '%.tmp'\".")
+@click.option(
+    "--where",
+    help="With --manifest: one SQL condition over the manifest's columns selecting the rows, "
+    "e.g. \"name LIKE '%.tmp'\" (no statements, no subqueries).",
+)
+@click.option(
+    "--max-entries",
+    metavar="N|P%",
+    help="With --manifest: refuse (exit 2, nothing removed) when the selection has more rows than this.",
+)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation (asked only on a terminal).")
 @click.option("--force", is_flag=True, help="Allow removing /, your home directory, a mount point or a bucket.")
 @click.option("-n", "--dry-run", is_flag=True, help="Remove nothing; print what would go and the totals.")
@@ -34,6 +43,7 @@ def rm_cmd(
     url,
     manifest,
     where,
+    max_entries,
     yes,
     force,
     dry_run,
@@ -51,6 +61,9 @@ def rm_cmd(
     """Remove a tree (URL), or the entries of a manifest selected by --where.
 
     Symlinks are never followed; nothing outside the tree (or the manifest's root) is touched.
+    --where may only filter: it is parsed as one SQL condition over the manifest's columns
+    and runs on a DuckDB connection that reads nothing but the manifest. --max-entries N (or
+    N% of the manifest's rows) refuses a bigger selection, dry runs included.
 
     \b
     Resume: finished chunks are journaled (with --manifest: in MANIFEST/.pfs-journal-<id>/,
@@ -74,6 +87,7 @@ def rm_cmd(
         url,
         manifest=manifest,
         where=where,
+        max_entries=max_entries,
         cluster=cluster,
         dry_run=dry_run,
         force=force,

@@ -15,7 +15,7 @@ from ..progress import make_reporter
 @click.argument("paths", nargs=-1)
 @click.option("--src-manifest", help="Manifest of the source (its rows are read below SRC, or its root).")
 @click.option("--dst-manifest", help="Manifest of the destination (its rows are read below DST, or its root).")
-@click.option("--where", help="SQL condition selecting the rows compared on both sides.")
+@click.option("--where", help="One SQL condition over the manifest columns selecting the rows compared on both sides.")
 @click.option(
     "--checksum",
     "algorithm",

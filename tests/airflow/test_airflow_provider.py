@@ -69,7 +69,11 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
     src, out = tmp_path / "src", tmp_path / "out"
     entries = make_source(src)
     out.mkdir()
-    dag_run = load_dag("pfs_test_dags.py", "pfs_local").test(run_conf={"src": str(src), "out": str(out)})
+    pwned = tmp_path / "pwned.csv"
+    injected = f"1=1; COPY (SELECT 1) TO '{pwned}'"
+    dag_run = load_dag("pfs_test_dags.py", "pfs_local").test(
+        run_conf={"src": str(src), "out": str(out), "where": injected}
+    )
     logs = capfd.readouterr().out
     assert run_states(dag_run) == {
         "scan": "success",
@@ -80,6 +84,7 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
         "remove_over_cap": "failed",
         "remove_path_and_manifest": "failed",
         "remove_bad_where": "failed",
+        "remove_injected_where": "failed",
     }
     results = xcom_results(dag_run)
     scan = results["scan"]
@@ -91,9 +96,10 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
     assert "path must be an absolute path or a URL, got 'data/project'" in logs
     assert "no-such-dir: no such file or directory" in logs
     assert "deferrable=True needs a running Dask scheduler" in logs
-    assert "where selects 60 entries, more than max_entries=5: refusing to remove" in logs
+    assert "refusing: the selection has 60 entries, more than --max-entries 5" in logs  # counted by the engine
     assert "give either path (a tree to remove) or manifest (rows to remove), not both" in logs
     assert "where: Binder Error" in logs and "no_such_column" in logs
+    assert "where refused: ';' ends a statement" in logs and not pwned.exists()
     assert len(list(src.rglob("*"))) == entries  # nothing was removed
 
 
@@ -112,6 +118,7 @@ def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd
         "count_deferred": "success",
         "deferred_missing": "failed",
         "remove_tree_deferred": "success",
+        "remove_rows_deferred": "success",
         "scan_object_storage_path": "success",
     }
     results = xcom_results(dag_run)
@@ -123,6 +130,9 @@ def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd
     removed = results["remove_tree_deferred"]
     assert (removed["removed_files"], removed["removed_dirs"], removed["errors"]) == (60, junk - 60 + 1, 0)
     assert not (out / "junk").exists()
+    rows = results["remove_rows_deferred"]  # a deferred run: the operator is re-created before execute_complete
+    assert (rows["selected"], rows["removed_files"], rows["dry_run"]) == (60, 60, True)
+    assert len(list(src.rglob("*"))) == entries  # a dry run
     assert "[DAG TEST] running trigger in line" in logs
     assert f"Dask cluster: {dask_processes}" in logs
     assert "pfs job pfs-job-pfs_remote.scan_deferred-" in logs and ": submitted" in logs

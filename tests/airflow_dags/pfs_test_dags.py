@@ -10,7 +10,7 @@ from airflow_pfs.operators import PfsRemoveOperator, PfsScanOperator
 
 MANIFEST_ASSET = Asset(name="pfs_test_manifest", uri="file:///pfs-test/manifest")
 DEFERRED_ASSET = Asset(name="pfs_test_deferred", uri="file:///pfs-test/deferred")
-PARAMS = {"src": "/nonexistent", "out": "/nonexistent"}
+PARAMS = {"src": "/nonexistent", "out": "/nonexistent", "where": "false"}
 LOCAL = {"pfs_dask_conn_id": "pfs_local", "progress_interval": 0}
 
 
@@ -33,6 +33,8 @@ with DAG("pfs_local", schedule=None, params=PARAMS) as pfs_local:
     PfsRemoveOperator(task_id="remove_over_cap", manifest=scan.output, where="type = 'file'", max_entries=5, **LOCAL)
     PfsRemoveOperator(task_id="remove_path_and_manifest", path="{{ params.src }}", manifest=scan.output, **LOCAL)
     PfsRemoveOperator(task_id="remove_bad_where", manifest=scan.output, where="no_such_column > 1", **LOCAL)
+    # a templated where from a run's conf may only filter: a second statement is refused, nothing is written
+    PfsRemoveOperator(task_id="remove_injected_where", manifest=scan.output, where="{{ params.where }}", **LOCAL)
     PfsScanOperator(task_id="relative_path", path="data/project", manifest="{{ params.out }}/rel", **LOCAL)
     PfsScanOperator(task_id="missing_root", path="{{ params.src }}/no-such-dir", manifest="{{ params.out }}/x", **LOCAL)
     PfsScanOperator(
@@ -61,6 +63,16 @@ with DAG("pfs_remote", schedule=None, params=PARAMS) as pfs_remote:
         poll_interval=0.2,
     )
     PfsRemoveOperator(task_id="remove_tree_deferred", path="{{ params.out }}/junk", deferrable=True, poll_interval=0.2)
+    # the engine counts the selection and caps it; the count reaches XCom through execute_complete
+    PfsRemoveOperator(
+        task_id="remove_rows_deferred",
+        manifest=deferred.output,
+        where="type = 'file'",
+        max_entries="100%",
+        dry_run=True,
+        deferrable=True,
+        poll_interval=0.2,
+    )
     PfsScanOperator(
         task_id="scan_object_storage_path",
         path=ObjectStoragePath(f"file://{os.environ.get('PFS_TEST_SRC', '/nonexistent')}"),
