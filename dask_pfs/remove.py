@@ -194,8 +194,9 @@ def remove(
 class _Log:
     """Problems (failed, changed, non-empty) appended to a Parquet file, opened on first use."""
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, storage_options: dict | None = None) -> None:
         self.url = url
+        self.storage_options = storage_options or {}
         self.writer: pq.ParquetWriter | None = None
         self.file = None
         self.rows = 0
@@ -204,7 +205,7 @@ class _Log:
         if not problems or self.url is None:
             return
         if self.writer is None:
-            self.file = fsspec.open(self.url, "wb").open()
+            self.file = fsspec.open(self.url, "wb", **self.storage_options).open()
             self.writer = pq.ParquetWriter(self.file, LOG_SCHEMA, compression="zstd")
         texts = [decode(rel) for rel, _, _ in problems]
         self.writer.write_table(
@@ -340,11 +341,12 @@ class _Job:
         if cap is not None:  # before the stale log goes and a journal starts: refused means untouched
             cap.check(self.result.selected, total, "the selection has")
         default_log = f"{url.rstrip('/')}/{FAILURE_LOG}"
+        log_options = None if m.is_local or log else m.storage_options  # the default log is beside the manifest
         if not self.dry_run and not log:
-            fs, path = fsspec.core.url_to_fs(default_log)
+            fs, path = fsspec.core.url_to_fs(default_log, **(log_options or {}))
             if fs.exists(path):
                 fs.rm(path)  # a stale log from an earlier run would be misread as this run's
-        self.log = _Log(None if self.dry_run else os.fspath(log) if log else default_log)
+        self.log = _Log(None if self.dry_run else os.fspath(log) if log else default_log, log_options)
         if not self.dry_run:
             self._journal_manifest(url, str(where) if where else None, m.root)
         return None

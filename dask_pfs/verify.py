@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
+import duckdb
 import pyarrow as pa
 
 from operators.checksum import DEFAULT, check_algorithm, checksum_table
@@ -108,7 +109,10 @@ def missing_checksums(side: Side, where: str | None, algorithm: str) -> int:
         f"SELECT count(*) FROM {side.manifest.relation_sql()} AS m WHERE {cond} AND type = 'file' "
         f"AND error IS NULL AND (checksum IS NULL OR NOT starts_with(checksum, '{algorithm}:'))"
     )
-    return int(pfs_sql.connect(side.manifest).execute(sql).fetchall()[0][0])
+    try:
+        return int(pfs_sql.connect(side.manifest).execute(sql).fetchall()[0][0])
+    except duckdb.Error as exc:  # the first query with the where-clause: a bad column, a missing function
+        raise PfsError(f"--where: {str(exc).splitlines()[0]}") from None
 
 
 def with_checksums(client, side: Side, where: str | None, algorithm: str, out: str, progress: Reporter) -> Side:
