@@ -211,11 +211,13 @@ def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyC
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
     dirs: list[str] = []
+    tables = {}
     for m in manifests:
         if m.is_local:
             dirs.append(m.local_dir.rstrip("/") + "/")
         else:
-            con.register(m.table_name, m.dataset())
+            tables[m.table_name] = m.dataset()
+            con.register(m.table_name, tables[m.table_name])
     paths = [os.path.abspath(p) for p in reads]
     if dirs:
         con.execute("SET allowed_directories = ?", [dirs])
@@ -223,7 +225,24 @@ def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyC
         con.execute("SET allowed_paths = ?", [paths])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-    return con
+    return _Registered(con, tables) if tables else con
+
+
+class _Registered:
+    """A locked connection whose cursors see its registered datasets too (DuckDB registers Python
+    objects per connection, and a cursor is a new one)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, tables: dict) -> None:
+        self._con, self._tables = con, tables
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = self._con.cursor()
+        for name, dataset in self._tables.items():
+            cur.register(name, dataset)
+        return cur
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
 
 
 def arrow_reader(con: duckdb.DuckDBPyConnection, sql: str, rows: int = BATCH_ROWS) -> pa.RecordBatchReader:
