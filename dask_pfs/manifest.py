@@ -7,12 +7,13 @@ asked to read it anyway (then they warn).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import socket
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
@@ -39,6 +40,7 @@ class Manifest:
     info: dict[str, Any]
     complete: bool
     storage_options: dict | None = None
+    _remote_parts: list[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def root(self) -> str:
@@ -63,16 +65,26 @@ class Manifest:
         """What DuckDB's ``read_parquet`` takes (local manifests)."""
         return f"{self.local_dir}/{PART_PREFIX}*{PART_SUFFIX}"
 
+    @functools.cached_property
+    def _fs_path(self):
+        return _fs(self.url, self.storage_options)
+
     def part_files(self) -> list[str]:
-        fs, path = _fs(self.url, self.storage_options)
+        """The part files, sorted; listed once for a manifest on an object store (a complete one does
+        not change), every time for a local one (cheap, and a streamed copy reads one being written)."""
+        if not self.is_local and self._remote_parts is not None:
+            return self._remote_parts
+        fs, path = self._fs_path
         names = sorted(fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"))
+        if not self.is_local:
+            self._remote_parts = names
         return names
 
     def dataset(self):
         """A ``pyarrow.dataset`` over the part files."""
         import pyarrow.dataset as ds
 
-        fs, _ = _fs(self.url, self.storage_options)
+        fs, _ = self._fs_path
         return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
 
     def relation_sql(self, filename: bool = False) -> str:
