@@ -12,8 +12,6 @@ always the function, whatever was imported first.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .cluster import ClusterOptions, connect
 from .copy import CopyResult, copy
 from .errors import IncompleteManifestError, PfsError
@@ -22,6 +20,7 @@ from .remove import RemoveResult, remove
 from .scan import ScanResult, scan
 from .sync import SyncResult, sync
 from .verify import VerifyResult, verify
+from .version import __version__
 
 __all__ = [
     "ClusterOptions",

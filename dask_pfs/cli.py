@@ -14,9 +14,30 @@ from collections.abc import Callable
 
 import click
 
-from . import __version__
+from operators.sizes import parse_size
+
 from .cluster import ClusterOptions
 from .errors import PfsError
+from .version import __version__
+
+SIZES = "256M = 256*10^6 bytes, 256MiB = 256*2^20 (as dask.utils.parse_bytes)"
+
+
+class SizeType(click.ParamType):
+    """A size in bytes, in the one syntax of every pfs option (``operators.sizes``)."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = SizeType()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -51,7 +72,7 @@ def cluster_options(func: Callable) -> Callable:
             "--max-bandwidth",
             envvar="PFS_MAX_BANDWIDTH",
             metavar="RATE",
-            help="Cap the whole job's data reads, e.g. 200MB/s or 1GiB/s.",
+            help=f"Cap the whole job's data reads, e.g. 200MB/s or 1GiB/s ({SIZES}).",
         ),
         click.option(
             "--cluster",

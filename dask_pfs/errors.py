@@ -11,3 +11,11 @@ class PfsError(Exception):
 
 class IncompleteManifestError(PfsError):
     """The manifest directory has no completion marker: the scan failed or was interrupted."""
+
+
+class QueryError(PfsError):
+    """DuckDB refused a query over a manifest (a bad ``--where``): ``detail`` is its first line."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"query failed: {detail}")
+        self.detail = detail

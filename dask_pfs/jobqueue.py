@@ -16,7 +16,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .cluster import WORKER_ENV
+from .worker_config import WORKER_ENV
 
 if TYPE_CHECKING:
     import dask_jobqueue

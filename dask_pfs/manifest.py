@@ -1,8 +1,10 @@
-"""Manifest directories: the completion marker, opening for reading, and safe clean-up.
+"""Manifest directories and the selections jobs read from them.
 
 A manifest is a directory of ``part-*.parquet`` files plus ``_manifest.json``, written last.
 No marker means the scan failed or was interrupted: readers refuse such a directory unless
-asked to read it anyway (then they warn).
+asked to read it anyway (then they warn).  A :class:`Selection` is the rows a ``--where``
+condition picks: what ``cp``, ``rm``, ``verify``, ``sync`` and the Airflow provider count and
+stream, out of core, in DuckDB.
 """
 
 from __future__ import annotations
@@ -13,17 +15,23 @@ import json
 import os
 import socket
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import fsspec
+import pyarrow as pa
 
 from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHEMA_VERSION
 
-from . import __version__
-from .errors import IncompleteManifestError, PfsError
+from .errors import IncompleteManifestError, PfsError, QueryError
+from .sql import Filter, where_filter, write_parquet
+from .sql import connect as locked
+from .version import __version__
 
 JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directory (docs/journal.md)
+BATCH_ROWS = 20_000  # rows per record batch streamed out of DuckDB
 
 
 def _fs(url: str, storage_options: dict | None = None):
@@ -102,9 +110,91 @@ class Manifest:
         return f"read_parquet({sql_str(self.parts_glob)}{', filename = true' if filename else ''})"
 
 
-def _duck_type(field) -> str:
-    import pyarrow as pa
+def connection() -> duckdb.DuckDBPyConnection:
+    """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con.execute("SET TimeZone = 'UTC'")
+    return con
 
+
+class Selection:
+    """The rows of a manifest (or of one Parquet file pfs wrote) that ``where`` selects.
+
+    ``where`` is a user's condition, checked to be only that (``dask_pfs.sql.check_where``), or a
+    :class:`~dask_pfs.sql.Filter` pfs built; either runs only on a connection locked to the
+    manifest (``dask_pfs.sql.connect``).  Jobs never hold the rows: they count them here and
+    stream them in Arrow record batches.  A bad condition is a :class:`QueryError` (exit code 2)
+    before anything is done.
+    """
+
+    def __init__(self, manifest: Manifest, where: str | Filter | None = None) -> None:
+        self.manifest = manifest
+        self.filter = where_filter(where)
+        self.where = str(self.filter) if self.filter else None
+        self.relation = manifest.relation_sql()
+        self.con = locked(manifest, reads=self.filter.reads if self.filter else ())
+
+    @classmethod
+    def of_file(cls, path: str) -> Selection:
+        """Every row of one Parquet file pfs wrote (a frozen selection), in stored order."""
+        sel = cls.__new__(cls)
+        sel.manifest, sel.filter, sel.where = None, None, None
+        sel.relation = f"read_parquet({sql_str(os.path.abspath(path))})"
+        sel.con = locked(reads=[path])
+        return sel
+
+    @property
+    def condition(self) -> str:
+        return f"({self.where})" if self.where else "TRUE"
+
+    def sql(self, columns: str = "*", also: str | None = None, order: str | None = None) -> str:
+        """``SELECT columns`` of the selected rows (``also``: a further condition)."""
+        sql = f"SELECT {columns} FROM {self.relation} AS m WHERE {self.condition}"
+        if also:
+            sql += f" AND ({also})"
+        return sql + (f" ORDER BY {order}" if order else "")
+
+    def fetch(self, sql: str) -> list[tuple]:
+        try:
+            return self.con.execute(sql).fetchall()
+        except duckdb.Error as exc:
+            raise QueryError(str(exc).strip().splitlines()[0]) from None
+
+    def count(self, also: str | None = None) -> int:
+        return int(self.fetch(self.sql("count(*)", also))[0][0])
+
+    def share(self) -> tuple[int, int]:
+        """(rows selected, rows of the whole manifest): what ``--max-entries`` caps."""
+        n, total = self.fetch(f"SELECT count(*) FILTER (WHERE {self.condition}), count(*) FROM {self.relation} AS m")[0]
+        return int(n), int(total)
+
+    def totals(self) -> dict[str, int]:
+        """Counts of the readable selected rows: ``entries`` (non-directories), ``bytes`` (theirs),
+        ``file_bytes`` (regular files only), ``dirs``; and ``errors``: rows whose scan failed."""
+        cols = (
+            "count(*) FILTER (WHERE error IS NULL AND type <> 'directory'), "
+            "coalesce(sum(size) FILTER (WHERE error IS NULL AND type <> 'directory'), 0), "
+            "coalesce(sum(size) FILTER (WHERE error IS NULL AND type = 'file'), 0), "
+            "count(*) FILTER (WHERE error IS NULL AND type = 'directory'), "
+            "count(*) FILTER (WHERE error IS NOT NULL)"
+        )
+        row = self.fetch(self.sql(cols))[0]
+        return dict(zip(("entries", "bytes", "file_bytes", "dirs", "errors"), map(int, row), strict=True))
+
+    def batches(self, sql: str, rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """Stream the result of ``sql`` in record batches of at most ``rows`` rows."""
+        try:
+            reader = self.con.cursor().sql(sql).to_arrow_reader(rows)
+        except duckdb.Error as exc:
+            raise QueryError(str(exc).strip().splitlines()[0]) from None
+        yield from reader
+
+    def write(self, sql: str, path: str) -> int:
+        """Write the result of ``sql`` to the Parquet file ``path`` (the locked connection cannot)."""
+        return write_parquet(self.con, sql, path)
+
+
+def _duck_type(field: pa.Field) -> str:
     t = field.type
     if pa.types.is_dictionary(t) or pa.types.is_string(t):
         return "VARCHAR"

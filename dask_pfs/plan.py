@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from operators.journal import write_atomic
 
 from .errors import PfsError
-from .manifest import sql_str
-from .query import connection
+from .manifest import connection, sql_str
 from .sql import Filter
 
 PLAN_FILE = "plan.parquet"

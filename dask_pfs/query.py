@@ -10,17 +10,11 @@ from __future__ import annotations
 import duckdb
 
 from .errors import PfsError
-from .manifest import Manifest
+from .manifest import Manifest, connection
 from .sql import check_order, check_select, check_where
 
 BY_CHOICES = ("parent", "uid", "gid", "type", "ext", "depth")
-
-
-def connection() -> duckdb.DuckDBPyConnection:
-    """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    con.execute("SET TimeZone = 'UTC'")
-    return con
+__all__ = ["BY_CHOICES", "connection", "du_sql", "run_query", "select_sql"]  # connection: manifest.py's
 
 
 def select_sql(

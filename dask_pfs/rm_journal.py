@@ -1,4 +1,4 @@
-"""Where a ``pfs rm`` job keeps its journal, and the frozen selection of a manifest-mode job.
+"""Where a ``pfs rm`` job keeps its journal, and how a manifest-mode job cuts its frozen selection.
 
 Manifest mode: the rows ``--where`` selects are copied once, when the job starts, into
 ``selection.parquet`` in the journal (non-directories in path order, then directories deepest
@@ -14,14 +14,17 @@ See docs/journal.md.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
+from collections.abc import Iterable, Iterator
+
+import pyarrow as pa
 
 from operators.journal import Journal
+from operators.remove import batch_rels
 
-from .manifest import JOURNAL_PREFIX
-from .sql import write_parquet
+from .journals import cache_dir, ident, journal_dir
+from .manifest import Selection
 from .urls import Location, resolve
 
 SELECTION = "selection.parquet"
@@ -29,21 +32,11 @@ SELECTION = "selection.parquet"
 SELECTION_ORDER = "type = 'directory', CASE WHEN type = 'directory' THEN -depth ELSE 0 END, path, path_raw"
 
 
-def cache_dir(ident: str) -> str:
-    """``~/.cache/pfs/journals/<id>`` (``$XDG_CACHE_HOME``), as for copies to object stores."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "pfs", "journals", ident)
-
-
-def _ident(*parts: str) -> str:
-    return hashlib.sha1("\0".join(("rm", *parts)).encode()).hexdigest()[:12]
-
-
 def tree_journal(loc: Location, journal: str | os.PathLike | bool | None) -> Journal | None:
     """The journal of ``pfs rm URL``; None when switched off or when it would lie inside the tree."""
     if journal is False:
         return None
-    path = cache_dir(_ident(loc.url)) if journal in (None, True) else os.fspath(journal)
+    path = cache_dir(ident("rm", loc.url)) if journal in (None, True) else os.fspath(journal)
     if loc.is_local:
         tree = os.path.realpath(loc.path).rstrip("/") + "/"
         if (os.path.realpath(path).rstrip("/") + "/").startswith(tree):
@@ -59,27 +52,58 @@ def manifest_journal(manifest: str, where: str | None, journal: str | os.PathLik
     if journal not in (None, True):
         return Journal(os.fspath(journal))
     loc = resolve(manifest)
-    ident = _ident(loc.url, where or "")
-    if loc.is_local and os.access(loc.path, os.W_OK):
-        return Journal(os.path.join(loc.path, f"{JOURNAL_PREFIX}{ident}"))
-    return Journal(cache_dir(ident))
+    job_id = ident("rm", loc.url, where or "")
+    if loc.is_local and not os.access(loc.path, os.W_OK):
+        return Journal(cache_dir(job_id))
+    return Journal(journal_dir(loc, job_id))
 
 
-def freeze(con, relation: str, cond: str, jr: Journal) -> str:
-    """Write the selected rows (without scan errors) to the journal's ``selection.parquet``; its path."""
+def freeze(sel: Selection, jr: Journal) -> Selection:
+    """Write the selected rows (without scan errors) to the journal's ``selection.parquet``; the new selection."""
     final = os.path.join(jr.path, SELECTION)
     tmp = f"{final}.tmp"
-    write_parquet(  # pyarrow writes: the connection the where-clause runs on cannot
-        con,
-        f"SELECT path, path_raw, type, size, mtime, depth, error FROM {relation} AS m "
-        f"WHERE {cond} AND error IS NULL ORDER BY {SELECTION_ORDER}",
-        tmp,
-    )
+    rows = sel.sql("path, path_raw, type, size, mtime, depth, error", also="error IS NULL", order=SELECTION_ORDER)
+    sel.write(rows, tmp)  # pyarrow writes: the connection the where-clause runs on cannot
     os.replace(tmp, final)
-    return final
+    return Selection.of_file(final)
 
 
-def frozen(jr: Journal) -> str | None:
+def frozen(jr: Journal) -> Selection | None:
     """The selection an earlier run froze, or None (it was killed before the file was complete)."""
     path = os.path.join(jr.path, SELECTION)
-    return path if os.path.exists(path) else None
+    return Selection.of_file(path) if os.path.exists(path) else None
+
+
+def exact(batches: Iterable[pa.RecordBatch], n: int) -> Iterator[pa.Table]:
+    """Re-cut a stream of record batches into tables of exactly ``n`` rows (the last may be short)."""
+    buf: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        while batch.num_rows:
+            take = min(n - size, batch.num_rows)
+            buf.append(batch.slice(0, take))
+            size += take
+            batch = batch.slice(take)
+            if size == n:
+                yield pa.Table.from_batches(buf)
+                buf, size = [], 0
+    if size:
+        yield pa.Table.from_batches(buf)
+
+
+def levels(batches: Iterable[pa.RecordBatch], n: int) -> Iterator[tuple[int, list[bytes]]]:
+    """Cut a depth-descending stream of directory rows into ``(depth, rels)`` chunks.
+
+    Each chunk holds at most ``n`` rows of one depth, cut at the same rows whatever the
+    reader's batch sizes (chunk ids must not depend on them).
+    """
+    depth, rels = None, []
+    for batch in batches:
+        for d, rel in zip(batch.column("depth").to_pylist(), batch_rels(batch), strict=True):
+            if rels and (d != depth or len(rels) >= n):
+                yield depth, rels
+                rels = []
+            depth = d
+            rels.append(rel)
+    if rels:
+        yield depth, rels

@@ -15,7 +15,6 @@ See docs/journal.md.
 from __future__ import annotations
 
 import base64
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,16 +22,15 @@ from operators.journal import Journal
 from operators.scan_task import ChunkResult
 from operators.walk import DirItem, Tally
 
-from .copy import journal_dir
 from .errors import PfsError
+from .journals import ident, journal_dir
 from .urls import resolve
 
 
 def scan_journal(url: str, out: str, out_storage_options: dict | None) -> Journal:
     """``OUT/.pfs-journal-<id>`` for a local output, else one in the user's cache directory."""
     out_loc = resolve(out, out_storage_options)
-    ident = hashlib.sha1(f"scan\0{url}\0{out_loc.url}".encode()).hexdigest()[:12]
-    return Journal(journal_dir(out_loc, ident))
+    return Journal(journal_dir(out_loc, ident("scan", url, out_loc.url)))
 
 
 def task_id(attempt: int, n: int) -> str:

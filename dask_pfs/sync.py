@@ -1,4 +1,7 @@
-"""``pfs sync SRC DST``: make DST a mirror of the contents of SRC, from two manifests and a plan.
+"""``sync``: make DST a mirror of the contents of SRC, from two manifests and a plan.
+
+A job of jobs: it plans, then runs the ``remove`` and ``copy`` drivers on its own client (the
+only driver that imports others; ``.importlinter`` keeps it the only one).
 
 1. Scan both sides at once on one cluster (or take manifests from earlier scans);
 2. plan (``dask_pfs.plan``): join them on exact path bytes in DuckDB, one action per path;
@@ -19,64 +22,66 @@ it, so the next sync of a tree with few changes costs one scan of the source.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 import warnings
 from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
+
+from distributed import Client
+
+from operators.checksum import DEFAULT
+from operators.journal import write_atomic
 
 from .caps import Cap
-from .cluster import ClusterOptions, connect
+from .cluster import ClusterOptions
+from .copy import MiB, copy
 from .errors import PfsError
-from .manifest import has_marker, prepare_output, remove_manifest_files, write_marker
+from .journals import ident, pfs_cache
+from .manifest import connection, has_marker, open_manifest, prepare_output, remove_manifest_files, write_marker
 from .plan import COPY_ACTIONS, Plan, read_plan, write_plan
 from .progress import NullProgress, Reporter
-from .query import connection
-from .urls import resolve
-from .verify import Side, manifest_side, scan_sides, with_checksums
+from .remove import remove
+from .results import JobResult
+from .runtime import job_client
+from .scanning import check_checksum
+from .sides import Side, manifest_side, scan_sides, with_checksums
+from .urls import is_dir, resolve, root_times_from
 
-MiB = 1 << 20
 
+@dataclass(kw_only=True)
+class SyncResult(JobResult):
+    """``counts``: the plan's actions (new, changed, type-changed, unchanged, extra, error) and what
+    was done (copied_files, copied_bytes, deleted); ``failed``: entries that failed, and entries
+    that could not be read at either side (so they were not synced)."""
 
-@dataclass
-class SyncResult:
     source: str
     destination: str
     plan: str
-    counts: dict  # plan actions (new, changed, ...) and what was done (copied, deleted, ...)
     dry_run: bool
-    seconds: float
     delete: bool  # extras were (or, for a dry run, would be) deleted
     delete_suppressed: str | None = None  # why --delete was switched off
     copy: dict | None = None  # the copy engine's summary
     removed: dict | None = None  # remove engine summaries: "first" (type-changed), "extras"
-    failures: int = 0
-    failure_samples: list = field(default_factory=list)
     dst_manifest: str | None = None
     src_manifest: str | None = None
 
     @property
-    def exit_code(self) -> int:
-        """1 when entries failed, or could not be read at either side (so they were not synced)."""
-        return 1 if self.failures or self.counts.get("error") else 0
-
-    def summary(self) -> dict:
-        return {**asdict(self), "exit_code": self.exit_code}
+    def failure_samples(self) -> list[tuple[str, str]]:
+        """``samples``, by their name in sync's first API."""
+        return self.samples
 
 
 def default_work_dir(src_url: str, dst_url: str) -> str:
     """Where manifests and the plan of a sync go unless told: one stable place per (SRC, DST)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    ident = hashlib.sha1(f"{src_url}\0{dst_url}".encode()).hexdigest()[:12]
-    return os.path.join(cache, "pfs", f"sync-{ident}")
+    return pfs_cache(f"sync-{ident(src_url, dst_url)}")
 
 
 def sync(
     src: str | os.PathLike,
     dst: str | os.PathLike,
+    client: Client | None = None,
     *,
     src_manifest: str | os.PathLike | None = None,
     dst_manifest: str | os.PathLike | None = None,
@@ -88,7 +93,6 @@ def sync(
     update_dst_manifest: bool = False,
     resume: bool = False,
     confirm: Callable[[str], bool] | None = None,
-    client=None,
     cluster: ClusterOptions | None = None,
     threads: int | None = None,
     progress: Reporter | None = None,
@@ -109,14 +113,7 @@ def sync(
     progress = progress or NullProgress()
     s_loc = resolve(os.fspath(src), storage_options)
     d_loc = resolve(os.fspath(dst), dst_storage_options)
-    algorithm = None
-    if checksum:
-        from operators.checksum import DEFAULT, check_algorithm
-
-        try:
-            algorithm = check_algorithm(DEFAULT if checksum is True else str(checksum))
-        except ValueError as exc:
-            raise PfsError(str(exc)) from None
+    algorithm = check_checksum(DEFAULT if checksum is True else str(checksum)) if checksum else None
     cap = Cap.parse(max_delete, "--max-delete")
     work = default_work_dir(s_loc.url, d_loc.url)
     src_m = os.fspath(src_manifest) if src_manifest else os.path.join(work, "src-manifest")
@@ -124,9 +121,7 @@ def sync(
     plan_dir = (
         os.fspath(plan) if plan else (f"{dst_m.rstrip('/')}.plan" if dst_manifest else os.path.join(work, "plan"))
     )
-    with ExitStack() as stack:
-        if client is None:
-            client = stack.enter_context(connect(cluster or ClusterOptions.from_env(threads=threads)))
+    with job_client(client, cluster, threads) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
             sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]
@@ -176,47 +171,34 @@ def sync(
 
 def _sides(client, s_loc, d_loc, src_m, dst_m, src_given, dst_given, algorithm, threads, progress, so, dso):
     """Both manifests: complete ones given by the user are used as they are, the rest are scanned."""
-    if not _exists(s_loc):
+    if not is_dir(s_loc):
         raise PfsError(f"{s_loc.url}: no such directory")
     sides: list[Side | None] = [None, None]
     jobs: list = [None, None]
     for i, (loc, m, given, opts) in enumerate(((s_loc, src_m, src_given, so), (d_loc, dst_m, dst_given, dso))):
         if given and has_marker(m):
             sides[i] = manifest_side(m, loc.url, opts)
-        elif i == 1 and not _exists(loc):
+        elif i == 1 and not is_dir(loc):
             prepare_output(m, True)  # no destination yet: an empty manifest
             write_marker(m, {"root": loc.url, "counts": {"entries": 0, "errors": 0}})
             sides[i] = manifest_side(m, loc.url, opts)
         else:
             jobs[i] = (loc.url, m, opts)
-    scanned = scan_sides(client, jobs, checksum=algorithm, threads=threads, progress=NullProgress())
+    scanned = scan_sides(client, jobs, algorithm, threads)
     return [s or t for s, t in zip(sides, scanned, strict=True)]
-
-
-def _exists(loc) -> bool:
-    if loc.is_local:
-        return os.path.isdir(loc.path)
-    fs = loc.filesystem()
-    try:
-        return fs.info(loc.path).get("type") == "directory"
-    except FileNotFoundError:
-        return False
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,
          limits, t0) -> SyncResult:  # fmt: skip
-    from .copy import copy, root_times_from
-    from .remove import remove
-
     c = dict(p.counts)
     result = SyncResult(
-        s_loc.url,
-        d_loc.url,
-        p.path,
-        c,
-        dry_run,
-        0.0,
-        delete,
+        source=s_loc.url,
+        destination=d_loc.url,
+        plan=p.path,
+        counts=c,
+        failed=c.get("error", 0),
+        dry_run=dry_run,
+        delete=delete,
         src_manifest=sides[0].manifest.url,
         dst_manifest=sides[1].manifest.url,
     )
@@ -249,7 +231,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             storage_options=sides[1].storage_options or None,
         )
         removed["first"] = r.summary()
-        result.failures += r.failed
+        result.failed += r.failed
     if result.delete and extras:
         r = remove(
             manifest=dst_m,
@@ -260,8 +242,8 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             storage_options=sides[1].storage_options or None,
         )
         removed["extras"] = r.summary()
-        result.failures += r.failed
-        c["deleted"] = r.removed_files + r.removed_dirs
+        result.failed += r.failed
+        c["deleted"] = r.counts["removed_files"] + r.counts["removed_dirs"]
     copied = None
     if any(c[a] for a in COPY_ACTIONS):
         files, nbytes, split = limits
@@ -282,15 +264,16 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             resume=resume,
         )
         result.copy = copied.summary()
-        result.failures += copied.failures
-        result.failure_samples.extend(copied.failure_samples[:10])
+        result.failed += copied.failed
+        result.samples.extend(copied.samples[:10])
         c["copied_files"] = copied.counts["files"]
         c["copied_bytes"] = copied.counts["bytes"]
     result.removed = removed or None
-    if not result.failures:
+    failures = result.failed - c.get("error", 0)
+    if not failures:
         root_times_from(s_loc, d_loc)  # the root is not a row: its time moved with what changed in it
     if update:
-        if result.failures:
+        if failures:
             warnings.warn("the destination manifest was not updated: the sync had failures", stacklevel=3)
         else:
             update_manifest(p, sides[0].manifest.url, dst_m, d_loc.url, deleted=result.delete)
@@ -311,8 +294,6 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     ``ctime`` unknown (null); unchanged entries keep the destination's row; extras stay unless
     they were deleted.
     """
-    from .manifest import open_manifest
-
     s, d = open_manifest(src_m), open_manifest(dst_m)
     con = connection()
     kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
@@ -341,8 +322,6 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     with open(os.path.join(p.path, "_plan.json")) as f:
         pinfo = json.load(f)
     pinfo["dst_manifest_updated"] = True
-    from operators.journal import write_atomic
-
     write_atomic(os.path.join(p.path, "_plan.json"), json.dumps(pinfo, indent=1).encode())
 
 

@@ -1,14 +1,18 @@
-"""Turning a user's URL or path into an fsspec file system, with clear errors.
+"""Locations: a user's URL or path as a file system and a path, and what is there.
 
 Local paths (and ``file://`` URLs) are what NFS, Lustre, CephFS and GlusterFS mounts look like;
 they get the scandir fast path.  Everything else goes through fsspec, and a protocol whose
-package is missing names the pfs extra that installs it.
+package is missing names the pfs extra that installs it.  Every driver asks "a file, a directory
+or nothing?" through :func:`probe`, and compares, creates and dates roots through the helpers
+below.
 """
 
 from __future__ import annotations
 
 import os
+import stat as st
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import fsspec
 from fsspec.registry import available_protocols
@@ -64,3 +68,87 @@ def resolve(url: str | os.PathLike, storage_options: dict | None = None) -> Loca
     options = {**cls._get_kwargs_from_urls(url), **options}
     path = cls._strip_protocol(url)
     return Location(url.rstrip("/") if url.endswith("/") and len(url) > 1 else url, protocol, path, options)
+
+
+class Probe(NamedTuple):
+    """What is at a location: ``kind`` is ``missing``, ``directory``, ``link`` (a symlink, not
+    followed) or ``file`` (any other non-directory); ``size`` as the file system reports it."""
+
+    kind: str
+    size: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.kind != "missing"
+
+
+def probe(loc: Location, follow: bool = False) -> Probe:
+    """Look at ``loc`` without following a final symlink (``follow``: through it, as ``stat``);
+    PfsError when it cannot be looked at (permissions, a file where a directory should be)."""
+    if loc.is_local:
+        try:
+            s = os.stat(loc.path, follow_symlinks=follow)
+        except FileNotFoundError:
+            return Probe("missing")
+        except OSError as exc:
+            raise PfsError(f"{loc.url}: {exc.strerror}") from None
+        kind = "link" if st.S_ISLNK(s.st_mode) else "directory" if st.S_ISDIR(s.st_mode) else "file"
+        return Probe(kind, s.st_size)
+    try:
+        info = loc.filesystem().info(loc.path)
+    except FileNotFoundError:
+        return Probe("missing")
+    except OSError as exc:
+        raise PfsError(f"{loc.url}: {exc}") from None
+    return Probe("directory" if info.get("type") == "directory" else "file", info.get("size"))
+
+
+def is_dir(loc: Location) -> bool:
+    """A directory, or a symlink to one."""
+    return probe(loc, follow=True).kind == "directory"
+
+
+def is_inside(inner: Location, outer: Location) -> bool:
+    """``inner`` is ``outer`` or below it (local paths compared after resolving symlinks)."""
+    if not (inner.is_local and outer.is_local):
+        same_fs = inner.protocol == outer.protocol
+        return same_fs and (inner.path + "/").startswith(outer.path.rstrip("/") + "/")
+    ri, ro = os.path.realpath(inner.path), os.path.realpath(outer.path)
+    return ri == ro or ri.startswith(ro.rstrip("/") + "/")
+
+
+def make_root(loc: Location) -> None:
+    """Create the directory ``loc`` (and its parents) if missing."""
+    if loc.is_local:
+        os.makedirs(loc.path, exist_ok=True)
+    else:
+        loc.filesystem().makedirs(loc.path, exist_ok=True)
+
+
+def root_times_from(src: Location, dst: Location) -> None:
+    """Give the destination root the source root's times (local trees; others keep none)."""
+    if src.is_local and dst.is_local and os.path.isdir(src.path) and os.path.isdir(dst.path):
+        s = os.stat(src.path)
+        os.utime(dst.path, ns=(s.st_atime_ns, s.st_mtime_ns))
+
+
+def refuse_target(loc: Location, force: bool) -> None:
+    """PfsError unless ``force`` when the target is ``/``, holds the home directory, or is a mount point / bucket."""
+    if force:
+        return
+    reason = None
+    if loc.is_local:
+        path = os.path.realpath(loc.path)
+        home = os.path.realpath(os.path.expanduser("~"))
+        if path == "/":
+            reason = "it is the root directory"
+        elif home == path or home.startswith(path.rstrip("/") + "/"):
+            reason = "it is (or holds) your home directory"
+        elif os.path.ismount(path):
+            reason = "it is a mount point"
+    else:
+        bare = loc.path.strip("/")
+        if not bare or "/" not in bare:
+            reason = "it is a whole bucket or file system root"
+    if reason:
+        raise PfsError(f"refusing to remove {loc.url}: {reason} (pass --force to remove it anyway)")

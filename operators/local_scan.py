@@ -21,7 +21,7 @@ from .checksum import OPEN_FILE, checksum_and_close
 from .dirfd import OpenDirs
 from .names import join
 from .ratelimit import take_ops
-from .rows import Row, error_row, row_from_stat
+from .rows import Row, dir_row, error_row, row_from_stat
 from .walk import DirItem, Listing
 
 SMALL_BATCH = 8  # stats per job for a directory's first SPREAD entries
@@ -30,9 +30,23 @@ STAT_BATCH = 256  # stats per job after that: fewer, larger jobs for big directo
 
 
 class LocalLister:
+    """Lists a directory relative to its open descriptor and hands its entries to :meth:`batch`
+    in jobs on the pool: the seam a remover (``operators.remove``) or a native core replaces.
+
+    Class attributes say how a subclass differs: ``follow_root`` (the scan follows a root that is
+    a symlink, like ``find -H``; a remover never does), ``dirs_by_type`` (queue directories the
+    listing's ``d_type`` names without a stat of their own), and the batch sizes.
+    """
+
+    follow_root = True
+    dirs_by_type = False
+    small_batch = SMALL_BATCH
+    spread = SPREAD
+    large_batch = STAT_BATCH
+
     def __init__(self, root: str | bytes) -> None:
         self.root = os.fsencode(root).rstrip(b"/") or b"/"
-        self._open = OpenDirs(self.root)
+        self._open = OpenDirs(self.root, follow_root=self.follow_root)
 
     def close(self) -> None:
         """Close the directories kept open for relative lookups (the end of a task)."""
@@ -41,40 +55,57 @@ class LocalLister:
     def root_error_row(self, error: BaseException) -> Row:
         return error_row(b".", "directory", error)
 
+    def open_failed(self, rel: bytes, exc: OSError, listing: Listing) -> None:
+        """A directory could not be opened: gone, or replaced by a file or a symlink (never followed),
+        is a vanished directory; anything else is its error."""
+        if isinstance(exc, FileNotFoundError | NotADirectoryError) or (rel and exc.errno == errno.ELOOP):
+            listing.vanished = True
+        else:
+            listing.error = exc
+
     def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing:
         rel = item[0]
         assert isinstance(rel, bytes)
         listing = Listing(item)
         try:
             handle = self._open.open(rel)
-        except (FileNotFoundError, NotADirectoryError):
-            listing.vanished = True  # gone, or replaced by a file since its parent was listed
-            return listing
         except OSError as exc:
-            if rel and exc.errno == errno.ELOOP:
-                listing.vanished = True  # replaced by a symlink: never followed
-            else:
-                listing.error = exc
+            self.open_failed(rel, exc, listing)
             return listing
         batch: list[tuple[bytes, bool]] = []
         seen = 0
         try:
             with os.scandir(handle.fd) as it:  # names come back as str (surrogateescape) from a descriptor
                 for entry in it:
-                    batch.append((os.fsencode(entry.name), entry.is_dir(follow_symlinks=False)))
+                    name = os.fsencode(entry.name)
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False  # the stat in the batch decides
+                    if is_dir and self.dirs_by_type:
+                        child = join(rel, name)
+                        listing.subdirs.append((child, dir_row(child)))
+                        continue
+                    batch.append((name, is_dir))
                     seen += 1
-                    if len(batch) >= (SMALL_BATCH if seen <= SPREAD else STAT_BATCH):
-                        listing.pending.append(handle.submit(pool, self.stat_batch, rel, batch))
+                    if len(batch) >= (self.small_batch if seen <= self.spread else self.large_batch):
+                        listing.pending.append(handle.submit(pool, self.batch, rel, batch))
                         batch = []
         except FileNotFoundError:
             listing.vanished = True
         except OSError as exc:
             listing.error = exc
         try:
-            listing.rows, listing.subdirs = self.stat_batch(handle.fd, rel, batch)
+            rows, subdirs = self.batch(handle.fd, rel, batch)
         finally:
             handle.release()
+        listing.rows = rows
+        listing.subdirs.extend(subdirs)
         return listing
+
+    def batch(self, dir_fd: int, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
+        """What is done to a batch of a directory's entries: the scan stats them."""
+        return self.stat_batch(dir_fd, rel, names)
 
     def stat_batch(self, dir_fd: int, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
         """Rows for ``names`` in directory ``rel``, stat-ed relative to its descriptor ``dir_fd``."""

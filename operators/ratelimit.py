@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .sizes import parse_size
+
 
 class TokenBucket:
     """``rate`` tokens per second, at most ``burst`` saved up while idle."""
@@ -164,15 +166,13 @@ def take_bytes(n: int) -> None:
         bucket.take(n)
 
 
-_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-
-
 def parse_bandwidth(text: str) -> float:
-    """``"200MB/s"``, ``"1.5GiB/s"``, ``"500k"`` or a plain number of bytes per second."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]i?)?\s*(b|bytes?)?\s*(/\s*s(ec)?)?\s*", text.lower())
-    if not m:
-        raise ValueError(f"not a bandwidth: {text!r} (e.g. 200MB/s, 1GiB/s)")
-    value = float(m.group(1)) * _UNITS[m.group(2) or ""]
+    """``"200MB/s"``, ``"1.5GiB/s"``, ``"500k"``: a size (``operators.sizes``) per second, positive."""
+    m = re.fullmatch(r"(.*?)\s*/\s*s(ec)?\s*", text, re.IGNORECASE)
+    try:
+        value = parse_size(m.group(1) if m else text)
+    except ValueError:
+        raise ValueError(f"not a bandwidth: {text!r} (e.g. 200MB/s, 1GiB/s)") from None
     if value <= 0:
         raise ValueError(f"bandwidth must be positive: {text!r}")
-    return value
+    return float(value)

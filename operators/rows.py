@@ -200,3 +200,11 @@ def _parent_of(paths: pa.Array) -> pa.Array:
     has_parent = pc.match_substring(paths, "/")
     parents = pc.replace_substring_regex(paths, pattern=r"/[^/]*$", replacement="")
     return pc.if_else(has_parent, parents, pa.scalar("", pa.string()))
+
+
+def dir_row(rel: bytes) -> Row:
+    """A directory's row when only its name is known (a remover's walk reports it once it is listed)."""
+    values: list = [None] * len(ROW_COLUMNS)
+    values[0], values[1] = decode(rel)
+    values[2] = "directory"
+    return tuple(values)

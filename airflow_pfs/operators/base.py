@@ -1,8 +1,9 @@
 """What every pfs operator shares: cluster connection, deferral, progress logs, reporting.
 
-A concrete operator is small: it names its engine, turns its (templated) arguments into a
+A concrete operator is small: it names its engine and turns its (templated) arguments into a
 :class:`~airflow_pfs.jobs.JobSpec` in :meth:`PfsBaseOperator.job_spec` (raising a clear error for
-bad values), and picks the few numbers worth returning in :meth:`PfsBaseOperator.report`.
+bad values).  Every engine returns a ``dask_pfs.results.JobResult``, so one :meth:`report` serves
+them all: its plain values and counters, with ``errors`` (the entries that failed) and ``exit_code``.
 Results are small dicts (manifest URI, counts, bytes, errors): file lists never go through XCom.
 """
 
@@ -70,12 +71,20 @@ class PfsBaseOperator(BaseOperator):
         raise NotImplementedError
 
     def report(self, summary: dict) -> dict:
-        """The small dict returned to XCom and put on outlet asset events."""
-        return {k: v for k, v in summary.items() if not isinstance(v, list | dict)}
+        """The small dict returned to XCom and put on outlet asset events: the summary's plain values,
+        its counters (``type-changed`` as ``type_changed``) and ``errors``, the entries that failed."""
+        result = {k: v for k, v in summary.items() if not isinstance(v, list | tuple | set | dict)}
+        counts = summary.get("counts") or {}
+        result |= {k.replace("-", "_"): v for k, v in counts.items() if not isinstance(v, list | tuple | set | dict)}
+        if "failed" in summary:
+            result["errors"] = summary["failed"]
+        if "seconds" in result:
+            result["seconds"] = round(float(result["seconds"] or 0), 3)
+        return result
 
     def error_samples(self, summary: dict) -> list[str]:
         """A few "path: error" lines from the engine's summary, for the log and the failure message."""
-        return list(summary.get("error_samples") or [])
+        return [": ".join(map(str, s)) for s in summary.get("samples") or []]
 
     # --- shared machinery ------------------------------------------------------------------------
 

@@ -12,8 +12,6 @@ from ..jobs import JobSpec
 from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
 from .base import PfsBaseOperator
 
-COUNTS = ("files", "bytes", "dirs", "symlinks", "hardlinks", "skipped", "failed")
-
 
 class PfsCopyOperator(PfsBaseOperator):
     """Copy ``src`` (scanned first) or the rows of ``manifest`` selected by ``where`` to ``dst``.
@@ -100,20 +98,3 @@ class PfsCopyOperator(PfsBaseOperator):
         if self.manifest_out is not None:
             kwargs["manifest_out"] = to_url(self.manifest_out, "manifest_out")[0]
         return JobSpec(self.engine, (src, dst), kwargs)
-
-    def report(self, summary: dict) -> dict:
-        counts = summary.get("counts") or {}
-        return {
-            "source": summary.get("source"),
-            "destination": summary.get("destination"),
-            "manifest": summary.get("manifest"),
-            **{k: counts.get(k, 0) for k in COUNTS},
-            "errors": summary.get("failures", 0),
-            "failure_log": summary.get("failure_log"),
-            "seconds": round(float(summary.get("seconds") or 0), 3),
-            "exit_code": summary.get("exit_code", 0),
-            **({"selected": summary["selected"]} if summary.get("selected") is not None else {}),
-        }
-
-    def error_samples(self, summary: dict) -> list[str]:
-        return [": ".join(map(str, s)) for s in summary.get("failure_samples") or []]

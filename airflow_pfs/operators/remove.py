@@ -12,17 +12,6 @@ from ..jobs import JobSpec
 from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
 from .base import PfsBaseOperator
 
-COUNTS = (
-    "removed_files",
-    "removed_dirs",
-    "bytes",
-    "failed",
-    "skipped_changed",
-    "skipped_missing",
-    "skipped_nonempty",
-    "skipped_error",
-)
-
 
 class PfsRemoveOperator(PfsBaseOperator):
     """Remove the tree ``path``, or the rows of ``manifest`` (an upstream scan's result) selected
@@ -56,7 +45,7 @@ class PfsRemoveOperator(PfsBaseOperator):
         self.path = path
         self.manifest = manifest
         self.where = where
-        self.dry_run = dry_run
+        self.dry_run = dry_run  # type: ignore[method-assign,assignment]  # BaseOperator.dry_run(): a parameter wins
         self.max_entries = max_entries
         self.force = force
         self.ignore_changes = ignore_changes
@@ -92,21 +81,9 @@ class PfsRemoveOperator(PfsBaseOperator):
         return JobSpec(self.engine, (), kwargs)
 
     def report(self, summary: dict) -> dict:
-        result = {
-            "target": summary.get("target"),
-            "dry_run": summary.get("dry_run"),
-            **{k: summary.get(k, 0) for k in COUNTS},
-            "errors": summary.get("failed", 0),
-            "log": summary.get("log"),
-            "seconds": round(float(summary.get("seconds") or 0), 3),
-            "exit_code": summary.get("exit_code", 0),
-        }
+        result = super().report(summary)
         if summary.get("selected") is not None:  # manifest mode: counted by the engine, kept in XCom
-            result["selected"] = summary["selected"]
             self.log.info("%s: %d manifest rows selected for removal", self.task_id, summary["selected"])
         if summary.get("dry_run") and summary.get("would_remove"):
             self.log.info("dry run, would remove e.g.: %s", ", ".join(summary["would_remove"][:10]))
         return result
-
-    def error_samples(self, summary: dict) -> list[str]:
-        return list(summary.get("problems") or [])

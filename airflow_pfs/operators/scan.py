@@ -57,13 +57,3 @@ class PfsScanOperator(PfsBaseOperator):
             "threads": self.threads,
         }
         return JobSpec(self.engine, (url, out), kwargs)
-
-    def report(self, summary: dict) -> dict:
-        counts = summary.get("counts") or {}
-        return {
-            "manifest": summary["manifest"],
-            "root": summary["root"],
-            **{k: counts.get(k, 0) for k in ("entries", "files", "directories", "symlinks", "bytes", "errors")},
-            "seconds": round(float(summary.get("seconds") or 0), 3),
-            "exit_code": summary.get("exit_code", 0),
-        }

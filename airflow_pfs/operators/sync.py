@@ -12,8 +12,6 @@ from ..jobs import JobSpec
 from ..paths import manifest_urls, merge_options, to_url
 from .base import PfsBaseOperator
 
-ACTIONS = ("new", "changed", "type-changed", "unchanged", "extra", "error")
-
 
 class PfsSyncOperator(PfsBaseOperator):
     """Sync ``src`` into ``dst`` like ``pfs sync``: scan both (or use ``src_manifest``/``dst_manifest``,
@@ -83,25 +81,8 @@ class PfsSyncOperator(PfsBaseOperator):
             kwargs["plan"] = to_url(self.plan, "plan")[0]
         return JobSpec(self.engine, (src, dst), kwargs)
 
-    def report(self, summary: dict) -> dict:
-        counts = summary.get("counts") or {}
-        return {
-            "source": summary.get("source"),
-            "destination": summary.get("destination"),
-            "plan": summary.get("plan"),
-            "dry_run": summary.get("dry_run"),
-            **{a.replace("-", "_"): counts.get(a, 0) for a in ACTIONS},
-            "copied_files": counts.get("copied_files", 0),
-            "copied_bytes": counts.get("copied_bytes", 0),
-            "deleted": counts.get("deleted", 0),
-            "delete_suppressed": summary.get("delete_suppressed"),
-            "errors": (summary.get("failures") or 0) + counts.get("error", 0),
-            "seconds": round(float(summary.get("seconds") or 0), 3),
-            "exit_code": summary.get("exit_code", 0),
-        }
-
     def error_samples(self, summary: dict) -> list[str]:
-        samples = [": ".join(map(str, s)) for s in summary.get("failure_samples") or []]
+        samples = super().error_samples(summary)
         if summary.get("delete_suppressed"):
             samples.insert(0, f"delete switched off: {summary['delete_suppressed']}")
         return samples

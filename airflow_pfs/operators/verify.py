@@ -12,8 +12,6 @@ from ..jobs import JobSpec
 from ..paths import check_where, manifest_urls, merge_options, to_url
 from .base import PfsBaseOperator
 
-COUNTS = ("same", "missing", "extra", "different", "error", "files", "bytes")
-
 
 class PfsVerifyOperator(PfsBaseOperator):
     """Verify ``dst`` against ``src`` like ``pfs verify``: each side a tree (scanned with checksums)
@@ -56,7 +54,7 @@ class PfsVerifyOperator(PfsBaseOperator):
         dst, dst_options = to_url(self.dst, "dst") if self.dst is not None else (None, {})
         kwargs: dict[str, Any] = {
             "where": check_where(self.where),
-            "algorithm": self.checksum,
+            "checksum": self.checksum,
             "threads": self.threads,
             "storage_options": merge_options(src_options, self.storage_options),
             "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
@@ -65,18 +63,3 @@ class PfsVerifyOperator(PfsBaseOperator):
         if self.report_path is not None:
             kwargs["report"] = to_url(self.report_path, "report_path")[0]
         return JobSpec(self.engine, (src, dst), kwargs)
-
-    def report(self, summary: dict) -> dict:
-        counts = summary.get("counts") or {}
-        return {
-            "source": summary.get("source"),
-            "destination": summary.get("destination"),
-            **{k: counts.get(k, 0) for k in COUNTS},
-            "errors": sum(counts.get(k, 0) for k in ("missing", "extra", "different", "error")),
-            "report": summary.get("report"),
-            "seconds": round(float(summary.get("seconds") or 0), 3),
-            "exit_code": summary.get("exit_code", 0),
-        }
-
-    def error_samples(self, summary: dict) -> list[str]:
-        return [f"{path}: {status}" for path, status in summary.get("samples") or []]

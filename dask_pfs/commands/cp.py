@@ -9,8 +9,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..cli import cli, cluster_options, echo_json
-from ..copy import MiB, copy
+from ..cli import SIZE, SIZES, cli, cluster_options, echo_json
+from ..copy import copy
 from ..errors import PfsError
 from ..progress import NullProgress, Reporter, describe, human_bytes
 
@@ -65,17 +65,6 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
     return CopyProgress()
 
 
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise click.BadParameter(f"not a size: {text!r} (e.g. 256M, 1G, 65536)") from None
-
-
 @cli.command("cp")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--manifest", help="Copy the rows of this manifest (relative to its root) instead of scanning SRC.")
@@ -106,11 +95,12 @@ def _size(text: str) -> int:
     help="Into a new local destination, copy each directory's files as the scan lists them.",
 )
 @click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per task.")
-@click.option("--chunk-bytes", default="256M", show_default=True, help="Bytes per task.")
+@click.option("--chunk-bytes", type=SIZE, default="256MiB", show_default=True, help=f"Bytes per task ({SIZES}).")
 @click.option(
     "--split-size",
+    type=SIZE,
     help="Copy bigger files in byte ranges of this size, in parallel "
-    "(default: 256M, or whole files from one local disk to another).",
+    "(default: 256MiB, or whole files from one local disk to another).",
 )
 @click.option("--failure-log", help="Parquet file listing failed paths (default: one in the temp dir).")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: only the chunks its journal lacks.")
@@ -189,8 +179,8 @@ def cp_cmd(
         threads=threads,
         progress=make_copy_reporter(progress),
         chunk_files=chunk_files,
-        chunk_bytes=_size(chunk_bytes),
-        split_size=max(_size(split_size), MiB // 1024) if split_size else None,
+        chunk_bytes=chunk_bytes,
+        split_size=max(split_size, 1024) if split_size else None,
         manifest_out=manifest_out,
         failure_log=failure_log,
         resume=resume,
@@ -207,8 +197,8 @@ def cp_cmd(
             + (f", {result.resumed} chunks done before" if result.resumed else "")
             + ")"
         )
-    if result.failures:
-        click.echo(f"pfs: {result.failures:,} entries failed (log: {result.failure_log}), e.g.:", err=True)
-        for path, error in result.failure_samples[:5]:
+    if result.failed:
+        click.echo(f"pfs: {result.failed:,} entries failed (log: {result.log}), e.g.:", err=True)
+        for path, error in result.samples[:5]:
             click.echo(f"  {path}: {error}", err=True)
         sys.exit(1)

@@ -110,31 +110,32 @@ def rm_cmd(
 
 
 def _print(r: RemoveResult) -> None:
+    c = r.counts
     if r.dry_run:
         for path in r.would_remove:
             click.echo(path)
-        more = r.removed_files + r.removed_dirs - len(r.would_remove)
+        more = c["removed_files"] + c["removed_dirs"] - len(r.would_remove)
         if more > 0:
             click.echo(f"... and {more:,} more")
     verb = "would remove" if r.dry_run else "removed"
     skipped = []
     for label, n in (
-        ("changed", r.skipped_changed),
-        ("missing", r.skipped_missing),
-        ("non-empty directories", r.skipped_nonempty),
-        ("rows with scan errors", r.skipped_error),
+        ("changed", c["skipped_changed"]),
+        ("missing", c["skipped_missing"]),
+        ("non-empty directories", c["skipped_nonempty"]),
+        ("rows with scan errors", c["skipped_error"]),
     ):
         if n:
             skipped.append(f"{n:,} {label}")
     click.echo(
-        f"{verb} {r.removed_files:,} entries and {r.removed_dirs:,} directories ({human_bytes(r.bytes)}) "
+        f"{verb} {c['removed_files']:,} entries and {c['removed_dirs']:,} directories ({human_bytes(c['bytes'])}) "
         f"under {r.target} in {r.seconds:.1f} s"
         + (f"; skipped {', '.join(skipped)}" if skipped else "")
         + (f"; {r.failed:,} failed" if r.failed else "")
         + (f"; {r.resumed:,} chunks done before" if r.resumed else "")
     )
-    for line in r.problems[:5]:
-        click.echo(f"  {line}", err=True)
+    for path, problem in r.samples[:5]:
+        click.echo(f"  {path}: {problem}", err=True)
     if r.log:
         click.echo(f"log of failed and skipped entries: {r.log}", err=True)
     if r.journal:

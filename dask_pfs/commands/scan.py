@@ -66,8 +66,8 @@ def scan_cmd(
             + (f" ({result.resumed} done before)" if result.resumed else "")
             + f" -> {result.manifest}"
         )
-    if result.errors:
-        click.echo(f"pfs: {result.errors:,} entries could not be read, e.g.:", err=True)
-        for sample in result.error_samples[:5]:
-            click.echo(f"  {sample}", err=True)
+    if result.failed:
+        click.echo(f"pfs: {result.failed:,} entries could not be read, e.g.:", err=True)
+        for path, error in result.samples[:5]:
+            click.echo(f"  {path}: {error}", err=True)
         sys.exit(1)

@@ -110,6 +110,6 @@ def sync_cmd(
         )
     if result.delete_suppressed:
         click.echo(f"pfs: warning: --delete switched off: {result.delete_suppressed}", err=True)
-    for path, error in result.failure_samples[:5]:
+    for path, error in result.samples[:5]:
         click.echo(f"  {path}: {error}", err=True)
     sys.exit(result.exit_code)

@@ -18,7 +18,6 @@ from ..progress import make_reporter
 @click.option("--where", help="One SQL condition over the manifest columns selecting the rows compared on both sides.")
 @click.option(
     "--checksum",
-    "algorithm",
     type=click.Choice(["xxh3", "sha256", "md5"]),
     default="xxh3",
     show_default=True,
@@ -29,7 +28,7 @@ from ..progress import make_reporter
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @cluster_options
 def verify_cmd(
-    paths, src_manifest, dst_manifest, where, algorithm, report, show, as_json, cluster, threads, progress
+    paths, src_manifest, dst_manifest, where, checksum, report, show, as_json, cluster, threads, progress
 ) -> None:
     """Compare SRC and DST by content (checksums, never size and mtime alone).
 
@@ -63,7 +62,7 @@ def verify_cmd(
         src_manifest=src_manifest,
         dst_manifest=dst_manifest,
         where=where,
-        algorithm=algorithm,
+        checksum=checksum,
         report=report,
         cluster=cluster,
         threads=threads,
@@ -88,6 +87,6 @@ def verify_cmd(
             f"verified {result.source} against {result.destination}: {c['same']:,} same, {c['missing']:,} missing, "
             f"{c['extra']:,} extra, {c['different']:,} different, {c['error']:,} unreadable "
             f"({c['files']:,} source files) in {result.seconds:.1f} s"
-            + (f"; report: {result.report}" if result.report else "")
+            + (f"; report: {result.log}" if result.log else "")
         )
     sys.exit(result.exit_code)

@@ -1,0 +1,127 @@
+"""Which manifest rows each copy phase takes, as DuckDB queries over the selection.
+
+Every phase streams its query's record batches; nothing here holds rows.  A streamed copy has
+already taken the rows of the parts it copied while the scan walked (``streamable``): the
+phases after the scan leave those out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from operators.names import UnsafePathError, check_relative, to_bytes
+
+from ..errors import PfsError
+from ..manifest import Manifest, Selection, sql_str
+from ..sql import Filter
+
+# the columns operators.copy_plan.entries_from_batch reads
+META = "path, path_raw, type, size, epoch_ns(mtime) AS mtime_ns, epoch_ns(atime) AS atime_ns, mode, uid, gid"
+UNSAFE = r"'(^/|//|(^|/)\.\.?(/|$)|/$|\x00)'"
+
+
+class CopyRows:
+    """The rows of ``manifest`` that ``where`` selects, and the queries of the copy phases over them."""
+
+    def __init__(
+        self, manifest: Manifest, where: Filter | None, split_size: int, links: bool, streamed_parts: tuple[str, ...]
+    ) -> None:
+        self.m = manifest
+        self.sel = Selection(manifest, where)  # the where-clause runs only on its locked connection
+        self.where = self.sel.where
+        self.split_size = split_size
+        self.links = links  # hard links are recreated (POSIX destinations)
+        self.streamed_parts = streamed_parts  # parts whose streamable rows a streamed copy took
+
+    def batches(self, sql: str) -> Iterator[pa.RecordBatch]:
+        return self.sel.batches(sql)
+
+    # the selection, as a CTE named ``sel`` --------------------------------
+
+    def cte(self, every_row: bool = False) -> str:
+        """The selected rows; without ``every_row``, less those a streamed copy already took."""
+        if every_row or not self.streamed_parts:
+            return f"sel AS ({self.sel.sql()})"
+        names = ", ".join(sql_str(name) for name in self.streamed_parts)
+        taken = f"parse_filename(filename) IN ({names}) AND {streamable(self.split_size)}"
+        rel = self.m.relation_sql(filename=True)
+        return f"sel AS (SELECT * FROM {rel} AS m WHERE {self.sel.condition} AND NOT ({taken}))"
+
+    def hl(self) -> str:
+        if not self.links:
+            return (
+                "hl AS (SELECT NULL::UBIGINT AS dev, NULL::UBIGINT AS ino, NULL::VARCHAR AS link_first, "
+                "NULL::BLOB AS link_first_raw WHERE false)"
+            )
+        return (
+            "hl AS (SELECT dev, ino, min(path) AS link_first, arg_min(path_raw, path) AS link_first_raw FROM sel "
+            "WHERE type = 'file' AND nlink > 1 AND error IS NULL AND ino IS NOT NULL "
+            "GROUP BY dev, ino HAVING count(*) > 1)"
+        )
+
+    # the phases' queries --------------------------------------------------
+
+    def dirs_sql(self, descending: bool = False) -> str:
+        order = "DESC" if descending else ""
+        if not self.where:
+            return f"WITH {self.cte()} SELECT {META} FROM sel WHERE type = 'directory' ORDER BY depth {order}, path"
+        # a selection may leave out the directories above its rows: add every ancestor
+        return (
+            f"WITH {self.cte()}, "
+            f"alld AS (SELECT * FROM {self.m.relation_sql()} AS a WHERE type = 'directory'), "
+            "anc AS (SELECT DISTINCT array_to_string(string_split(path, '/')[1:i], '/') AS path "
+            "FROM (SELECT path, unnest(range(1, len(string_split(path, '/')))) AS i FROM sel)), "
+            "want AS (SELECT path FROM sel WHERE type = 'directory' UNION SELECT path FROM anc) "
+            "SELECT want.path, alld.path_raw, 'directory' AS type, alld.size, epoch_ns(alld.mtime) AS mtime_ns, "
+            "epoch_ns(alld.atime) AS atime_ns, alld.mode, alld.uid, alld.gid "
+            f"FROM want LEFT JOIN alld USING (path) ORDER BY len(string_split(want.path, '/')) {order}, want.path"
+        )
+
+    def files_sql(self) -> str:
+        return (
+            f"WITH {self.cte()}, {self.hl()} SELECT {META}, link_target, link_target_raw FROM sel "
+            "LEFT JOIN hl USING (dev, ino) WHERE type <> 'directory' AND error IS NULL "
+            "AND (hl.link_first IS NULL OR path = hl.link_first) ORDER BY path"
+        )
+
+    def links_sql(self) -> str:
+        return (
+            f"WITH {self.cte()}, {self.hl()} SELECT {META}, link_first, link_first_raw FROM sel "
+            "JOIN hl USING (dev, ino) WHERE path <> hl.link_first ORDER BY path"
+        )
+
+    def scan_errors_sql(self) -> str:
+        return f"WITH {self.cte()} SELECT path, error FROM sel WHERE error IS NOT NULL AND type <> 'directory'"
+
+    # checks and counts over every selected row ----------------------------
+
+    def check_paths(self) -> None:
+        """Refuse the whole job if any selected row (or link target of a hard link) could escape."""
+        bad = self.sel.fetch(
+            f"WITH {self.cte(True)} SELECT path FROM sel WHERE path = '' OR regexp_matches(path, {UNSAFE}) LIMIT 1"
+        )
+        if bad:
+            raise PfsError(f"manifest row with an unsafe path {bad[0][0]!r}; refusing to copy anything")
+        raw_paths = f"WITH {self.cte(True)} SELECT path, path_raw FROM sel WHERE path_raw IS NOT NULL"
+        for batch in self.batches(raw_paths):
+            for text, raw in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                try:
+                    check_relative(to_bytes(text, raw))
+                except UnsafePathError as exc:
+                    raise PfsError(f"manifest row with an unsafe path: {exc}; refusing to copy anything") from None
+
+    def totals(self) -> dict[str, int]:
+        t = self.sel.totals()
+        return {"total_files": t["entries"], "total_bytes": t["file_bytes"]}
+
+
+def streamable(split_size: int) -> str:
+    """Rows a streamed copy takes as they are listed: all but directories (their files make them; every
+    one is made, and given its times, after the scan), hard links (a group's first copy needs the
+    whole manifest), and files big enough to be copied in ranges."""
+    return (
+        "type <> 'directory' AND error IS NULL AND NOT (type = 'file' AND "
+        f"(coalesce(nlink, 1) > 1 OR coalesce(size, 0) > {int(split_size)}))"
+    )

@@ -1,0 +1,49 @@
+"""Streamed copy: a live tree copied into a new local destination while the scan still walks it.
+
+Each scan task's rows are copied as soon as the task is back (``scanning``'s ``on_parts``);
+files create their missing directories.  The phases after the scan then do only what needs the
+whole manifest: hard links, big files in ranges, directories, and every row a streamed part left
+(``rows.streamable``).  The first files land while the walk still lists, and listing and reading
+can load different servers at once (a metadata server and data servers); docs/performance.md has
+the measurements.  The driver waits only when the copy tasks in flight fill the cluster (the copy
+is then the slower side, and the walk may as well wait for it).
+"""
+
+from __future__ import annotations
+
+import os
+
+from operators.copy_plan import Planner, entries_from_batch
+
+from ..manifest import BATCH_ROWS, Manifest, connection, sql_str
+from .phases import CopyJob
+from .rows import META, streamable
+
+
+class Streamer:
+    """Feeds the parts of a scan's manifest directory to a :class:`CopyJob` as the scan writes them."""
+
+    def __init__(self, job: CopyJob, manifest_dir: str) -> None:
+        self.job = job
+        self.manifest_dir = manifest_dir
+        self.con = connection()  # pfs's own SQL over parts of a manifest still being written: no user clause
+        job.streaming = True
+
+    def on_parts(self, parts: list[str]) -> None:
+        """``parts``: names of part files in the manifest directory."""
+        for name in parts:
+            sql = (  # one file: rows in stored order
+                f"SELECT {META}, link_target, link_target_raw FROM read_parquet("
+                f"{sql_str(os.path.join(self.manifest_dir, name))}) WHERE {streamable(self.job.limits.split_size)}"
+            )
+            planner = Planner(self.job.limits, split=False)
+            batches = self.con.cursor().sql(sql).to_arrow_reader(BATCH_ROWS)
+            chunks = [c for batch in batches for e in entries_from_batch(batch) for c in planner.add(e)]
+            self.job.stream_part(name, iter([*chunks, *planner.finish()]))
+
+    def finish(self, m: Manifest) -> None:
+        """Copy the parts not streamed yet (an interrupted run's scan), wait for the copies still running; the
+        phases after the scan leave out what they copied."""
+        seen = set(self.job.streamed_parts)
+        self.on_parts([name for name in (os.path.basename(p) for p in m.part_files()) if name not in seen])
+        self.job.end_streaming()

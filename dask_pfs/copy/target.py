@@ -1,0 +1,100 @@
+"""Where a copy goes: ``cp -r`` semantics with rsync's trailing slash, and where its journal lives.
+
+* ``copy("a", "b")``: ``b`` is an existing directory -> ``b/a`` is the copy; otherwise ``b`` is
+  created as the copy of ``a``.
+* ``copy("a/", "b")``: the *contents* of ``a`` go into ``b`` (created if missing).
+* A single file: into ``b`` when ``b`` is a directory, else copied to the name ``b``.
+* ``copy(None, "b", manifest=M, where=SQL)``: the selected rows of manifest ``M`` go into ``b``
+  (contents semantics, relative to the manifest's root or to ``src`` when given).
+
+Everything here runs before a cluster is started or anything is written, and refuses with a
+:class:`PfsError` (exit code 2): a missing source, a destination inside the source, a file where
+a directory must be.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from operators.journal import Journal
+
+from ..errors import PfsError
+from ..journals import ident, journal_dir
+from ..urls import Location, Probe, is_dir, is_inside, probe, resolve
+
+
+@dataclass(frozen=True)
+class Target:
+    src: Location
+    dst: Location  # the root the manifest's rows are copied below
+    fresh: bool  # dst did not exist: nothing to compare against
+    rename: dict[bytes, bytes]  # single file copied to a new name
+    make_root: bool
+
+    def streamable(self, manifest_out: str | os.PathLike | None) -> bool:
+        """Copy while scanning into a new local destination with a local manifest: nothing there to
+        compare against, so no row needs the destination's state first, and nothing there but this
+        run's own copies (``operators.copy._made_parent``)."""
+        return self.fresh and not self.rename and self.dst.is_local and "://" not in str(manifest_out or "")
+
+    def journal(self, journal: str | os.PathLike | bool | None, src, manifest, where: str | None) -> Journal | None:
+        """``DST/.pfs-journal-<id>`` for a local destination, else one in the cache; None for a single
+        file (nothing to resume) or ``journal=False``."""
+        if journal is False or self.rename:
+            return None
+        if journal not in (None, True):
+            return Journal(os.fspath(journal))  # type: ignore[arg-type]
+        what = (os.fspath(src) if src is not None else "", os.fspath(manifest) if manifest else "", where or "")
+        return Journal(journal_dir(self.dst, ident(*what, self.dst.url)))
+
+
+def live_target(src: str, dst: str, so: dict | None, dso: dict | None) -> Target:
+    """The target of copying the live tree (or file) ``src`` to ``dst``."""
+    contents = src.endswith("/") and len(src) > 1
+    s = resolve(src, so)
+    d = resolve(dst, dso)
+    source = probe(s, follow=True)
+    if not source.exists:
+        raise PfsError(f"{src}: no such file or directory")
+    d_exists, d_dir = _is(d, probe(d))
+    name = os.path.basename(s.path.rstrip("/"))
+    if source.kind != "directory":  # one file
+        if d_dir:
+            return Target(s, d, False, {}, False)
+        parent = os.path.dirname(d.path.rstrip("/")) or "/"
+        ploc = resolve(parent if d.is_local else f"{d.protocol}://{parent}", dso)
+        if d.is_local and not os.path.isdir(parent):
+            raise PfsError(f"{dst}: parent directory does not exist")
+        new = os.fsencode(os.path.basename(d.path.rstrip("/")))
+        return Target(s, ploc, False, {os.fsencode(name): new}, False)
+    if d_exists and not d_dir:
+        raise PfsError(f"{dst}: exists and is not a directory")
+    if d_dir and not contents:
+        d = resolve(d.child(name), d.storage_options)
+        d_exists, d_dir = _is(d, probe(d))
+        if d_exists and not d_dir:
+            raise PfsError(f"{d.url}: exists and is not a directory")
+    _refuse_inside(s, d)
+    return Target(s, d, not d_exists, {}, True)
+
+
+def manifest_target(root: str, dst: str, so: dict | None, dso: dict | None) -> Target:
+    """The target of copying a manifest's rows (relative to ``root``) below ``dst``."""
+    s = resolve(root, so)
+    d = resolve(dst, dso)
+    d_exists, d_dir = _is(d, probe(d))
+    if d_exists and not d_dir:
+        raise PfsError(f"{dst}: exists and is not a directory")
+    _refuse_inside(s, d)
+    return Target(s, d, not d_exists, {}, True)
+
+
+def _is(loc: Location, found: Probe) -> tuple[bool, bool]:
+    """(exists, is a directory or a symlink to one): a symlink at the end exists even when dangling."""
+    return found.exists, found.kind == "directory" or (found.kind == "link" and is_dir(loc))
+
+
+def _refuse_inside(s: Location, d: Location) -> None:
+    if is_inside(d, s):
+        raise PfsError(f"{d.url} is inside the source {s.url}; refusing to copy a tree into itself")

@@ -1,0 +1,114 @@
+"""What every job returns, and the log of what it could not do.
+
+:class:`JobResult` is the base of every driver's result: the same names mean the same thing in
+``scan``, ``cp``, ``rm``, ``sync`` and ``verify``, so the CLI, scripts reading ``--json`` and the
+Airflow provider report any of them the same way.
+
+* ``counts``: the job's counters (what each job counts is documented on its result);
+* ``failed``: entries the job could not do; ``exit_code`` is 1 when there are any, else 0;
+* ``samples``: the first few of them as ``(path, what went wrong)``;
+* ``log``: a Parquet file listing every one of them (``path``, ``path_raw``, ``status``,
+  ``error``), when there were any;
+* ``seconds``, ``tasks``, ``resumed`` (tasks or chunks an interrupted run had finished),
+  ``journal`` (kept for ``resume`` when the run did not finish cleanly), ``concurrency``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from operators.names import decode
+
+SAMPLES = 20
+LOG_SCHEMA = pa.schema(
+    [("path", pa.string()), ("path_raw", pa.binary()), ("status", pa.string()), ("error", pa.string())]
+)
+
+
+@dataclass(kw_only=True)
+class JobResult:
+    counts: dict[str, Any] = field(default_factory=dict)
+    failed: int = 0
+    samples: list[tuple[str, str]] = field(default_factory=list)
+    log: str | None = None
+    seconds: float = 0.0
+    tasks: int = 0
+    resumed: int = 0
+    journal: str | None = None
+    concurrency: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def summary(self) -> dict[str, Any]:
+        """Everything as plain data (``--json``, XCom), with ``exit_code``."""
+        return {**asdict(self), "exit_code": self.exit_code}
+
+
+class ProblemLog:
+    """Entries a job could not do (or skipped on purpose): the first ``SAMPLES`` kept for the
+    summary, every one appended to a Parquet file (``url``; None keeps none), opened on first use.
+
+    A local log is written under a hidden temp name and renamed into place when closed, so a
+    crashed run never leaves a truncated file under the name the user asked for.
+    """
+
+    def __init__(self, url: str | None, storage_options: dict | None = None) -> None:
+        self.url = url
+        self.storage_options = storage_options or {}
+        self.samples: list[tuple[str, str]] = []
+        self.rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._file: Any = None
+        self._tmp: str | None = None
+
+    def add(self, problems: list[tuple[bytes | str, str, str]]) -> None:
+        """``(path, status, error)`` each; ``path`` as exact bytes, or as text."""
+        if not problems:
+            return
+        texts = [decode(p) if isinstance(p, bytes) else (p, None) for p, _, _ in problems]
+        room = SAMPLES - len(self.samples)
+        if room > 0:
+            self.samples.extend((t, _detail(s, e)) for (t, _), (_, s, e) in zip(texts, problems[:room], strict=False))
+        self.rows += len(problems)
+        if self.url is None:
+            return
+        if self._writer is None:
+            self._open()
+        table = pa.table(
+            [[t for t, _ in texts], [r for _, r in texts], [s for _, s, _ in problems], [e for _, _, e in problems]],
+            schema=LOG_SCHEMA,
+        )
+        assert self._writer is not None
+        self._writer.write_table(table)
+
+    def _open(self) -> None:
+        assert self.url is not None
+        if "://" not in self.url:
+            head, name = os.path.split(os.path.abspath(self.url))
+            self._tmp = os.path.join(head, f".{name}.tmp")
+            self._file = open(self._tmp, "wb")  # noqa: SIM115 (closed in close())
+        else:
+            self._file = fsspec.open(self.url, "wb", **self.storage_options).open()
+        self._writer = pq.ParquetWriter(self._file, LOG_SCHEMA, compression="zstd")
+
+    def close(self) -> str | None:
+        """Finish the file (again: nothing more); its URL, or None when nothing was logged."""
+        if self._writer is not None:
+            self._writer.close()
+            self._file.close()
+            self._writer = None
+            if self._tmp is not None:
+                os.replace(self._tmp, self.url)  # type: ignore[arg-type]
+        return self.url if self.rows and self.url is not None else None
+
+
+def _detail(status: str, error: str) -> str:
+    return error if status == "failed" else f"{status}: {error}"

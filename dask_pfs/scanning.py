@@ -1,0 +1,311 @@
+"""The scan engine: a live tree into a manifest, walked by tasks on a given Dask client.
+
+Every job that needs the manifest of a live tree goes through here: ``pfs scan``, ``cp`` (the
+source, streaming its parts to the copy as they come), ``verify`` and ``sync`` (both sides).
+
+The driver holds only the frontier (directories not yet walked) and counters
+(``runtime.walk_frontier``).  Each task walks a bounded slice (``operators.scan_task.scan_chunk``),
+writes its own Parquet parts and hands back the directories it did not reach, which are re-split
+over free task slots, so unbalanced trees (one huge directory, a 200-deep chain) keep every worker
+busy.  Every finished task is journaled (``dask_pfs.scan_journal``); ``resume`` after a killed
+driver keeps the parts of finished tasks and walks only the frontier they left.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+
+import fsspec
+from distributed import Client
+
+from operators.checksum import check_algorithm, checksum_local, checksum_remote, fill_rows
+from operators.parts import part_name, write_part
+from operators.rows import Row, row_from_info, row_from_stat, rows_to_table
+from operators.scan_task import ChunkResult, ScanSpec, scan_chunk
+from operators.walk import Budget, DirItem, Tally
+
+from . import scan_journal as sj
+from .cluster import dashboard_link
+from .errors import PfsError
+from .limits import Limits, concurrency_report
+from .manifest import has_marker, prepare_output, remove_manifest_files, write_marker
+from .progress import NullProgress, Reporter
+from .results import JobResult
+from .runtime import Submitter, WalkTuning, walk_frontier
+from .urls import Location, probe, resolve
+
+ScanTuning = WalkTuning  # the scan's task sizes
+
+
+@dataclass(kw_only=True)
+class ScanResult(JobResult):
+    """``counts``: entries, files, directories, symlinks, other, bytes, errors (entries that could
+    not be read: ``failed``; they are rows of the manifest, with their error)."""
+
+    manifest: str
+    root: str
+
+    @property
+    def errors(self) -> int:
+        """``failed``, by its name in scan's first API."""
+        return self.failed
+
+
+def check_checksum(checksum: str | None) -> str | None:
+    """The checksum algorithm's canonical name; PfsError for an unknown one."""
+    if checksum is None:
+        return None
+    try:
+        return check_algorithm(checksum)
+    except ValueError as exc:
+        raise PfsError(str(exc)) from None
+
+
+class TreeScan:
+    """One scan, prepared without a cluster: everything that can refuse it runs in the constructor.
+
+    ``done`` is already the result when nothing needs a cluster (a single file, or ``resume`` of
+    a complete manifest); else :meth:`run` walks the tree on a client.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike,
+        out: str | os.PathLike,
+        *,
+        threads: int | None = None,
+        overwrite: bool = False,
+        storage_options: dict | None = None,
+        out_storage_options: dict | None = None,
+        checksum: str | None = None,
+        resume: bool = False,
+    ) -> None:
+        checksum = check_checksum(checksum)
+        if resume and overwrite:
+            raise PfsError("--resume and --overwrite exclude each other")
+        self.started = datetime.now(UTC)
+        self.t0 = time.monotonic()
+        self.loc = loc = resolve(url, storage_options)
+        self.out = out = os.fspath(out)
+        self.out_options = out_storage_options
+        self.done: ScanResult | None = None
+        self.prior: sj.Resumed | None = None
+        root = probe(loc, follow=True)  # the root may be a symlink (like find -H); nothing below is followed
+        if not root.exists:
+            raise PfsError(f"{loc.url}: no such file or directory")
+        self.journal = sj.scan_journal(loc.url, out, out_storage_options) if root.kind == "directory" else None
+        if resume and has_marker(out, out_storage_options):
+            self.done = self._complete()
+            return
+        if resume and self.journal is not None:
+            self.prior = sj.load(self.journal, loc.url, checksum, _root_item(loc))
+        if self.prior is not None and not _parts_present(out, self.prior.parts, out_storage_options):
+            logging.getLogger("pfs").warning("%s: parts the journal names are gone; scanning afresh", out)
+            self.prior = None
+        if self.prior is None:
+            prepare_output(out, overwrite or resume, out_storage_options)  # resume: an incomplete scan, no journal
+        if root.kind != "directory":
+            self.done = self._single_file(checksum, threads)
+            return
+        self.spec = ScanSpec(
+            protocol=loc.protocol,
+            root=loc.path,
+            out_url=out,
+            storage_options=loc.storage_options,
+            out_storage_options=out_storage_options or {},
+            threads=threads,
+            checksum=checksum,
+        )
+
+    def run(
+        self,
+        client: Client,
+        progress: Reporter | None = None,
+        tuning: ScanTuning | None = None,
+        on_dashboard: Callable[[str], None] | None = None,
+        limits: Limits | None = None,
+        on_parts: Callable[[list[str]], None] | None = None,
+    ) -> ScanResult:
+        """Walk the tree on ``client``; ``on_parts`` gets each finished task's parts while the walk goes on."""
+        if self.done is not None:
+            return self.done
+        link = dashboard_link(client)
+        if on_dashboard and link:
+            on_dashboard(link)
+        progress = progress or NullProgress()
+        tuning = tuning or ScanTuning()
+        spec, journal, prior = self.spec, self.journal, self.prior
+        attempt = prior.attempt if prior else 0
+        tally = Tally()
+        parts: list[str] = []
+        if prior is not None:
+            tally.add(prior.tally)
+            parts.extend(prior.parts)
+        elif journal is not None:
+            sj.start(journal, self.loc.url, self.out, spec.checksum)
+
+        def task(items: list[DirItem], budget: Budget, n: int) -> tuple[Callable, tuple]:
+            return scan_chunk, (spec, items, sj.task_id(attempt, n), budget)
+
+        def fold(result: ChunkResult, items: list[DirItem], n: int) -> list[DirItem]:
+            if journal is not None:
+                sj.record(journal, result.task_id, [i[0] for i in items], result)  # durable before its frontier
+            tally.add(result.tally)
+            parts.extend(result.parts)
+            progress.update(tally.as_dict())
+            return result.frontier
+
+        def after(result: ChunkResult) -> None:
+            if on_parts is not None and result.parts:
+                on_parts(result.parts)  # after the next tasks are out: the walk does not wait on it
+
+        frontier = deque(prior.frontier if prior else [_root_item(self.loc)])
+        progress.start(f"scan {self.loc.url}")
+        if prior is not None:
+            progress.update(tally.as_dict())
+        try:
+            with Submitter(client, "scan", per_slot=tuning.inflight_per_slot) as sub:
+                walk_frontier(sub, frontier, tuning, task, fold, after)
+        finally:
+            if journal is not None:
+                journal.close()
+            progress.stop()
+        resumed = prior.tasks if prior else 0
+        options = {
+            "threads": spec.threads,
+            "workers": len(client.nthreads()),
+            "task_slots": sub.slots,
+            "run_id": sub.run,
+            "checksum": spec.checksum,
+            "concurrency": concurrency_report(client, spec.threads),
+            "limits": asdict(limits) if limits else None,
+            "resumed_tasks": resumed,
+        }
+        res = self._finish(self.loc.url, tally, parts, sub.tasks + resumed, options)
+        if journal is not None:
+            journal.remove()  # after the marker: a kill in between leaves a journal that resume drops
+        res.tasks, res.resumed = sub.tasks, resumed
+        return res
+
+    def _single_file(self, checksum: str | None, threads: int | None) -> ScanResult:
+        """A single file: the manifest root is its directory, and it holds one row."""
+        loc = self.loc
+        row = _file_row(loc)
+        if checksum and row[2] == "file":
+            one = [row]
+            fill_rows(
+                one,
+                lambda _: (
+                    checksum_local(loc.path, checksum)
+                    if loc.is_local
+                    else checksum_remote(loc.filesystem(), loc.path, checksum)
+                ),
+            )
+            row = one[0]
+        part = write_part(rows_to_table([row]), self.out, part_name("0000000", 0), self.out_options)
+        tally = Tally()
+        tally.count(row)
+        parent = os.path.dirname(loc.path.rstrip("/")) or "/"
+        root_url = parent if loc.is_local else f"{loc.protocol}://{parent}"
+        return self._finish(root_url, tally, [part], 0, {"threads": threads})
+
+    def _complete(self) -> ScanResult:
+        """``resume`` over a finished scan: its summary, nothing scanned (a leftover journal is dropped)."""
+        fs, path = fsspec.core.url_to_fs(self.out, **(self.out_options or {}))
+        with fs.open(f"{path.rstrip('/')}/_manifest.json", "r") as f:
+            info = json.load(f)
+        if info.get("scanned_url") not in (None, self.loc.url):
+            raise PfsError(
+                f"{self.out} already holds a complete manifest of {info['scanned_url']}: nothing to resume "
+                "(pass --overwrite to replace it)"
+            )
+        if self.journal is not None:
+            self.journal.remove()
+        counts, errors = info.get("counts") or {}, info.get("errors") or []
+        return _result(self.out, info.get("root"), counts, errors, 0.0, resumed=int(info.get("tasks") or 0))
+
+    def _finish(self, root_url: str, tally: Tally, parts: list[str], tasks: int, options: dict) -> ScanResult:
+        # Parts from attempts that died (a killed worker) are not in ``parts``: remove them, then mark complete.
+        remove_manifest_files(self.out, keep=set(parts), storage_options=self.out_options)
+        seconds = time.monotonic() - self.t0
+        write_marker(
+            self.out,
+            {
+                "root": root_url,
+                "scanned_url": self.loc.url,
+                "protocol": self.loc.protocol,
+                "options": options,
+                "counts": tally.as_dict(),
+                "errors": tally.error_samples,
+                "parts": len(parts),
+                "tasks": tasks,
+                "started": self.started.isoformat(),
+                "finished": datetime.now(UTC).isoformat(),
+                "seconds": round(seconds, 3),
+            },
+            self.out_options,
+        )
+        concurrency = options.get("concurrency") or {}
+        return _result(self.out, root_url, tally.as_dict(), tally.error_samples, seconds, tasks, concurrency)
+
+
+def scan_tree(client: Client, url: str, out: str, progress: Reporter | None = None, **options) -> ScanResult:
+    """Scan ``url`` into ``out`` on ``client``: the entry other jobs make their manifests through
+    (``options``: :class:`TreeScan`'s, and ``on_parts``)."""
+    on_parts = options.pop("on_parts", None)
+    return TreeScan(url, out, **options).run(client, progress, on_parts=on_parts)
+
+
+def _result(
+    out: str,
+    root: str,
+    counts: dict,
+    errors: list[str],
+    seconds: float,
+    tasks: int = 0,
+    concurrency: dict | None = None,
+    resumed: int = 0,
+) -> ScanResult:
+    """``errors``: "path: error" lines, as tasks report them and the marker keeps them."""
+    return ScanResult(
+        manifest=out,
+        root=root,
+        counts=counts,
+        failed=int(counts.get("errors", 0)),
+        samples=[(path, error) for path, _, error in (line.partition(": ") for line in errors)],
+        seconds=seconds,
+        tasks=tasks,
+        concurrency=concurrency or {},
+        resumed=resumed,
+    )
+
+
+def _root_item(loc: Location) -> DirItem:
+    return (b"" if loc.is_local else "", None)
+
+
+def _file_row(loc: Location) -> Row:
+    """The row of a root that is not a directory (a symlink's own, when it is one)."""
+    if not loc.is_local:
+        return row_from_info(os.path.basename(loc.path.rstrip("/")), loc.filesystem().info(loc.path))
+    name = os.fsencode(os.path.basename(loc.path.rstrip("/")))
+    ls = os.lstat(loc.path)
+    target = os.readlink(loc.path) if os.path.islink(loc.path) else None
+    return row_from_stat(name, ls if target is not None else os.stat(loc.path), os.fsencode(target) if target else None)
+
+
+def _parts_present(out: str, parts: list[str], out_storage_options: dict | None) -> bool:
+    """Every part a journal names is still in ``out`` (a journal in the cache can outlive its output)."""
+    fs, path = fsspec.core.url_to_fs(out, **(out_storage_options or {}))
+    try:
+        names = {os.path.basename(p.rstrip("/")) for p in fs.ls(path.rstrip("/"), detail=False)}
+    except FileNotFoundError:
+        return False
+    return set(parts) <= names
