@@ -15,11 +15,15 @@ demo: setup
 test: setup
 	@./scripts/ensure-tools.sh
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 fmt: setup
 	$(VENV)/bin/ruff check --fix .

@@ -155,7 +155,7 @@ def drive(spec: JobSpec, name: str, interval: float) -> dict:
     the task being released, and a recomputation of this same task (its worker died after it
     finished) sees the record and does not run the engine a second time.
     """
-    key = get_worker().get_current_task()
+    key = str(get_worker().get_current_task())
     with worker_client() as client:
         record = Variable(state_name(name), client=client)
         previous = read_record(client, name)
@@ -172,9 +172,9 @@ def drive(spec: JobSpec, name: str, interval: float) -> dict:
         except Exception as exc:
             record.set({"key": key, "state": ERROR, "error": describe_error(exc)})
             raise
-        outcome = {"key": key, "state": FINISHED, "result": result}
-        record.set(outcome)
-        return outcome
+        finished: dict[str, Any] = {"key": key, "state": FINISHED, "result": result}
+        record.set(finished)
+        return finished
 
 
 def describe_error(exc: BaseException) -> str:

@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -42,7 +42,7 @@ class ClusterOptions:
 
     @classmethod
     def from_env(cls, **overrides) -> ClusterOptions:
-        values = {"scheduler": os.environ.get("PFS_SCHEDULER") or None}
+        values: dict[str, Any] = {"scheduler": os.environ.get("PFS_SCHEDULER") or None}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -110,7 +110,7 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
         if options.slurm is not None:
             from .jobqueue import start_slurm_cluster
 
-            cluster = start_slurm_cluster(**options.slurm)
+            cluster: Any = start_slurm_cluster(**options.slurm)
         else:
             import dask
 

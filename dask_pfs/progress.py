@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -51,10 +51,16 @@ class NullProgress:
         pass
 
 
+class InfoLogger(Protocol):
+    """What :class:`LogProgress` logs to: a ``logging.Logger``, or Airflow's task logger."""
+
+    def info(self, msg: Any, /, *args: Any, **kwargs: Any) -> Any: ...
+
+
 class LogProgress:
     """One log line every ``interval`` seconds (and at the end)."""
 
-    def __init__(self, logger: logging.Logger | None = None, interval: float = 10.0) -> None:
+    def __init__(self, logger: InfoLogger | None = None, interval: float = 10.0) -> None:
         self.log = logger or logging.getLogger("pfs")
         self.interval = interval
         self.title = ""

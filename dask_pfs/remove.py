@@ -95,6 +95,7 @@ def remove(
         if manifest is not None:
             ready = job.prepare_manifest(os.fspath(manifest), selection, cap, log, storage_options)
         else:
+            assert url is not None  # exactly one of them, checked above
             ready = job.prepare_tree(os.fspath(url), log, storage_options)
         if not ready:  # done without a cluster (a single file or link, or nothing left to resume)
             return job.result(time.monotonic() - t0)

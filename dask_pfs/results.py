@@ -16,6 +16,7 @@ Airflow provider report any of them the same way.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,7 +70,7 @@ class ProblemLog:
         self._file: Any = None
         self._tmp: str | None = None
 
-    def add(self, problems: list[tuple[bytes | str, str, str]]) -> None:
+    def add(self, problems: Sequence[tuple[bytes | str, str, str]]) -> None:
         """``(path, status, error)`` each; ``path`` as exact bytes, or as text."""
         if not problems:
             return

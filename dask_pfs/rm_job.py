@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import tempfile
@@ -278,7 +279,7 @@ class Removal:
             if cid is not None and cid in self.done:
                 self.resumed += 1
                 continue
-            sub.submit(func, self.spec, chunk, then=lambda res, cid=cid: took(cid, res))
+            sub.submit(func, self.spec, chunk, then=functools.partial(took, cid))
         sub.drain()
 
     def _rmdir_levels(self, sub: Submitter, chunks: Iterable[tuple[int, list]], prefix: str = "d") -> None:

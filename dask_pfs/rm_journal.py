@@ -36,7 +36,7 @@ def tree_journal(loc: Location, journal: str | os.PathLike | bool | None) -> Jou
     """The journal of ``pfs rm URL``; None when switched off or when it would lie inside the tree."""
     if journal is False:
         return None
-    path = cache_dir(ident("rm", loc.url)) if journal in (None, True) else os.fspath(journal)
+    path = cache_dir(ident("rm", loc.url)) if journal is None or journal is True else os.fspath(journal)
     if loc.is_local:
         tree = os.path.realpath(loc.path).rstrip("/") + "/"
         if (os.path.realpath(path).rstrip("/") + "/").startswith(tree):
@@ -49,7 +49,7 @@ def manifest_journal(manifest: str, where: str | None, journal: str | os.PathLik
     """``MANIFEST/.pfs-journal-<id>`` for a writable local manifest, else one in the cache directory."""
     if journal is False:
         return None
-    if journal not in (None, True):
+    if journal is not None and journal is not True:
         return Journal(os.fspath(journal))
     loc = resolve(manifest)
     job_id = ident("rm", loc.url, where or "")
@@ -97,7 +97,7 @@ def levels(batches: Iterable[pa.RecordBatch], n: int) -> Iterator[tuple[int, lis
     Each chunk holds at most ``n`` rows of one depth, cut at the same rows whatever the
     reader's batch sizes (chunk ids must not depend on them).
     """
-    depth, rels = None, []
+    depth, rels = -1, list[bytes]()
     for batch in batches:
         for d, rel in zip(batch.column("depth").to_pylist(), batch_rels(batch), strict=True):
             if rels and (d != depth or len(rels) >= n):

@@ -19,10 +19,11 @@ One policy for all of them:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,7 @@ class Submitter:
         self.tasks = 0  # submitted so far: the next task's number
         self.inflight = 0  # weight in flight
         self._ac = as_completed(loop=client.loop)
-        self._then: dict[str, tuple[int, Callable[[Any], None], Callable[[BaseException], None] | None]] = {}
+        self._then: dict[Hashable, tuple[int, Callable[[Any], None], Callable[[BaseException], None] | None]] = {}
 
     def __enter__(self) -> Submitter:
         return self
@@ -184,7 +185,7 @@ def walk_frontier(
             items, budget = next_slice(frontier, sub.inflight, sub.limit, sub.slots, tuning)
             n = sub.tasks
             fn, args = task(items, budget, n)
-            sub.submit(fn, *args, then=lambda res, items=items, n=n: back(res, items, n))
+            sub.submit(fn, *args, then=functools.partial(back, items=items, n=n))
 
     def back(result: Any, items: list[DirItem], n: int) -> None:
         frontier.extend(fold(result, items, n))

@@ -49,11 +49,12 @@ def manifest_side(url: str, root: str | None, storage_options: dict | None) -> S
 
 def scan_sides(
     client: Client,
+    sides: list[Side | None],
     jobs: list[tuple[str, str, dict | None] | None],
     checksum: str | None,
     threads: int | None,
-) -> list[Side | None]:
-    """Scan several trees at once on one cluster; each job is ``(url, out, storage_options)`` or None."""
+) -> list[Side]:
+    """Every side: the one given, else its job ``(url, out, storage_options)`` scanned, all at once on one cluster."""
 
     def one(url: str, out: str, options: dict | None) -> Side:
         result = scan_tree(
@@ -69,8 +70,12 @@ def scan_sides(
         return Side(open_manifest(out), result.root, options or {}, result.failed)
 
     with ThreadPoolExecutor(max(1, len(jobs))) as pool:
-        futs = [pool.submit(one, *job) if job else None for job in jobs]
-        return [f.result() if f is not None else None for f in futs]
+        futs = [pool.submit(one, *job) if job and side is None else None for side, job in zip(sides, jobs, strict=True)]
+        done = [side or (f.result() if f is not None else None) for side, f in zip(sides, futs, strict=True)]
+    missing = [i for i, side in enumerate(done) if side is None]
+    if missing:
+        raise ValueError(f"sides {missing}: neither a manifest nor a tree to scan")
+    return [side for side in done if side is not None]
 
 
 def with_checksums(client: Client, side: Side, where: str | None, algorithm: str, out: str, progress: Reporter) -> Side:

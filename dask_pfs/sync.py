@@ -184,8 +184,7 @@ def _sides(client, s_loc, d_loc, src_m, dst_m, src_given, dst_given, algorithm, 
             sides[i] = manifest_side(m, loc.url, opts)
         else:
             jobs[i] = (loc.url, m, opts)
-    scanned = scan_sides(client, jobs, algorithm, threads)
-    return [s or t for s, t in zip(sides, scanned, strict=True)]
+    return scan_sides(client, sides, jobs, algorithm, threads)
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,

@@ -112,13 +112,12 @@ def verify(
     report = os.fspath(report) if report else os.path.join(tempfile.gettempdir(), f"pfs-verify-{run}.parquet")
     with tempfile.TemporaryDirectory(prefix="pfs-verify-") as work, job_client(client, cluster, threads) as client:
         jobs = [
-            None if sides[0] else (src, os.path.join(work, "src"), storage_options),
-            None if sides[1] else (dst, os.path.join(work, "dst"), dst_storage_options),
+            (src, os.path.join(work, "src"), storage_options) if src is not None else None,
+            (dst, os.path.join(work, "dst"), dst_storage_options) if dst is not None else None,
         ]
-        scanned = scan_sides(client, jobs, algorithm, threads)
         s_side, d_side = (
-            with_checksums(client, side or new, where, algorithm, os.path.join(work, f"{label}-sums"), progress)
-            for side, new, label in zip(sides, scanned, ("src", "dst"), strict=True)
+            with_checksums(client, side, where, algorithm, os.path.join(work, f"{label}-sums"), progress)
+            for side, label in zip(scan_sides(client, sides, jobs, algorithm, threads), ("src", "dst"), strict=True)
         )
         counts, wrote, sample_rows = _compare(s_side, d_side, where, report, samples)
     return VerifyResult(

@@ -15,8 +15,11 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from .ratelimit import take_bytes
+
+T = TypeVar("T")
 
 ALGORITHMS = ("xxh3", "sha256", "md5")
 DEFAULT = "xxh3"
@@ -115,11 +118,11 @@ def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
 
 
 def checksum_many(
-    items: list, checksum_one: Callable[[object], str], threads: int | None = None
+    items: list[T], checksum_one: Callable[[T], str], threads: int | None = None
 ) -> list[str | BaseException]:
     """``checksum_one(item)`` for every item on the checksum pool; errors are returned, not raised."""
 
-    def one(item) -> str | BaseException:
+    def one(item: T) -> str | BaseException:
         try:
             return checksum_one(item)
         except Exception as exc:
@@ -174,17 +177,17 @@ def checksum_table(
     from .rows import describe_error
 
     local = protocol in ("file", "local")
-    base = os.fsencode(root).rstrip(b"/") if local else root.rstrip("/")
     fs = None if local else fsspec.filesystem(protocol, **storage_options)
     cols = {n: table.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "error")}
     todo = [i for i in range(table.num_rows) if cols["type"][i] == "file" and cols["error"][i] is None]
 
-    dirs = OpenDirs(base or b"/") if local else None  # files open relative to their parent directory
+    # files open relative to their parent directory
+    dirs = OpenDirs(os.fsencode(root).rstrip(b"/") or b"/") if local else None
 
     def one(i: int) -> str:
         rel = to_bytes(cols["path"][i], cols["path_raw"][i])
         if dirs is None:
-            return checksum_remote(fs, f"{base}/{cols['path'][i]}", algorithm)
+            return checksum_remote(fs, f"{root.rstrip('/')}/{cols['path'][i]}", algorithm)
         return checksum_and_close(dirs.open_file(rel, OPEN_FILE), algorithm)
 
     sums: list[str | None] = [None] * table.num_rows

@@ -71,6 +71,7 @@ class Controller:
         self.limit = max(lo, min(hi, start))
         self.lo, self.hi, self.interval, self.gain, self.hold = lo, hi, interval, gain, hold
         self.inflight = 0
+        self._peak = 0
         self._warm = self.limit  # the first jobs only fill the pipeline
         self._reset_interval(time.monotonic())
         self.phase = "base"  # base | up | down | hold
@@ -146,6 +147,7 @@ class Controller:
         if bound:
             self._decide(rate, latency)
         elif self.phase in ("up", "down"):
+            assert self._base is not None  # a trial starts from a measured base
             self.limit, self.phase = self._base[0], "base"  # demand fell below the trial: no verdict
         self._reset_interval(now)
         if self.limit != before:
@@ -159,12 +161,14 @@ class Controller:
             self._ref = rate  # a descent may lose at most `gain` of this rate in total
             self._trial(self._next)
         elif self.phase == "up":
+            assert self._base is not None
             if rate > self._base[1] * (1 + self.gain):
                 self._base = (self.limit, rate, latency)
                 self._trial(+1)
             else:  # more in flight bought nothing (latency rose instead): go back, try fewer
                 self.limit, self.phase, self._next = self._base[0], "base", -1
         elif self.phase == "down":
+            assert self._base is not None
             step = 1 - self.limit / self._base[0]  # the fraction just taken away
             if rate >= self._ref * (1 - max(self.gain, step / 2)):
                 self._base = (self.limit, rate, latency)

@@ -26,9 +26,8 @@ import contextlib
 import os
 from typing import Any, NamedTuple
 
-import fsspec
-
-from .copy import CopySpec, Entry, Outcome, existing_verdict
+from .copy_ends import FsspecDestination, LocalSource, source_of
+from .copy_spec import CopySpec, Entry, Outcome, remote_path
 from .ratelimit import take_bytes, take_ops
 
 MiB = 1 << 20
@@ -68,14 +67,10 @@ def plan_parts(size: int, split_size: int, part_size: int = PART_SIZE) -> list[l
     return [parts[i : i + per] for i in range(0, len(parts), per)] or [[Part(1, 0, 0)]]
 
 
-def _fs(protocol: str, options: dict):
-    return fsspec.filesystem(protocol, **options)
-
-
 def _where(spec: CopySpec, e: Entry) -> tuple[Any, str, str]:
-    fs = _fs(spec.dst_protocol, spec.dst_options)
-    bucket, key, _ = fs.split_path(spec.dst_path(e.out_rel))
-    return fs, bucket, key
+    dst = FsspecDestination(spec)
+    bucket, key, _ = dst.fs.split_path(dst.path(e.out_rel))
+    return dst.fs, bucket, key
 
 
 def start_upload(spec: CopySpec, e: Entry, previous: str | None = None) -> dict:
@@ -88,7 +83,7 @@ def start_upload(spec: CopySpec, e: Entry, previous: str | None = None) -> dict:
     take_ops()
     fs, bucket, key = _where(spec, e)
     if spec.check_existing:
-        verdict = existing_verdict(spec, e)
+        verdict = FsspecDestination(spec).verdict(e)
         if verdict != "copy":
             if previous:
                 abort_upload(spec, e, previous)
@@ -153,7 +148,7 @@ def upload_range(spec: CopySpec, e: Entry, upload: dict, parts: list[Part]) -> l
                 continue
             take_bytes(p.length)
             if _server_side(spec):
-                sbucket, skey, _ = fs.split_path(spec.src_path(e.rel))
+                sbucket, skey, _ = fs.split_path(remote_path(spec.src_root, e.rel))
                 r = fs.call_s3(
                     "upload_part_copy",
                     **ids,
@@ -173,8 +168,9 @@ def upload_range(spec: CopySpec, e: Entry, upload: dict, parts: list[Part]) -> l
 @contextlib.contextmanager
 def _reader(spec: CopySpec, e: Entry):
     """A ``read(offset, length) -> bytes`` on the source file; a short read raises (the file shrank)."""
-    src = spec.src_path(e.rel)
-    if spec.src_local:
+    source = source_of(spec)
+    src = source.path(e.rel)
+    if isinstance(source, LocalSource):
         fd = os.open(src, os.O_RDONLY | (0 if spec.follow_symlinks else os.O_NOFOLLOW))
         try:
 
@@ -192,7 +188,7 @@ def _reader(spec: CopySpec, e: Entry):
         finally:
             os.close(fd)
     else:
-        fs = _fs(spec.src_protocol, spec.src_options)
+        fs = source.fs
         yield lambda offset, length: _whole(fs.cat_file(src, start=offset, end=offset + length), offset, length, src)
 
 
@@ -227,10 +223,10 @@ def complete_upload(spec: CopySpec, e: Entry, upload: dict, *ranges: list[dict])
             )
         except FileNotFoundError:
             # NoSuchUpload: an earlier attempt of this task completed it (then the object is there) or it was aborted
-            fs.invalidate_cache(spec.dst_path(e.out_rel))
-            if fs.info(spec.dst_path(e.out_rel)).get("size") != e.size:
+            fs.invalidate_cache(remote_path(spec.dst_root, e.out_rel))
+            if fs.info(remote_path(spec.dst_root, e.out_rel)).get("size") != e.size:
                 raise
-        fs.invalidate_cache(spec.dst_path(e.out_rel))
+        fs.invalidate_cache(remote_path(spec.dst_root, e.out_rel))
         out.files += 1
         out.bytes += e.size or 0
     except Exception as exc:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .copy import Entry
+from .copy_spec import Entry
 from .names import check_relative, to_bytes
 
 # columns the driver's SQL must select, in this order (link_first* only for the hard-link query)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat as st
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 
 from .checksum import OPEN_FILE, checksum_and_close
 from .dirfd import OpenDirs
@@ -63,7 +63,7 @@ class LocalLister:
         else:
             listing.error = exc
 
-    def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing:
+    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
         rel = item[0]
         assert isinstance(rel, bytes)
         listing = Listing(item)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from .concurrency import GatedExecutor, controller, fixed_threads, hint_storage, note_mode
 
 DEFAULT_THREADS = 64
 
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+_pool: Executor | None = None
 _size = 0
 
 
@@ -38,7 +38,7 @@ def default_threads() -> int:
         return DEFAULT_THREADS
 
 
-def get_pool(threads: int | None = None, storage: tuple[tuple[str, str], ...] = ()) -> ThreadPoolExecutor:
+def get_pool(threads: int | None = None, storage: tuple[tuple[str, str], ...] = ()) -> Executor:
     """The process-wide pool, (re)made when a different size is asked for.
 
     With no count given (argument or ``PFS_THREADS``) it is the auto-tuned pool: 256 threads
@@ -59,4 +59,5 @@ def get_pool(threads: int | None = None, storage: tuple[tuple[str, str], ...] = 
             note_mode(want)
             if old is not None:
                 old.shutdown(wait=False)
-        return _pool
+        pool = _pool
+    return pool

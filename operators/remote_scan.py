@@ -8,7 +8,7 @@ with a delimiter so each top-level prefix becomes its own unit of work.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 
 import fsspec
 
@@ -39,7 +39,7 @@ class FsspecLister:
     def close(self) -> None:
         """Nothing to release: the fsspec instance is shared and cached by fsspec."""
 
-    def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing:
+    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
         rel = item[0]
         assert isinstance(rel, str)
         listing = Listing(item)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import fsspec
@@ -56,7 +56,7 @@ class RemoveSpec:
     def root_bytes(self) -> bytes:
         return os.fsencode(self.root).rstrip(b"/") or b"/"
 
-    def pool(self) -> ThreadPoolExecutor:
+    def pool(self) -> Executor:
         return get_pool(self.threads, ((self.protocol, self.root),))
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
@@ -142,7 +142,7 @@ def unlink_entries(spec: RemoveSpec, entries: list[Entry]) -> RmCounts:
     return _batched(spec, spec.pool(), spec.remover().unlink, entries)
 
 
-def _batched(spec: RemoveSpec, pool: ThreadPoolExecutor, fn: Callable[[list], RmCounts], items: list) -> RmCounts:
+def _batched(spec: RemoveSpec, pool: Executor, fn: Callable[[list], RmCounts], items: list) -> RmCounts:
     """``fn`` over ``items`` in batches of ``BATCH`` on the pool, the counts added up."""
 
     def one(batch: list) -> RmCounts:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import stat as st
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .local_scan import LocalLister
 from .names import join, to_bytes
@@ -30,11 +30,59 @@ if TYPE_CHECKING:
 BATCH = 64  # entries per pool job: a few syscalls each, so jobs stay cheap to schedule
 S3_BATCH = 1000  # keys per bulk delete request
 
+P = TypeVar("P", bytes, str)  # where an entry is: a local path, or a URL
+
 # one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns)
 Entry = tuple[str, bytes | None, str, int | None, int | None]
 
 
-class LocalRemover:
+class _Remover(Generic[P]):
+    """How manifest rows are removed, whatever the file system: each is looked at again (unless
+    changes are ignored) and skipped when it changed since the scan, then the rest go at once."""
+
+    spec: RemoveSpec
+
+    def unlink(self, entries: list[Entry]) -> RmCounts:
+        """Remove a batch of non-directory manifest rows, skipping those that changed since the scan."""
+        counts = RmCounts()
+        found: list[tuple[bytes, P, int]] = []
+        for entry in entries:
+            rel = to_bytes(entry[0], entry[1])
+            where = self.locate(rel)
+            size = entry[3]
+            if not self.spec.ignore_changes:
+                _, now = counts.tried(rel, self.look, where)
+                if now is None:
+                    continue
+                kind, size_now, mtime_now = now
+                why = _changed(entry, kind, size_now, mtime_now)
+                if why:
+                    counts.problem(rel, CHANGED, why)
+                    continue
+                size = size_now if size_now is not None else size
+            found.append((rel, where, size or 0))
+        gone = [(rel, size) for rel, _, size in found] if self.spec.dry_run else self.unlink_now(found, counts)
+        for rel, size in gone:
+            counts.removed_files += 1
+            counts.bytes += size
+            if self.spec.dry_run:
+                counts.sample(rel, self.spec.sample_limit)
+        return counts
+
+    def locate(self, rel: bytes) -> P:
+        """Where ``rel`` is (checked to stay below the root)."""
+        raise NotImplementedError
+
+    def look(self, where: P) -> tuple[str, int | None, int | None]:
+        """(type, size, mtime in ns or None) of what is there now; FileNotFoundError when nothing is."""
+        raise NotImplementedError
+
+    def unlink_now(self, found: list[tuple[bytes, P, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
+        """Remove ``(rel, where, size)`` each; ``(rel, size)`` of those removed, problems into ``counts``."""
+        raise NotImplementedError
+
+
+class LocalRemover(_Remover[bytes]):
     """Removing on a local or mounted file system; symlinks are never followed."""
 
     def __init__(self, spec: RemoveSpec) -> None:
@@ -43,43 +91,15 @@ class LocalRemover:
     def tree_lister(self) -> LocalTreeRemover:
         return LocalTreeRemover(self.spec.root_bytes, self.spec.dry_run)
 
-    def unlink(self, entries: list[Entry]) -> RmCounts:
-        """Unlink a batch of non-directory manifest rows, skipping those that changed since the scan."""
-        spec = self.spec
-        counts = RmCounts()
-        root = spec.root_bytes
-        for entry in entries:
-            rel = to_bytes(entry[0], entry[1])
-            full = resolve_under(root, rel)
-            size = entry[3]
-            if not spec.ignore_changes:
-                try:
-                    s = os.lstat(full)
-                except FileNotFoundError:
-                    counts.skipped_missing += 1
-                    continue
-                except OSError as exc:
-                    counts.problem(rel, FAILED, exc)
-                    continue
-                why = _changed(entry, type_of_mode(s.st_mode), s.st_size, s.st_mtime_ns)
-                if why:
-                    counts.problem(rel, CHANGED, why)
-                    continue
-                size = s.st_size
-            if spec.dry_run:
-                counts.sample(rel, spec.sample_limit)
-            else:
-                try:
-                    os.unlink(full)
-                except FileNotFoundError:
-                    counts.skipped_missing += 1
-                    continue
-                except OSError as exc:
-                    counts.problem(rel, FAILED, exc)
-                    continue
-            counts.removed_files += 1
-            counts.bytes += size or 0
-        return counts
+    def locate(self, rel: bytes) -> bytes:
+        return resolve_under(self.spec.root_bytes, rel)
+
+    def look(self, path: bytes) -> tuple[str, int | None, int | None]:
+        s = os.lstat(path)
+        return type_of_mode(s.st_mode), s.st_size, s.st_mtime_ns
+
+    def unlink_now(self, found: list[tuple[bytes, bytes, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
+        return [(rel, size) for rel, path, size in found if counts.tried(rel, os.unlink, path)[0]]
 
     def rmdirs(self, rels: list[bytes], check: bool) -> RmCounts:
         """Remove a batch of directories of one depth level; ``check``: only if still directories."""
@@ -89,13 +109,8 @@ class LocalRemover:
         for rel in rels:
             full = resolve_under(root, rel) if rel else root
             if check and not spec.ignore_changes:
-                try:
-                    s = os.lstat(full)
-                except FileNotFoundError:
-                    counts.skipped_missing += 1
-                    continue
-                except OSError as exc:
-                    counts.problem(rel, FAILED, exc)
+                _, s = counts.tried(rel, os.lstat, full)
+                if s is None:
                     continue
                 if not st.S_ISDIR(s.st_mode):
                     counts.problem(rel, CHANGED, "no longer a directory")
@@ -119,7 +134,7 @@ class LocalRemover:
         return counts
 
 
-class FsspecRemover:
+class FsspecRemover(_Remover[str]):
     """Removing through fsspec (object stores, sftp, ...)."""
 
     def __init__(self, spec: RemoveSpec) -> None:
@@ -129,47 +144,25 @@ class FsspecRemover:
     def tree_lister(self) -> FsspecTreeRemover:
         return FsspecTreeRemover(self.spec)
 
-    def unlink(self, entries: list[Entry]) -> RmCounts:
-        """Delete a batch of manifest rows' keys in one bulk request, skipping those that changed."""
-        spec = self.spec
-        counts = RmCounts()
-        fs = self.fs
-        go: list[tuple[bytes, str, int]] = []
-        for entry in entries:
-            rel = to_bytes(entry[0], entry[1])
-            resolve_under(spec.root_bytes, rel)  # refuses '..' and absolute paths
-            url = spec.remote(rel)
-            size = entry[3] or 0
-            if not spec.ignore_changes:
-                try:
-                    info = fs.info(url)
-                except FileNotFoundError:
-                    counts.skipped_missing += 1
-                    continue
-                except Exception as exc:
-                    counts.problem(rel, FAILED, exc)
-                    continue
-                kind = {"file": "file", "directory": "directory"}.get(info.get("type"), "other")
-                why = _changed((*entry[:4], None), kind, info.get("size"), None)
-                if why:
-                    counts.problem(rel, CHANGED, why)
-                    continue
-            go.append((rel, url, size))
-        if go and not spec.dry_run:
-            try:
-                fs.rm([url for _, url, _ in go])
-            except FileNotFoundError:
-                pass
-            except Exception as exc:
-                for rel, _, _ in go:
-                    counts.problem(rel, FAILED, exc)
-                return counts
-        for rel, _, size in go:
-            counts.removed_files += 1
-            counts.bytes += size
-            if spec.dry_run:
-                counts.sample(rel, spec.sample_limit)
-        return counts
+    def locate(self, rel: bytes) -> str:
+        resolve_under(self.spec.root_bytes, rel)  # refuses '..' and absolute paths
+        return self.spec.remote(rel)
+
+    def look(self, url: str) -> tuple[str, int | None, int | None]:
+        info = self.fs.info(url)
+        return {"file": "file", "directory": "directory"}.get(info.get("type"), "other"), info.get("size"), None
+
+    def unlink_now(self, found: list[tuple[bytes, str, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
+        """One bulk request: its failure is every key's."""
+        try:
+            self.fs.rm([url for _, url, _ in found])
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            for rel, _, _ in found:
+                counts.problem(rel, FAILED, exc)
+            return []
+        return [(rel, size) for rel, _, size in found]
 
     def rmdirs(self, rels: list[bytes], check: bool) -> RmCounts:
         """Remove a batch of (empty) directories; object stores have none to remove."""
@@ -257,7 +250,7 @@ class FsspecTreeRemover:
     def close(self) -> None:
         self.lister.close()
 
-    def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing:
+    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
         listing = self.lister.list_dir(item, pool)
         files = [r for r in listing.rows if r[2] != "directory"]
         dirs = [r for r in listing.rows if r[2] == "directory"]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from .rows import describe_error
+
+T = TypeVar("T")
+Bytes = bytes  # the field ``bytes`` below hides the type inside the class
 
 SAMPLES = 20
 # status values in the failure log
@@ -22,8 +27,8 @@ class RmCounts:
     skipped_changed: int = 0
     skipped_missing: int = 0
     skipped_nonempty: int = 0
-    problems: list[tuple[bytes, str, str]] = field(default_factory=list)  # (path, status, error)
-    samples: list[bytes] = field(default_factory=list)  # dry run: what would go
+    problems: list[tuple[Bytes, str, str]] = field(default_factory=list)  # (path, status, error)
+    samples: list[Bytes] = field(default_factory=list)  # dry run: what would go
 
     COUNTERS = (
         "removed_files",
@@ -35,7 +40,7 @@ class RmCounts:
         "skipped_nonempty",
     )
 
-    def problem(self, rel: bytes, status: str, error: BaseException | str) -> None:
+    def problem(self, rel: Bytes, status: str, error: BaseException | str) -> None:
         if status == FAILED:
             self.failed += 1
         elif status == CHANGED:
@@ -44,7 +49,17 @@ class RmCounts:
             self.skipped_nonempty += 1
         self.problems.append((rel, status, describe_error(error)))
 
-    def sample(self, rel: bytes, limit: int) -> None:
+    def tried(self, rel: Bytes, fn: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
+        """``(True, fn(*args))``, or ``(False, None)`` counted as missing (FileNotFoundError) or failed."""
+        try:
+            return True, fn(*args)
+        except FileNotFoundError:
+            self.skipped_missing += 1
+        except Exception as exc:
+            self.problem(rel, FAILED, exc)
+        return False, None
+
+    def sample(self, rel: Bytes, limit: int) -> None:
         if len(self.samples) < limit:
             self.samples.append(rel)
 

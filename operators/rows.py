@@ -84,7 +84,7 @@ def describe_error(error: BaseException | str) -> str:
 
 def row_from_info(rel: str, info: dict[str, Any]) -> Row:
     """A row from an fsspec ``info``/``ls(detail=True)`` dict (object stores, sftp, ...)."""
-    kind = {"file": "file", "directory": "directory", "link": "symlink"}.get(info.get("type"), "other")
+    kind = {"file": "file", "directory": "directory", "link": "symlink"}.get(str(info.get("type")), "other")
     if info.get("islink"):
         kind = "symlink"
     mtime = _ns(info.get("mtime", info.get("LastModified", info.get("last_modified", info.get("updated")))))

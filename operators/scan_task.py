@@ -56,10 +56,12 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
     lister = spec.lister()
     sum_failures: list[str] = []
 
+    algorithm = spec.checksum or ""  # only called when there is one
+
     def checksum_of(row) -> str:
         if isinstance(lister, LocalLister):
-            return lister.checksum(to_bytes(row[0], row[1]), spec.checksum)
-        return checksum_remote(lister.fs, lister.full(row[0]), spec.checksum)
+            return lister.checksum(to_bytes(row[0], row[1]), algorithm)
+        return checksum_remote(lister.fs, lister.full(row[0]), algorithm)
 
     def emit(buf: RowBuffer) -> None:
         if len(buf):

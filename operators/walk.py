@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,7 +38,7 @@ class Listing:
 
 
 class Lister(Protocol):
-    def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing: ...
+    def list_dir(self, item: DirItem, pool: Executor) -> Listing: ...
 
     def root_error_row(self, error: BaseException) -> Row: ...
 
@@ -102,7 +102,7 @@ class Budget:
 def walk(
     lister: Lister,
     items: list[DirItem],
-    pool: ThreadPoolExecutor,
+    pool: Executor,
     concurrency: int | Callable[[], int],
     budget: Budget,
     emit: Callable[[RowBuffer], None],
@@ -160,8 +160,13 @@ def walk(
                 pending.extend(listing.subdirs)
                 inflight.update(listing.pending)
             else:
-                rows, subdirs = fut.result()
+                rows, subdirs = _batch_result(fut)
                 take(rows)
                 pending.extend(subdirs)
     emit(buf)
     return tally, list(pending)
+
+
+def _batch_result(fut: Future) -> tuple[list[Row], list[DirItem]]:
+    """What a lister's batch job returned: its rows, and directories it found to walk."""
+    return fut.result()

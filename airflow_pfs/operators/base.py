@@ -110,7 +110,7 @@ class PfsBaseOperator(BaseOperator):
     def _submit_and_defer(self, context: Context, hook: PfsDaskHook, spec: jobs.JobSpec) -> None:
         address = hook.scheduler_address()
         ti = context["ti"]
-        name = jobs.job_name(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+        name = jobs.job_name(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index)
         with hook.client() as client:
             action = jobs.attach_or_submit(client, name, spec, self.progress_interval)
         self.log.info("pfs job %s on %s: %s", name, address, action)
@@ -122,7 +122,7 @@ class PfsBaseOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict) -> dict:
         """Resume after the trigger fired: forget the job on the scheduler, then report."""
         name, status = event.get("name"), event.get("status")
-        if status != jobs.MISSING:
+        if status != jobs.MISSING and name is not None:
             try:
                 with Client(self.hook.scheduler_address(), timeout="30s", set_as_default=False) as client:
                     jobs.forget(client, name)

@@ -56,7 +56,8 @@ class PfsSyncOperator(PfsBaseOperator):
         self.src, self.dst = src, dst
         self.src_manifest, self.dst_manifest, self.plan = src_manifest, dst_manifest, plan
         self.checksum = checksum
-        self.delete, self.max_delete, self.dry_run = delete, max_delete, dry_run
+        self.delete, self.max_delete = delete, max_delete
+        self.dry_run = dry_run  # type: ignore[method-assign,assignment]  # BaseOperator.dry_run(): a parameter wins
         self.update_dst_manifest = update_dst_manifest
         self.storage_options, self.dst_storage_options = storage_options, dst_storage_options
 

@@ -239,7 +239,7 @@ def copy(
         assert m is not None
         if job is not None:
             t_drain = time.monotonic()
-            streamer = streamer or Streamer(job, os.fspath(manifest))  # resumed after the scan had finished
+            streamer = streamer or Streamer(job, m.url)  # resumed after the scan had finished
             streamer.finish(m)
             phases["streamed"] = round(time.monotonic() - t_drain, 3)  # copying still left when the scan ended
         else:
@@ -260,7 +260,7 @@ def copy(
             samples=job.problems.samples,
             log=job.problems.close(),
             seconds=round(time.monotonic() - t0, 3),
-            manifest=os.fspath(manifest_out or manifest) if (manifest_out or manifest) else None,
+            manifest=m.url if manifest_out is None else os.fspath(manifest_out),
             tasks=job.sub.tasks,
             phases=phases | job.phases,
             resumed=job.resumed,

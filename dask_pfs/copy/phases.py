@@ -114,6 +114,10 @@ class CopyJob:
 
     # streaming (copy while the scan walks) ---------------------------------
 
+    def start_streaming(self) -> None:
+        """Chunks come in while the scan walks (and reports progress): :meth:`stream_part`."""
+        self.streaming = True
+
     def stream_part(self, name: str, chunks: Iterator[Chunk]) -> None:
         """Copy a part's streamable rows: chunks named after the part and their place in it, so a resumed
         run (same manifest) makes the same chunks and skips the ones its journal lists."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from operators.copy_plan import Planner, entries_from_batch
+from operators.copy_plan import Chunk, Planner, entries_from_batch
 
 from ..manifest import BATCH_ROWS, Manifest, connection, sql_str
 from .phases import CopyJob
@@ -27,7 +27,7 @@ class Streamer:
         self.job = job
         self.manifest_dir = manifest_dir
         self.con = connection()  # pfs's own SQL over parts of a manifest still being written: no user clause
-        job.streaming = True
+        job.start_streaming()
 
     def on_parts(self, parts: list[str]) -> None:
         """``parts``: names of part files in the manifest directory."""
@@ -38,8 +38,9 @@ class Streamer:
             )
             planner = Planner(self.job.limits, split=False)
             batches = self.con.cursor().sql(sql).to_arrow_reader(BATCH_ROWS)
-            chunks = [c for batch in batches for e in entries_from_batch(batch) for c in planner.add(e)]
-            self.job.stream_part(name, iter([*chunks, *planner.finish()]))
+            items = [c for batch in batches for e in entries_from_batch(batch) for c in planner.add(e)]
+            chunks = [c for c in [*items, *planner.finish()] if isinstance(c, Chunk)]  # no ranges: split=False
+            self.job.stream_part(name, iter(chunks))
 
     def finish(self, m: Manifest) -> None:
         """Copy the parts not streamed yet (an interrupted run's scan), wait for the copies still running; the

@@ -43,8 +43,8 @@ class Target:
         file (nothing to resume) or ``journal=False``."""
         if journal is False or self.rename:
             return None
-        if journal not in (None, True):
-            return Journal(os.fspath(journal))  # type: ignore[arg-type]
+        if journal is not None and journal is not True:
+            return Journal(os.fspath(journal))
         what = (os.fspath(src) if src is not None else "", os.fspath(manifest) if manifest else "", where or "")
         return Journal(journal_dir(self.dst, ident(*what, self.dst.url)))
 
