@@ -47,7 +47,7 @@ from .results import JobResult
 from .runtime import job_client
 from .scanning import check_checksum
 from .sides import Side, manifest_side, scan_sides, with_checksums
-from .urls import is_dir, resolve, root_times_from
+from .urls import Location, is_dir, resolve, root_times_from
 
 
 @dataclass(kw_only=True)
@@ -169,12 +169,25 @@ def sync(
         )  # fmt: skip
 
 
-def _sides(client, s_loc, d_loc, src_m, dst_m, src_given, dst_given, algorithm, threads, progress, so, dso):
+def _sides(
+    client: Client,
+    s_loc: Location,
+    d_loc: Location,
+    src_m: str,
+    dst_m: str,
+    src_given: bool,
+    dst_given: bool,
+    algorithm: str | None,
+    threads: int | None,
+    progress: Reporter,
+    so: dict | None,
+    dso: dict | None,
+) -> list[Side]:
     """Both manifests: complete ones given by the user are used as they are, the rest are scanned."""
     if not is_dir(s_loc):
         raise PfsError(f"{s_loc.url}: no such directory")
     sides: list[Side | None] = [None, None]
-    jobs: list = [None, None]
+    jobs: list[tuple[str, str, dict | None] | None] = [None, None]
     for i, (loc, m, given, opts) in enumerate(((s_loc, src_m, src_given, so), (d_loc, dst_m, dst_given, dso))):
         if given and has_marker(m):
             sides[i] = manifest_side(m, loc.url, opts)
