@@ -32,7 +32,8 @@ class Cap:
             cap = cls(option, percent=float(text[:-1])) if text.endswith("%") else cls(option, count=int(text))
         except ValueError:
             raise PfsError(f"{option}: not a count or a percentage (e.g. 1000 or 5%): {value!r}") from None
-        if (cap.count if cap.count is not None else cap.percent) < 0:
+        limit = cap.count if cap.count is not None else cap.percent
+        if limit is not None and limit < 0:
             raise PfsError(f"{option}: must not be negative: {value!r}")
         return cap
 

@@ -128,7 +128,7 @@ class Selection:
     """
 
     def __init__(self, manifest: Manifest, where: str | Filter | None = None) -> None:
-        self.manifest = manifest
+        self.manifest: Manifest | None = manifest
         self.filter = where_filter(where)
         self.where = str(self.filter) if self.filter else None
         self.relation = manifest.relation_sql()

@@ -29,7 +29,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import duckdb
 
@@ -225,7 +225,7 @@ def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyC
         con.execute("SET allowed_paths = ?", [paths])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-    return _Registered(con, tables) if tables else con
+    return cast(duckdb.DuckDBPyConnection, _Registered(con, tables)) if tables else con  # it quacks like one
 
 
 class _Registered:
