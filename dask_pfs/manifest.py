@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHEMA_VERSION
 
+from .caps import Cap
 from .errors import IncompleteManifestError, PfsError, QueryError
 from .sql import Filter, where_filter, write_parquet
 from .sql import connect as locked
@@ -192,6 +193,19 @@ class Selection:
     def write(self, sql: str, path: str) -> int:
         """Write the result of ``sql`` to the Parquet file ``path`` (the locked connection cannot)."""
         return write_parquet(self.con, sql, path)
+
+
+def selection_options(
+    manifest: str | os.PathLike | None, where: str | Filter | None, max_entries: int | str | None
+) -> tuple[Filter | None, Cap | None]:
+    """A job's ``where`` (checked: ``dask_pfs.sql``) and ``max_entries`` (``dask_pfs.caps``); PfsError
+    when either is given without a manifest to select from."""
+    if where and manifest is None:
+        raise PfsError("--where needs --manifest")
+    cap = Cap.parse(max_entries, "--max-entries")
+    if cap is not None and manifest is None:
+        raise PfsError("--max-entries needs --manifest")
+    return where_filter(where), cap
 
 
 def _duck_type(field: pa.Field) -> str:

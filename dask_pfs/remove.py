@@ -21,14 +21,14 @@ from collections.abc import Callable
 
 from distributed import Client
 
-from .caps import Cap
 from .cluster import ClusterOptions
 from .errors import PfsError
 from .limits import Limits, concurrency_report
+from .manifest import selection_options
 from .progress import NullProgress, Reporter
 from .rm_job import CHUNK, Removal, RemoveResult, RemoveTuning
 from .runtime import job_client
-from .sql import Filter, where_filter
+from .sql import Filter
 
 
 def remove(
@@ -71,12 +71,7 @@ def remove(
     """
     if (url is None) == (manifest is None):
         raise PfsError("give either a URL or --manifest, not both")
-    if where and manifest is None:
-        raise PfsError("--where needs --manifest")
-    cap = Cap.parse(max_entries, "--max-entries")
-    if cap is not None and manifest is None:
-        raise PfsError("--max-entries needs --manifest")
-    selection = where_filter(where)
+    selection, cap = selection_options(manifest, where, max_entries)
     t0 = time.monotonic()
     job = Removal(
         dry_run=dry_run,

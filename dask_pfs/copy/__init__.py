@@ -37,12 +37,12 @@ from ..caps import Cap
 from ..cluster import ClusterOptions
 from ..errors import PfsError
 from ..limits import Limits, concurrency_report
-from ..manifest import Manifest, Selection, has_marker, open_manifest
+from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from ..progress import NullProgress, Reporter
 from ..results import JobResult
 from ..runtime import job_client
 from ..scanning import scan_tree
-from ..sql import Filter, where_filter
+from ..sql import Filter
 from ..urls import Location, make_root, resolve, root_times_from
 from .phases import CopyJob
 from .streaming import Streamer
@@ -141,12 +141,7 @@ def copy(
         raise PfsError("--overwrite and --skip-existing exclude each other")
     if src is None and manifest is None:
         raise PfsError("give a source or --manifest")
-    if where and manifest is None:
-        raise PfsError("--where needs --manifest")
-    cap = Cap.parse(max_entries, "--max-entries")
-    if cap is not None and manifest is None:
-        raise PfsError("--max-entries needs --manifest")
-    selection = where_filter(where)
+    selection, cap = selection_options(manifest, where, max_entries)
     where_text = str(selection) if selection else None
     selected = None
     progress = progress or NullProgress()
