@@ -14,8 +14,9 @@ class IncompleteManifestError(PfsError):
 
 
 class QueryError(PfsError):
-    """DuckDB refused a query over a manifest (a bad ``--where``): ``detail`` is its first line."""
+    """DuckDB refused a query over a manifest: ``detail`` is its first line; the message blames the
+    user's ``--where`` when there was one (``option``), else the query."""
 
-    def __init__(self, detail: str) -> None:
-        super().__init__(f"query failed: {detail}")
+    def __init__(self, detail: str, option: str | None = None) -> None:
+        super().__init__(f"{option}: {detail}" if option else f"query failed: {detail}")
         self.detail = detail

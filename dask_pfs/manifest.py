@@ -131,6 +131,7 @@ class Selection:
     def __init__(self, manifest: Manifest, where: str | Filter | None = None) -> None:
         self.manifest: Manifest | None = manifest
         self.filter = where_filter(where)
+        self.option = "--where" if self.filter is not None and self.filter.user else None  # a user's clause: name it
         self.where = str(self.filter) if self.filter else None
         self.relation = manifest.relation_sql()
         self.con = locked(manifest, reads=self.filter.reads if self.filter else ())
@@ -139,7 +140,7 @@ class Selection:
     def of_file(cls, path: str) -> Selection:
         """Every row of one Parquet file pfs wrote (a frozen selection), in stored order."""
         sel = cls.__new__(cls)
-        sel.manifest, sel.filter, sel.where = None, None, None
+        sel.manifest, sel.filter, sel.where, sel.option = None, None, None, None
         sel.relation = f"read_parquet({sql_str(os.path.abspath(path))})"
         sel.con = locked(reads=[path])
         return sel
@@ -159,7 +160,7 @@ class Selection:
         try:
             return self.con.execute(sql).fetchall()
         except duckdb.Error as exc:
-            raise QueryError(str(exc).strip().splitlines()[0]) from None
+            raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
 
     def count(self, also: str | None = None) -> int:
         return int(self.fetch(self.sql("count(*)", also))[0][0])
@@ -187,7 +188,7 @@ class Selection:
         try:
             reader = self.con.cursor().sql(sql).to_arrow_reader(rows)
         except duckdb.Error as exc:
-            raise QueryError(str(exc).strip().splitlines()[0]) from None
+            raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
         yield from reader
 
     def write(self, sql: str, path: str) -> int:

@@ -50,6 +50,7 @@ class Filter:
 
     condition: str
     reads: tuple[str, ...] = ()
+    user: bool = False  # a user's checked clause (errors name --where), not one pfs built
 
     def __str__(self) -> str:
         return self.condition
@@ -78,7 +79,7 @@ def where_filter(where: str | Filter | None, option: str = "--where") -> Filter 
     if isinstance(where, Filter):
         return where
     checked = check_where(where, option)
-    return Filter(checked) if checked else None
+    return Filter(checked, user=True) if checked else None
 
 
 _TEMPLATES = {  # the clause's place in a statement, and the part of the parse tree it may change
