@@ -20,6 +20,7 @@ from dask_pfs.progress import LogProgress
 
 from .. import jobs
 from ..hooks import PfsDaskHook
+from ..lineage import LineageRef
 from ..triggers import PfsJobTrigger
 
 
@@ -62,6 +63,7 @@ class PfsBaseOperator(BaseOperator):
         self.progress_interval = progress_interval
         self.fail_on_errors = self.fail_on_errors_default if fail_on_errors is None else fail_on_errors
         self._client: Client | None = None
+        self._pfs_result: dict | None = None
 
     # --- what a concrete operator provides -------------------------------------------------------
 
@@ -76,6 +78,18 @@ class PfsBaseOperator(BaseOperator):
     def error_samples(self, summary: dict) -> list[str]:
         """A few "path: error" lines from the engine's summary, for the log and the failure message."""
         return list(summary.get("error_samples") or [])
+
+    def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:
+        """(inputs, outputs): the datasets this call read and wrote, from the rendered arguments and
+        its result (``{}`` when it failed before reporting)."""
+        return [], []
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any):
+        """OpenLineage datasets and the ``pfs`` run facet (called by the OpenLineage provider)."""
+        from ..lineage_facets import operator_lineage
+
+        inputs, outputs = self.lineage(self._pfs_result or {})
+        return operator_lineage(self.engine, inputs, outputs, self._pfs_result)
 
     # --- shared machinery ------------------------------------------------------------------------
 
@@ -126,6 +140,7 @@ class PfsBaseOperator(BaseOperator):
 
     def _finish(self, context: Context, summary: dict) -> dict:
         result = self.report(summary)
+        self._pfs_result = result
         errors = int(result.get("errors") or 0)
         samples = self.error_samples(summary)
         if errors:
