@@ -19,6 +19,7 @@ from distributed import Client, Event, Variable
 from dask_pfs.progress import describe
 
 from . import jobs
+from .hooks import security_for
 
 
 class PfsJobTrigger(BaseTrigger):
@@ -31,8 +32,10 @@ class PfsJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         progress_interval: float = 30.0,
         connect_timeout: float = 30.0,
+        tls: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
+        self.tls = tls
         self.scheduler = scheduler
         self.name = name
         self.poll_interval = poll_interval
@@ -48,12 +51,13 @@ class PfsJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "progress_interval": self.progress_interval,
                 "connect_timeout": self.connect_timeout,
+                "tls": self.tls,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The client is closed before the event is yielded: the generator may never be resumed.
-        async with Client(self.scheduler, asynchronous=True, timeout=self.connect_timeout) as client:
+        async with self._client() as client:
             payload = await self._wait(client)
         yield TriggerEvent(payload)
 
@@ -85,9 +89,12 @@ class PfsJobTrigger(BaseTrigger):
             await client.unpublish_dataset(self.name)
         return {"status": state, "name": self.name, "result": record.get("result"), "error": error}
 
+    def _client(self) -> Client:
+        return Client(self.scheduler, asynchronous=True, timeout=self.connect_timeout, security=security_for(self.tls))
+
     async def on_kill(self) -> None:
         """The user killed the deferred task: stop the job on the cluster."""
-        async with Client(self.scheduler, asynchronous=True, timeout=self.connect_timeout) as client:
+        async with self._client() as client:
             await Event(jobs.cancel_name(self.name), client=client).set()
             if self.name in await client.list_datasets():
                 future = await client.get_dataset(self.name)
