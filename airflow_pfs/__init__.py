@@ -2,7 +2,9 @@
 
 This module is what the ``apache_airflow_provider`` entry point loads, so it must stay cheap:
 no airflow or dask imports here.  Operators live in ``airflow_pfs.operators``, the hook in
-``airflow_pfs.hooks``, the deferral trigger in ``airflow_pfs.triggers``.
+``airflow_pfs.hooks``, ``PfsManifestSensor`` in ``airflow_pfs.sensors``, the triggers (job
+deferral, manifest wait, tree watcher for ``AssetWatcher``) in ``airflow_pfs.triggers``,
+``PfsManifest`` (count, partitions for task mapping) in ``airflow_pfs.manifests``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ def get_provider_info() -> dict:
         "integrations": [{"integration-name": INTEGRATION, "tags": ["software"]}],
         "operators": [{"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.operators"]}],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.hooks"]}],
+        "sensors": [{"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.sensors"]}],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.triggers"]}],
         "connection-types": [
             {

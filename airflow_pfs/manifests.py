@@ -47,6 +47,23 @@ class PfsManifest:
         except PfsError as exc:
             raise AirflowException(f"manifest: {exc}") from None
 
+    def ready(self, where: str | None = None, min_count: int | None = None) -> dict | None:
+        """What a sensor waits for: the manifest is complete and, with ``where`` or ``min_count``,
+        selects at least ``min_count`` rows (1 by default).  Returns the small result a waiting
+        task hands on (``manifest``, ``root``, ``entries``, ``selected``), or None: not yet."""
+        if not self.is_complete():
+            return None
+        manifest = self.open()
+        result = {
+            "manifest": self.url,
+            "root": manifest.root,
+            "entries": (manifest.info.get("counts") or {}).get("entries"),
+        }
+        if where is None and min_count is None:
+            return result
+        result["selected"] = self.count(where)
+        return result if result["selected"] >= (1 if min_count is None else min_count) else None
+
     def count(self, where: str | None = None) -> int:
         """Rows ``where`` selects (all rows without one); counts only, no row leaves DuckDB."""
         return int(self._select("count(*)", check_where(where))[0])
