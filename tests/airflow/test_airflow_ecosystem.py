@@ -190,3 +190,136 @@ def test_partitions(client, tmp_path, monkeypatch):
         m.partitions(where="no_such_column = 1", n=2)
     with pytest.raises(AirflowException, match="no such manifest"):
         PfsManifest(str(tmp_path / "nowhere")).count()
+
+
+@pytest.mark.parametrize(
+    ("url", "namespace", "name"),
+    [
+        ("/data/x/", "file", "/data/x"),
+        ("file:///data/./x", "file", "/data/x"),
+        ("s3://Bucket/a/b/", "s3://Bucket", "a/b"),
+        ("s3://bucket", "s3://bucket", "/"),
+        ("s3a://b/k", "s3://b", "k"),
+        ("gcs://b/k/", "gs://b", "k"),
+        ("sftp://user:secret@host:2222/srv/data/", "file://host:2222", "/srv/data"),
+        ("sftp://host/srv", "file://host:22", "/srv"),
+        ("hdfs://nn:8020/p", "hdfs://nn:8020", "/p"),
+    ],
+)
+def test_openlineage_names(url, namespace, name):
+    """The OpenLineage naming spec: file / s3://bucket / remote file system file://host:port."""
+    from airflow_pfs.lineage import dataset_name
+
+    assert dataset_name(url) == (namespace, name)
+
+
+def test_operator_lineage_facets():
+    """Remove drops a tree (not in a dry run), sync writes the destination and its plan; the pfs
+    run facet carries the counts and matches the schema shipped with the provider."""
+    import jsonschema
+    from openlineage.client.serde import Serde
+
+    import airflow_pfs
+    from airflow_pfs.operators import PfsRemoveOperator, PfsSyncOperator
+
+    def lineage(op, result):
+        op._pfs_result = result
+        return Serde.to_dict(op.get_openlineage_facets_on_complete(None))
+
+    rm = lineage(PfsRemoveOperator(task_id="rm", path="/scratch/old/"), {"removed_files": 3, "exit_code": 0})
+    assert rm["inputs"] == [] and [(d["namespace"], d["name"]) for d in rm["outputs"]] == [("file", "/scratch/old")]
+    assert rm["outputs"][0]["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "DROP"
+    dry = lineage(PfsRemoveOperator(task_id="dry", manifest="/m", where="size > 0"), {"dry_run": True, "target": "/t"})
+    assert [d["name"] for d in dry["inputs"]] == ["/m"] and dry["outputs"] == []
+    assert dry["run_facets"]["pfs"]["dryRun"] is True
+
+    result = {"plan": "/plans/p1", "copied_files": 4, "copied_bytes": 40, "new": 4, "errors": 0, "exit_code": 0}
+    sync = lineage(PfsSyncOperator(task_id="sync", src="s3://in/data", dst="/mirror"), result)
+    assert [(d["namespace"], d["name"]) for d in sync["inputs"]] == [("s3://in", "data")]
+    assert [(d["namespace"], d["name"]) for d in sync["outputs"]] == [("file", "/mirror"), ("file", "/plans/p1")]
+    assert sync["outputs"][0]["outputFacets"]["outputStatistics"] == {
+        "_producer": sync["outputs"][0]["outputFacets"]["outputStatistics"]["_producer"],
+        "_schemaURL": sync["outputs"][0]["outputFacets"]["outputStatistics"]["_schemaURL"],
+        "fileCount": 4,
+        "size": 40,
+    }
+    facet = sync["run_facets"]["pfs"]
+    assert facet["counts"] == {"copied_files": 4, "copied_bytes": 40, "new": 4, "errors": 0}
+    schema_file = os.path.join(os.path.dirname(airflow_pfs.__file__), "pfs_run_facet.schema.json")
+    with open(schema_file) as f:
+        own = json.load(f)["$defs"]["PfsRunFacet"]["allOf"][1]  # [0] is OpenLineage's RunFacet
+    assert facet["_schemaURL"].startswith("airflow_pfs/pfs_run_facet.schema.json#")
+    jsonschema.validate(facet, own)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**facet, "counts": {"files": "many"}}, own)
+
+
+def test_connection_form_fields():
+    """The form fields come from the provider info (Airflow 3.2+ conn-fields), not hook methods."""
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    widgets = manager.connection_form_widgets
+    for name in ("mode", "workers", "threads", "scheduler_file", "tls_ca_file", "tls_cert", "tls_key"):
+        assert widgets[f"extra__pfs_dask__{name}"].hook_class_name == "airflow_pfs.hooks.PfsDaskHook"
+    assert widgets["extra__pfs_dask__mode"].field["schema"]["enum"] == ["local", "scheduler"]
+    assert widgets["extra__pfs_dask__tls_ca_file"].field["schema"]["title"] == "TLS CA file"
+    assert manager.field_behaviours["pfs_dask"]["hidden_fields"] == ["login", "password"]
+
+
+def test_hook_test_connection(dask_processes, tmp_path, monkeypatch):
+    """Local mode, the scheduler processes, nothing listening, and a TLS-only scheduler reached
+    with the connection's TLS files (the protocol defaults to tls); incomplete TLS is refused."""
+    from distributed import LocalCluster, Security
+
+    from airflow_pfs.hooks import PfsDaskHook
+
+    from .conftest import _free_port
+
+    def test(conn_id: str, **conn) -> tuple[bool, str]:
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "pfs_dask", **conn}))
+        return PfsDaskHook(conn_id).test_connection()
+
+    expected = (True, "local mode: each task starts an embedded LocalCluster of 3 worker processes")
+    assert test("t_local", host="local", extra={"workers": 3}) == expected
+    host, port = dask_processes.removeprefix("tcp://").rsplit(":", 1)
+    ok, message = test("t_plain", host=host, port=int(port))
+    assert ok and message.startswith(f"Dask scheduler {dask_processes}: 1 workers, 4 threads"), message
+    down = _free_port()
+    ok, message = test("t_down", host="127.0.0.1", port=down)
+    assert not ok and message.startswith(f"cannot reach tcp://127.0.0.1:{down}: "), message
+
+    security = Security.temporary()
+    files = {}
+    for field, pem in (("tls_ca_file", "tls_ca_file"), ("tls_cert", "tls_client_cert"), ("tls_key", "tls_client_key")):
+        files[field] = str(tmp_path / f"{field}.pem")
+        with open(files[field], "w") as f:
+            f.write(getattr(security, pem))
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=2,
+        processes=False,
+        protocol="tls://",
+        host="127.0.0.1",
+        security=security,
+        dashboard_address=":0",
+    ) as cluster:
+        tls_port = int(cluster.scheduler_address.rsplit(":", 1)[1])
+        ok, message = test("t_tls", host="127.0.0.1", port=tls_port, extra=files)
+        assert ok and message.startswith(f"Dask scheduler tls://127.0.0.1:{tls_port}: 1 workers, 2 threads"), message
+        with PfsDaskHook("t_tls").client() as client:
+            assert client.submit(sum, [1, 2], pure=False).result() == 3
+        prefixed = {f"extra__pfs_dask__{k}": v for k, v in files.items()}  # how older forms stored extras
+        assert test("t_tls_prefixed", host="127.0.0.1", port=tls_port, extra=prefixed)[0]
+        missing_key = {**files, "tls_key": str(tmp_path / "no-such-key.pem")}
+        assert test("t_tls_nokey", host="127.0.0.1", port=tls_port, extra=missing_key) == (
+            False,
+            f"pfs_dask connection: tls_key {missing_key['tls_key']!r} is not a readable file",
+        )
+        ok, message = test(
+            "t_tls_partial", host="127.0.0.1", port=tls_port, extra={"tls_ca_file": files["tls_ca_file"]}
+        )
+        assert (ok, message) == (
+            False,
+            "pfs_dask connection: TLS needs tls_ca_file, tls_cert, tls_key; missing tls_cert, tls_key",
+        )
