@@ -142,6 +142,7 @@ class PfsManifestTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         manifest = PfsManifest(self.manifest)
+        self.log.info("Waiting for manifest %s (where %s, min_count %s)", self.manifest, self.where, self.min_count)
         while True:
             try:
                 result = await asyncio.to_thread(manifest.ready, self.where, self.min_count)
@@ -151,7 +152,6 @@ class PfsManifestTrigger(BaseTrigger):
             if result is not None:
                 yield TriggerEvent({"status": "ready", "result": result})
                 return
-            self.log.info("Waiting for manifest %s (where %s, min_count %s)", self.manifest, self.where, self.min_count)
             await asyncio.sleep(self.poll_interval)
 
 

@@ -5,6 +5,7 @@ OpenLineage events every pfs task emits (captured by the provider's file transpo
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 
@@ -80,9 +81,6 @@ def test_archive_landed(airflow_db, dask_processes, tmp_path, monkeypatch):
 def test_wait_for_manifest(airflow_db, dask_processes, tmp_path, monkeypatch):
     """The sensor defers while the manifest selects too few rows; a rescan that adds the missing
     file fires it, and the selection is copied in 3 mapped parts."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from airflow.utils.state import TaskInstanceState
     from distributed import Client
 
     from dask_pfs import scan
@@ -100,12 +98,15 @@ def test_wait_for_manifest(airflow_db, dask_processes, tmp_path, monkeypatch):
     def land_the_ninth_file():
         """Once the sensor is deferred, add a 9th file and rescan: the trigger then fires."""
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "deferred" not in seen:
-            with create_session() as session:
-                ti = session.query(TaskInstance).filter_by(dag_id="pfs_wait_for_manifest").first()
-                if ti is not None and ti.state == TaskInstanceState.DEFERRED:
-                    seen["deferred"] = time.monotonic()
-            time.sleep(0.2)
+        with sqlite3.connect(f"file:{airflow_db / 'airflow.db'}?mode=ro", uri=True, timeout=30) as db:
+            while time.monotonic() < deadline and "deferred" not in seen:
+                row = db.execute(
+                    "SELECT state, next_method FROM task_instance WHERE dag_id = ? AND task_id = ?",
+                    ("pfs_wait_for_manifest", "wait_for_manifest"),
+                ).fetchone()
+                if row and row[1] == "execute_complete":  # set when it deferred
+                    seen["deferred"] = row[0]
+                time.sleep(0.2)
         content["run1/late.h5"] = b"late"
         (landing / "run1" / "late.h5").write_bytes(b"late")
         with Client(dask_processes, set_as_default=False) as client:
@@ -116,7 +117,7 @@ def test_wait_for_manifest(airflow_db, dask_processes, tmp_path, monkeypatch):
     dag_run = load_dag("landed_data.py", "pfs_wait_for_manifest").test(run_conf=conf)
     writer.join(timeout=60)
 
-    assert "deferred" in seen, "the sensor never deferred"
+    assert "deferred" in seen, seen
     states = task_states(dag_run)
     assert states == {"wait_for_manifest": ["success"], "split_selection": ["success"], "copy_part": ["success"] * 3}
     results = xcom_results(dag_run)
