@@ -14,6 +14,7 @@ where-clause only ever filters the manifest's rows here, as everywhere else in p
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from typing import Any
 
@@ -26,6 +27,7 @@ from dask_pfs.query import connection, run_query, select_sql
 from .paths import check_where, manifest_url
 
 DEFAULT_MAX_MAP_LENGTH = 1024
+log = logging.getLogger(__name__)
 
 
 class PfsManifest:
@@ -61,7 +63,13 @@ class PfsManifest:
         }
         if where is None and min_count is None:
             return result
-        result["selected"] = self.count(where)
+        try:
+            result["selected"] = self.count(where)
+        except AirflowException as exc:
+            if "IO Error" not in str(exc) and self.is_complete():
+                raise  # the where-clause's fault: waiting will not help
+            log.warning("%s: not readable now (%s): a rescan rewriting it? Checking again later", self.url, exc)
+            return None
         return result if result["selected"] >= (1 if min_count is None else min_count) else None
 
     def count(self, where: str | None = None) -> int:
