@@ -5,6 +5,7 @@ form and PfsDaskHook.test_connection against real schedulers (plain and TLS)."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import shutil
@@ -255,7 +256,8 @@ def test_operator_lineage_facets():
 
 
 def test_connection_form_fields():
-    """The form fields come from the provider info (Airflow 3.2+ conn-fields), not hook methods."""
+    """The form fields come from the provider info (Airflow 3.2+ conn-fields), not hook methods;
+    the provider info lists the sensor and trigger modules."""
     from airflow.providers_manager import ProvidersManager
 
     manager = ProvidersManager()
@@ -265,6 +267,14 @@ def test_connection_form_fields():
     assert widgets["extra__pfs_dask__mode"].field["schema"]["enum"] == ["local", "scheduler"]
     assert widgets["extra__pfs_dask__tls_ca_file"].field["schema"]["title"] == "TLS CA file"
     assert manager.field_behaviours["pfs_dask"]["hidden_fields"] == ["login", "password"]
+    from airflow_pfs import get_provider_info
+
+    info = get_provider_info()
+    modules = {kind: info[kind][0]["python-modules"] for kind in ("operators", "hooks", "sensors", "triggers")}
+    assert modules["sensors"] == ["airflow_pfs.sensors"]
+    assert hasattr(importlib.import_module("airflow_pfs.sensors"), "PfsManifestSensor")
+    triggers = importlib.import_module(modules["triggers"][0])
+    assert {"PfsJobTrigger", "PfsManifestTrigger", "PfsTreeChangedTrigger"} <= set(vars(triggers))
 
 
 def test_hook_test_connection(dask_processes, tmp_path, monkeypatch):
