@@ -2,8 +2,9 @@
 
 This module is what the ``apache_airflow_provider`` entry point loads, so it must stay cheap:
 no airflow or dask imports here.  Operators live in ``airflow_pfs.operators``, the hook in
-``airflow_pfs.hooks``, ``PfsManifestSensor`` in ``airflow_pfs.sensors``, the triggers (job
-deferral, manifest wait, tree watcher for ``AssetWatcher``) in ``airflow_pfs.triggers``,
+``airflow_pfs.hooks``, ``PfsManifestSensor`` in ``airflow_pfs.sensors``, the job deferral trigger in
+``airflow_pfs.triggers``, the manifest wait and the tree watcher for ``AssetWatcher`` in
+``airflow_pfs.data_triggers``,
 ``PfsManifest`` (count, partitions for task mapping) in ``airflow_pfs.manifests``.
 """
 
@@ -25,7 +26,9 @@ def get_provider_info() -> dict:
         "operators": [{"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.operators"]}],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.hooks"]}],
         "sensors": [{"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.sensors"]}],
-        "triggers": [{"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.triggers"]}],
+        "triggers": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_pfs.triggers", "airflow_pfs.data_triggers"]}
+        ],
         "connection-types": [
             {
                 "connection-type": "pfs_dask",

@@ -5,7 +5,8 @@ starts an embedded LocalCluster inside the task and stops it afterwards.  Otherw
 port name a running Dask scheduler (``tcp://host:8786``; extra ``protocol`` for tls/ws, or
 extra ``scheduler_file``); only that mode can run deferrable jobs, which must outlive the task.
 A scheduler that requires TLS takes extras ``tls_ca_file``, ``tls_cert`` and ``tls_key`` (file
-paths on the Airflow workers and triggerer; the protocol then defaults to ``tls``).
+paths on the Airflow workers; the protocol then defaults to ``tls``): the task's client and
+``test_connection`` present them (``PfsJobTrigger``, the deferral's client, does not yet).
 With no ``pfs_dask_default`` connection defined, the default behaves like the CLI:
 ``PFS_SCHEDULER`` if set, else an embedded cluster.
 
@@ -30,15 +31,9 @@ from dask_pfs.cluster import ClusterOptions, connect, default_workers
 
 DEFAULT_PORT = 8786
 LOCAL_HOSTS = ("local", "localcluster", "embedded")
-CONN_TYPE = "pfs_dask"
+CONN_TYPE = "pfs_dask"  # the connection form's fields are declared in airflow_pfs.get_provider_info
 TLS_FIELDS = ("tls_ca_file", "tls_cert", "tls_key")
 TEST_TIMEOUT = "10s"
-
-
-def extra_field(extra: dict[str, Any], name: str) -> Any:
-    """An extra as the connection form stores it (plain name, or the older prefixed form)."""
-    value = extra.get(name)
-    return value if value not in (None, "") else extra.get(f"extra__{CONN_TYPE}__{name}")
 
 
 def tls_files(extra: dict[str, Any]) -> dict[str, str] | None:
@@ -47,7 +42,7 @@ def tls_files(extra: dict[str, Any]) -> dict[str, str] | None:
     Dask's TLS is mutual: the client needs the CA that signed the scheduler's certificate and
     its own certificate and key, so all three are required, and each must be a readable file.
     """
-    files = {name: extra_field(extra, name) for name in TLS_FIELDS}
+    files = {name: extra.get(name) for name in TLS_FIELDS}
     if not any(files.values()):
         return None
     missing = [name for name, path in files.items() if not path]
@@ -87,24 +82,23 @@ def options_from_connection(
     host: str | None, port: int | None, schema: str | None, extra: dict[str, Any]
 ) -> ClusterOptions:
     """ClusterOptions for a connection's fields (pure, so it is easy to reason about and test)."""
-    mode = str(extra_field(extra, "mode") or "").lower()
+    mode = str(extra.get("mode") or "").lower()
     host = (host or "").strip()
-    workers = _positive_int(extra_field(extra, "workers"), "workers")
-    threads = _positive_int(extra_field(extra, "threads"), "threads")
-    scheduler_file = extra_field(extra, "scheduler_file")
+    workers = _positive_int(extra.get("workers"), "workers")
+    threads = _positive_int(extra.get("threads"), "threads")
     if mode not in ("", "local", "scheduler"):
         raise AirflowException(f"pfs_dask connection: mode must be 'local' or 'scheduler', got {mode!r}")
-    if mode == "local" or host.lower() in LOCAL_HOSTS or (not host and not scheduler_file):
+    if mode == "local" or host.lower() in LOCAL_HOSTS or (not host and not extra.get("scheduler_file")):
         if mode == "scheduler":
             raise AirflowException("pfs_dask connection: mode 'scheduler' needs a host (or scheduler_file)")
         return ClusterOptions(workers=workers, threads=threads)
-    if scheduler_file:
-        return ClusterOptions(scheduler_file=str(scheduler_file), threads=threads)
+    if extra.get("scheduler_file"):
+        return ClusterOptions(scheduler_file=str(extra["scheduler_file"]), threads=threads)
     if "://" in host:
         address = host if host.rsplit(":", 1)[-1].isdigit() else f"{host}:{port or DEFAULT_PORT}"
     else:
-        tls = any(extra_field(extra, name) for name in TLS_FIELDS)
-        protocol = extra_field(extra, "protocol") or schema or ("tls" if tls else "tcp")
+        tls = any(extra.get(name) for name in TLS_FIELDS)
+        protocol = extra.get("protocol") or schema or ("tls" if tls else "tcp")
         address = f"{protocol}://{host}:{port or DEFAULT_PORT}"
     return ClusterOptions(scheduler=address, threads=threads)
 
@@ -169,11 +163,6 @@ class PfsDaskHook(BaseHook):
             "deferrable=True needs a running Dask scheduler (set the connection's host and port)"
         )
 
-    def tls(self) -> dict[str, str] | None:
-        """The connection's TLS files (None: plain), for triggers that connect on their own."""
-        self.get_conn()
-        return self._tls
-
     @contextlib.contextmanager
     def client(self, timeout: str = "30s") -> Iterator[Client]:
         """A Dask client for the whole task; an embedded cluster is shut down on exit."""
@@ -229,9 +218,8 @@ def describe_cluster(info: dict) -> str:
 
 
 def cluster_options_with_tls(options: ClusterOptions, tls: dict[str, str]) -> ClusterOptions | None:
-    """``options`` carrying the TLS files, once ``ClusterOptions`` has fields of these names (then
-    ``dask_pfs.connect`` builds the secured client); None while it has not."""
-    names = {f.name for f in dataclasses.fields(ClusterOptions)}
-    if not set(TLS_FIELDS) <= names:
+    """``options`` carrying the client's TLS ``Security``, once ``ClusterOptions`` has a ``security``
+    field (then ``dask_pfs.connect`` builds the secured client); None while it has not."""
+    if "security" not in {f.name for f in dataclasses.fields(ClusterOptions)}:
         return None
-    return dataclasses.replace(options, **tls)
+    return dataclasses.replace(options, security=security_for(tls))

@@ -16,9 +16,9 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
+from .data_triggers import PfsManifestTrigger
 from .manifests import PfsManifest
 from .paths import check_where
-from .triggers import PfsManifestTrigger
 
 DEFAULT_TIMEOUT = 7 * 24 * 3600  # Airflow's sensor default: a week
 

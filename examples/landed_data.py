@@ -27,10 +27,10 @@ import os
 import pendulum
 from airflow.sdk import DAG, Asset, AssetWatcher, Param, task
 
+from airflow_pfs.data_triggers import PfsTreeChangedTrigger
 from airflow_pfs.manifests import PfsManifest
 from airflow_pfs.operators import PfsCopyOperator, PfsScanOperator, PfsVerifyOperator
 from airflow_pfs.sensors import PfsManifestSensor
-from airflow_pfs.triggers import PfsTreeChangedTrigger
 
 LANDING = os.environ.get("PFS_LANDING", "/data/landing")
 MANIFEST = os.environ.get("PFS_LANDING_MANIFEST", "/data/pfs-manifests/landing")

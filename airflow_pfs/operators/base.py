@@ -120,7 +120,7 @@ class PfsBaseOperator(BaseOperator):
             action = jobs.attach_or_submit(client, name, spec, self.progress_interval)
         self.log.info("pfs job %s on %s: %s", name, address, action)
         self.defer(
-            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval, tls=hook.tls()),
+            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval),
             method_name="execute_complete",
         )
 
@@ -128,10 +128,8 @@ class PfsBaseOperator(BaseOperator):
         """Resume after the trigger fired: forget the job on the scheduler, then report."""
         name, status = event.get("name"), event.get("status")
         if status != jobs.MISSING:
-            hook = self.hook
-            hook.scheduler_address()  # deferral needs a running scheduler: never start an embedded one here
             try:
-                with hook.client() as client:
+                with Client(self.hook.scheduler_address(), timeout="30s", set_as_default=False) as client:
                     jobs.forget(client, name)
             except OSError as exc:
                 self.log.warning("Could not clean up pfs job %s on the scheduler: %s", name, exc)

@@ -65,14 +65,14 @@ class Watch:
 def test_tree_changed_trigger(client, tmp_path):
     """Fires for files landing in an old, a new and a non-UTF-8 directory and for a removed
     directory, once each; not for a rewritten file; a rescan becomes the new baseline."""
-    from airflow_pfs.triggers import PfsTreeChangedTrigger
+    from airflow_pfs.data_triggers import PfsTreeChangedTrigger
 
     tree, manifest = tmp_path / "tree", tmp_path / "manifest"
     make_tree(tree)
     scan(tree, manifest, client=client)
     trigger = PfsTreeChangedTrigger(str(manifest), poll_interval=0.05)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "airflow_pfs.triggers.PfsTreeChangedTrigger"
+    assert classpath == "airflow_pfs.data_triggers.PfsTreeChangedTrigger"
     assert json.loads(json.dumps(kwargs)) == {"manifest": str(manifest), "poll_interval": 0.05}
 
     async def scenario():
@@ -111,7 +111,7 @@ def test_tree_changed_trigger_without_manifest(client, tmp_path):
     a manifest of an object store is refused."""
     from airflow.sdk.exceptions import AirflowException
 
-    from airflow_pfs.triggers import PfsTreeChangedTrigger
+    from airflow_pfs.data_triggers import PfsTreeChangedTrigger
 
     tree, manifest = tmp_path / "tree", tmp_path / "manifest"
     make_tree(tree)
@@ -135,7 +135,7 @@ def test_tree_changed_trigger_without_manifest(client, tmp_path):
 
 def test_manifest_trigger(client, tmp_path):
     """Waits while the manifest is missing or selects too few rows; reports a bad where-clause."""
-    from airflow_pfs.triggers import PfsManifestTrigger
+    from airflow_pfs.data_triggers import PfsManifestTrigger
 
     tree, manifest = tmp_path / "tree", tmp_path / "manifest"
     make_tree(tree)
@@ -273,8 +273,8 @@ def test_connection_form_fields():
     modules = {kind: info[kind][0]["python-modules"] for kind in ("operators", "hooks", "sensors", "triggers")}
     assert modules["sensors"] == ["airflow_pfs.sensors"]
     assert hasattr(importlib.import_module("airflow_pfs.sensors"), "PfsManifestSensor")
-    triggers = importlib.import_module(modules["triggers"][0])
-    assert {"PfsJobTrigger", "PfsManifestTrigger", "PfsTreeChangedTrigger"} <= set(vars(triggers))
+    triggers = set().union(*(vars(importlib.import_module(m)) for m in modules["triggers"]))
+    assert {"PfsJobTrigger", "PfsManifestTrigger", "PfsTreeChangedTrigger"} <= triggers
 
 
 def test_hook_test_connection(dask_processes, tmp_path, monkeypatch):
@@ -319,8 +319,6 @@ def test_hook_test_connection(dask_processes, tmp_path, monkeypatch):
         assert ok and message.startswith(f"Dask scheduler tls://127.0.0.1:{tls_port}: 1 workers, 2 threads"), message
         with PfsDaskHook("t_tls").client() as client:
             assert client.submit(sum, [1, 2], pure=False).result() == 3
-        prefixed = {f"extra__pfs_dask__{k}": v for k, v in files.items()}  # how older forms stored extras
-        assert test("t_tls_prefixed", host="127.0.0.1", port=tls_port, extra=prefixed)[0]
         missing_key = {**files, "tls_key": str(tmp_path / "no-such-key.pem")}
         assert test("t_tls_nokey", host="127.0.0.1", port=tls_port, extra=missing_key) == (
             False,
