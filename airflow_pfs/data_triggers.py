@@ -65,9 +65,10 @@ class PfsTreeChangedTrigger(BaseEventTrigger):
     For ``AssetWatcher(name, trigger=PfsTreeChangedTrigger(manifest))``: each event (``manifest``,
     ``root``, ``changed`` directories, ``samples``) becomes an asset event that schedules the DAGs
     on that asset.  It keeps watching after an event; each change is reported once; a rewritten
-    manifest (the scheduled DAG rescanned) becomes the new baseline.  Without a complete manifest
-    it fires once (``reason: "no-manifest"``: nothing to compare, so a first scan is due), then
-    waits for one.  A tree that is gone, or is not local, ends the trigger with an error.
+    manifest (the scheduled DAG rescanned) becomes the new baseline; while a rescan rewrites it,
+    the last one stays.  Without a complete manifest at the start it fires once (``reason:
+    "no-manifest"``: nothing to compare, so a first scan is due), then waits for one.  A tree that
+    is gone, or is not local, ends the trigger with an error.
     """
 
     def __init__(self, manifest: str, poll_interval: float = 60.0) -> None:
@@ -82,20 +83,24 @@ class PfsTreeChangedTrigger(BaseEventTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        if "://" in self.manifest:
+            raise AirflowException(f"PfsTreeChangedTrigger: {self.manifest}: give the path of a local manifest")
         stamp: float | None = None
         baseline: tree_changes.Baseline | None = None
         announced_missing = False
         while True:
+            # A manifest being rewritten (the scheduled DAG's rescan: no marker until it ends) keeps
+            # the last baseline; a new marker replaces it.
             current = await asyncio.to_thread(tree_changes.marker_stamp, self.manifest)
-            if current is None or current != stamp:
-                baseline = await asyncio.to_thread(self._load)
-                stamp = current if baseline is not None else None
+            if current is not None and current != stamp:
+                loaded = await asyncio.to_thread(self._load)
+                if loaded is not None:
+                    baseline, stamp = loaded, current
             if baseline is None:
                 if not announced_missing:
                     announced_missing = True
                     yield TriggerEvent({"manifest": self.manifest, "reason": "no-manifest", "changed": 0})
             else:
-                announced_missing = False
                 changes = await asyncio.to_thread(self._changes, baseline)
                 if changes.changed:
                     self.log.info("%s: %d directories changed: %s", baseline.root, changes.changed, changes.samples)
@@ -112,9 +117,12 @@ class PfsTreeChangedTrigger(BaseEventTrigger):
             await asyncio.sleep(self.poll_interval)
 
     def _load(self) -> tree_changes.Baseline | None:
+        """The new baseline; None while the manifest is incomplete or being rewritten."""
         try:
             return tree_changes.load_baseline(self.manifest)
         except PfsError as exc:
+            if "IO Error" in str(exc):  # its parts went while being read: a rescan started
+                return None
             raise AirflowException(f"PfsTreeChangedTrigger: {exc}") from None
 
     @staticmethod

@@ -20,7 +20,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from dask_pfs.errors import PfsError
+from dask_pfs.errors import IncompleteManifestError, PfsError
 from dask_pfs.manifest import Manifest, has_marker, open_manifest, sql_str
 from dask_pfs.query import connection, run_query, select_sql
 
@@ -52,25 +52,40 @@ class PfsManifest:
     def ready(self, where: str | None = None, min_count: int | None = None) -> dict | None:
         """What a sensor waits for: the manifest is complete and, with ``where`` or ``min_count``,
         selects at least ``min_count`` rows (1 by default).  Returns the small result a waiting
-        task hands on (``manifest``, ``root``, ``entries``, ``selected``), or None: not yet."""
-        if not self.is_complete():
+        task hands on (``manifest``, ``root``, ``entries``, ``selected``), or None: not yet.
+
+        A manifest that a rescan rewrites meanwhile (its marker goes first and comes back last) is
+        "not yet": the marker must be the same before and after the count.
+        """
+        info = self._marker()
+        if info is None:
             return None
-        manifest = self.open()
-        result = {
-            "manifest": self.url,
-            "root": manifest.root,
-            "entries": (manifest.info.get("counts") or {}).get("entries"),
-        }
+        result = {"manifest": self.url, "root": info.get("root"), "entries": (info.get("counts") or {}).get("entries")}
         if where is None and min_count is None:
             return result
         try:
-            result["selected"] = self.count(where)
+            selected = self.count(where)
         except AirflowException as exc:
-            if "IO Error" not in str(exc) and self.is_complete():
+            if "IO Error" not in str(exc) and self._marker() == info:
                 raise  # the where-clause's fault: waiting will not help
-            log.warning("%s: not readable now (%s): a rescan rewriting it? Checking again later", self.url, exc)
+            log.warning("%s: changed while being read (%s): checking again later", self.url, exc)
             return None
-        return result if result["selected"] >= (1 if min_count is None else min_count) else None
+        if self._marker() != info:
+            return None  # rewritten while counting: the count may mix two scans
+        result["selected"] = selected
+        return result if selected >= (1 if min_count is None else min_count) else None
+
+    def _marker(self) -> dict | None:
+        """The completion marker's contents; None while there is none (not written yet, or a rescan
+        is rewriting the manifest)."""
+        if not self.is_complete():
+            return None
+        try:
+            return open_manifest(self.url).info
+        except IncompleteManifestError:
+            return None
+        except PfsError as exc:
+            raise AirflowException(f"manifest: {exc}") from None
 
     def count(self, where: str | None = None) -> int:
         """Rows ``where`` selects (all rows without one); counts only, no row leaves DuckDB."""
