@@ -22,7 +22,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from dask_pfs.errors import IncompleteManifestError, PfsError
 from dask_pfs.manifest import Manifest, has_marker, open_manifest, sql_str
-from dask_pfs.query import connection, run_query, select_sql
+from dask_pfs.query import run_query, select_sql
+from dask_pfs.sql import connect
 
 from .paths import check_where, manifest_url
 
@@ -138,7 +139,8 @@ class PfsManifest:
         """The one row of an aggregate over the selected rows."""
         manifest = self.open()
         try:
-            return run_query(connection(), select_sql(manifest, where=where, select=select)).fetchall()[0]
+            # the user's where runs on the connection locked to this manifest (dask_pfs.sql)
+            return run_query(connect(manifest), select_sql(manifest, where=where, select=select)).fetchall()[0]
         except PfsError as exc:
             raise AirflowException(f"where: {str(exc).removeprefix('query failed: ')}") from None
         except Exception as exc:  # duckdb.Error raised while rows are read (a bad cast in where)

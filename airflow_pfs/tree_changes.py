@@ -23,7 +23,8 @@ from datetime import datetime
 
 from dask_pfs.errors import IncompleteManifestError, PfsError
 from dask_pfs.manifest import open_manifest
-from dask_pfs.query import connection, run_query, select_sql
+from dask_pfs.query import run_query, select_sql
+from dask_pfs.sql import connect
 from operators.schema import MARKER_NAME
 
 MAX_SAMPLES = 10
@@ -72,7 +73,7 @@ def load_baseline(manifest: str) -> Baseline | None:
         raise PfsError(f"{manifest}: {m.root} is not on a local file system (object stores have no directory mtimes)")
     started = datetime.fromisoformat(m.info["started"]).timestamp() if m.info.get("started") else marker_stamp(manifest)
     sql = select_sql(m, where="type = 'directory'", select="path, path_raw, epoch_us(mtime)")
-    rows = run_query(connection(), sql).fetchall()
+    rows = run_query(connect(m), sql).fetchall()
     dirs = {(raw if raw is not None else os.fsencode(path)): mtime for path, raw, mtime in rows if mtime is not None}
     return Baseline(manifest, m.root, int(started * 1_000_000), dirs)
 
