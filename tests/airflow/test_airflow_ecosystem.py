@@ -182,7 +182,8 @@ def test_partitions(client, tmp_path, monkeypatch):
         assert json.loads(json.dumps(parts)) == parts and {p["manifest"] for p in parts} == {str(manifest)}
     assert [m.count(p["where"]) for p in m.partitions(where=files, max_entries=30)] == [25, 25, 25, 25]
     assert len(m.partitions(n=500)) == 107  # never more parts than rows
-    assert m.partitions(where="size > 1e9", n=4) == [{"manifest": str(manifest), "where": "(size > 1e9)"}]
+    (empty,) = m.partitions(where="size > 1e9", n=4)  # an empty selection: one part, still mapped once
+    assert empty["manifest"] == str(manifest) and m.count(empty["where"]) == 0
     with pytest.raises(AirflowException, match=r"n=2000 is over core\.max_map_length=1024"):
         m.partitions(n=2000)
     monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "50")
