@@ -83,6 +83,7 @@ from . import sql as pfs_sql
 from .caps import Cap
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .frames import takes_selection
 from .limits import Limits, concurrency_report, job_limits
 from .manifest import Manifest, has_marker, open_manifest, sql_str
 from .progress import NullProgress, Reporter
@@ -132,6 +133,7 @@ class _Target:
     make_root: bool
 
 
+@takes_selection("manifest")
 def copy(
     src: str | os.PathLike | None,
     dst: str | os.PathLike,
@@ -162,6 +164,9 @@ def copy(
     stream: bool = True,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
+
+    ``selection``: a frame of manifest rows (Dask, pandas, pyarrow, DuckDB, or a saved Parquet path;
+    ``dask_pfs.frames``) to copy, alone or with ``where``.
 
     ``split_size``: files bigger than this are copied in byte ranges of this size by parallel tasks;
     None picks :func:`default_split_size` (256 MiB, or no split from one local disk to another).

@@ -48,6 +48,7 @@ from . import sql as pfs_sql
 from .caps import Cap
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .frames import takes_selection
 from .frontier import WalkTuning, next_slice
 from .limits import Limits, concurrency_report, job_limits
 from .manifest import open_manifest, sql_str
@@ -103,6 +104,7 @@ class RemoveResult:
 RemoveTuning = WalkTuning  # tree-mode rm walks like a scan
 
 
+@takes_selection("manifest")
 def remove(
     url: str | os.PathLike | None = None,
     *,
@@ -126,7 +128,8 @@ def remove(
     journal: str | os.PathLike | bool | None = None,
     chunk_files: int = CHUNK,
 ) -> RemoveResult:
-    """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where``.
+    """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where`` and/or ``selection``
+    (a frame of manifest rows: Dask, pandas, pyarrow, DuckDB, or a saved Parquet path; ``dask_pfs.frames``).
 
     Raises :class:`PfsError` (nothing removed) for a missing target, a refused target (``/``,
     the home directory, a mount point, a bucket, unless ``force``), an unsafe manifest row, or

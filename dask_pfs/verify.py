@@ -28,6 +28,7 @@ from operators.remote_scan import FLAT_PROTOCOLS
 from . import sql as pfs_sql
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .frames import takes_selection
 from .manifest import Manifest, open_manifest, prepare_output, write_marker
 from .progress import NullProgress, Reporter
 from .urls import resolve
@@ -200,6 +201,7 @@ def compare_sql(src: Side, dst: Side, where: str | None) -> str:
     )
 
 
+@takes_selection(None)
 def verify(
     src: str | os.PathLike | None = None,
     dst: str | os.PathLike | None = None,
@@ -219,7 +221,8 @@ def verify(
 ) -> VerifyResult:
     """Compare ``src`` and ``dst`` by content; a side may be given as a manifest instead.
 
-    ``where`` (one DuckDB condition over manifest columns, ``dask_pfs.sql``) selects rows on both sides.  With a
+    ``where`` (one DuckDB condition over manifest columns, ``dask_pfs.sql``) and ``selection`` (a frame of
+    manifest rows, ``dask_pfs.frames``) select rows on both sides.  With a
     manifest and a URL for the same side, the manifest's rows are read below the URL.  Rows
     that are not the same go to the Parquet ``report`` (default: a file in the temp dir).
     """
