@@ -10,7 +10,6 @@ import os
 
 import dask.dataframe as dd
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 from dask_pfs import PfsError, copy, open_manifest, remove, scan, verify
@@ -52,7 +51,8 @@ def test_manifest_reads_as_arrow_pandas_dask_and_a_query(scanned):
     ddf = m.to_dask()
     assert isinstance(ddf, dd.DataFrame)
     assert len(ddf) == table.num_rows
-    file_bytes = sum(s for s, t in zip(table["size"].to_pylist(), table["type"].to_pylist(), strict=True) if t == "file")
+    sizes = zip(table["size"].to_pylist(), table["type"].to_pylist(), strict=True)
+    file_bytes = sum(s for s, t in sizes if t == "file")
     assert int(ddf[ddf.type == "file"]["size"].sum().compute()) == file_bytes == 10 + 20 + 300 + 4000 + 5000 + 9
     rel = m.query("type = 'directory'", select="path", order="path")
     assert [r[0] for r in rel.fetchall()] == ["data", "data/deep", "empty", "logs", "logs/old"]
@@ -90,7 +90,7 @@ def test_pandas_selection_reaches_a_non_utf8_name_by_its_bytes(scanned, tmp_path
 
 
 def test_arrow_and_duckdb_selections_and_a_saved_one(scanned, tmp_path, dask_client):
-    src, m = scanned
+    _, m = scanned
     logs = m.to_arrow(where="name LIKE '%.log'", columns=["path", "path_raw"])
     dry = remove(manifest=m.url, selection=logs, dry_run=True, client=dask_client)
     assert sorted(dry.would_remove) == ["logs/a.log", "logs/old/b.log"]
@@ -105,7 +105,7 @@ def test_arrow_and_duckdb_selections_and_a_saved_one(scanned, tmp_path, dask_cli
 
 
 def test_selection_only_picks_rows_it_cannot_add_paths(scanned, tmp_path, dask_client):
-    src, m = scanned
+    _, m = scanned
     outside = pd.DataFrame({"path": ["../etc/passwd", "data/x.csv", "not/in/the/manifest"]})
     res = copy(None, tmp_path / "o", manifest=m.url, selection=outside, client=dask_client)
     assert res.counts["files"] == 1
