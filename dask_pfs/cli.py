@@ -116,6 +116,51 @@ def cluster_options(func: Callable) -> Callable:
     return wrapper
 
 
+def prune_options(func: Callable) -> Callable:
+    """``--exclude``, ``--include``, ``--max-depth``, ``--one-file-system`` -> ``prune`` (``operators.prune.Prune``)."""
+    opts = [
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="PATTERN",
+            help="Leave out entries matching this gitignore-style pattern (repeatable); "
+            "excluded directories are never listed.",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="PATTERN",
+            help="Keep only files matching one of these gitignore-style patterns (repeatable); "
+            "directories no pattern can reach below are never listed.",
+        ),
+        click.option("--max-depth", type=click.IntRange(1), help="Go no deeper than N levels below the root."),
+        click.option(
+            "-x", "--one-file-system", is_flag=True, help="Do not enter directories on other file systems (mounts)."
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from operators.prune import Prune
+
+        values = {k: kwargs.pop(k) for k in ("exclude", "include", "max_depth", "one_file_system")}
+        try:
+            prune = Prune(
+                exclude=tuple(values["exclude"]),
+                include=tuple(values["include"]),
+                max_depth=values["max_depth"],
+                one_file_system=values["one_file_system"],
+            )
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        kwargs["prune"] = prune if prune.active or prune.one_file_system else None
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
 def _limits(ops: float | None, bandwidth: str | None):
     """The job-wide caps as ``operators.ratelimit.Limits``, or None when neither is set."""
     if not ops and not bandwidth:

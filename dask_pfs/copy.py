@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -78,6 +79,7 @@ from operators.copy_multipart import (
 from operators.copy_plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
 from operators.journal import Journal
 from operators.names import UnsafePathError, check_relative, to_bytes
+from operators.prune import Prune
 
 from . import sql as pfs_sql
 from .caps import Cap
@@ -162,6 +164,7 @@ def copy(
     journal: str | os.PathLike | bool | None = None,
     limits: Limits | None = None,
     stream: bool = True,
+    prune: Prune | None = None,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
 
@@ -184,7 +187,8 @@ def copy(
     ``journal``: where to record finished chunks (default: see the module docstring; False: none);
     ``resume`` continues the interrupted run that journal describes.
     ``stream`` copies while scanning where it can (see the module docstring); False keeps the phases
-    strictly one after the other.
+    strictly one after the other.  ``prune`` leaves entries out of the scan of ``src``
+    (``operators.prune``: excludes, includes, a maximum depth, one file system).
     """
     t0 = time.monotonic()
     if overwrite and skip_existing:
@@ -199,6 +203,11 @@ def copy(
     selection = pfs_sql.where_filter(where)
     where = str(selection) if selection else None
     selected = None
+    if prune is not None and manifest is not None:
+        raise PfsError(
+            "--exclude/--include/--max-depth/--one-file-system choose what a scan of SRC keeps; "
+            "with --manifest, select rows with --where"
+        )
     progress = progress or NullProgress()
     # everything that can refuse the request runs before a cluster is started or anything is written
     if manifest is None:
@@ -210,7 +219,7 @@ def copy(
         target = _manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     phases: dict[str, float] = {}
     live = manifest is None
-    jr = _journal(journal, target, src, manifest, where)
+    jr = _journal(journal, target, src, manifest, where if prune is None else json.dumps(prune.describe()))
     prior = jr.job() if jr is not None and resume else {}
     if jr is not None and not resume and jr.exists:
         logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
@@ -287,6 +296,7 @@ def copy(
                 progress=progress,
                 resume=bool(prior),  # killed while scanning: finish that scan (its own journal)
                 on_parts=streamer.on_parts if streamer else None,
+                prune=prune,
             )
             m = open_manifest(manifest_out)
             phases["scan"] = round(time.monotonic() - t_scan, 3)

@@ -73,7 +73,9 @@ class VerifyResult:
         return {**asdict(self), "exit_code": self.exit_code}
 
 
-def scan_side(client, url: str, out: str, *, checksum: str | None, threads, storage_options, progress) -> Side:
+def scan_side(
+    client, url: str, out: str, *, checksum: str | None, threads, storage_options, progress, prune=None
+) -> Side:
     from .scan import scan
 
     result = scan(
@@ -85,6 +87,7 @@ def scan_side(client, url: str, out: str, *, checksum: str | None, threads, stor
         storage_options=storage_options,
         progress=progress,
         checksum=checksum,
+        prune=prune,
     )
     return Side(open_manifest(out), result.root, storage_options or {}, result.errors)
 
