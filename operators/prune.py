@@ -99,6 +99,16 @@ class Prune:
             return STOP
         return KEEP
 
+    @classmethod
+    def from_description(cls, described: dict) -> Prune:
+        """The prune a manifest's ``options["prune"]`` records (the device is the driver's to fill in)."""
+        return cls(
+            exclude=tuple(described.get("exclude") or ()),
+            include=tuple(described.get("include") or ()),
+            max_depth=described.get("max_depth"),
+            one_file_system=bool(described.get("one_file_system")),
+        )
+
     def describe(self) -> dict:
         """For a manifest's options (and to scan a live tree the way a manifest was scanned)."""
         return {
