@@ -43,7 +43,8 @@ def resource() -> dict:
 def _crd_schema() -> dict:
     import dask_kubernetes
 
-    crd = Path(dask_kubernetes.__file__).parent / "operator/deployment/helm/dask-kubernetes-operator/crds/daskcluster.yaml"
+    chart = Path(dask_kubernetes.__file__).parent / "operator/deployment/helm/dask-kubernetes-operator"
+    crd = chart / "crds" / "daskcluster.yaml"
     doc = yaml.safe_load(crd.read_text())
     (version,) = [v for v in doc["spec"]["versions"] if v["name"] == "v1"]
     return version["schema"]["openAPIV3Schema"]
