@@ -7,13 +7,15 @@ and the engine acts on exactly the manifest rows it picks.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import dask.dataframe as dd
 import pandas as pd
 import pytest
 
 from dask_pfs import PfsError, copy, open_manifest, remove, scan, verify
-from tests.conftest import make_tree, tree_digest
+from tests.conftest import REPO, make_tree, tree_digest
 
 BAD = b"bad-\xff.txt"
 
@@ -136,3 +138,18 @@ def test_bad_selections_are_refused_before_anything_runs(scanned, tmp_path, dask
     assert (src / "logs" / "a.log").exists() and not (tmp_path / "x").exists()
     empty = remove(manifest=m.url, selection=m.to_pandas(where="false"), client=dask_client)
     assert empty.removed_files == 0 and (src / "logs" / "a.log").exists()
+
+
+def test_notebook_example_selects_with_dask_and_copies(tmp_path, scheduler_address):
+    src = make_tree(
+        tmp_path / "src",
+        {"a/big.h5": b"h" * 3000, "a/small.h5": b"h", "b/c/big.h5": b"h" * 5000, "b/big.txt": b"t" * 9000,
+         ".git/objects/x.h5": b"g" * 9000},
+    )  # fmt: skip
+    env = {**os.environ, "PFS_SCHEDULER": scheduler_address, "PYTHONPATH": str(REPO)}
+    script = REPO / "examples" / "notebook_select_copy.py"
+    args = [str(src), str(tmp_path / "m"), str(tmp_path / "dst"), ".h5", "1000"]
+    proc = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "selected 2 files" in proc.stdout and "verified: 2 the same, 0 differing" in proc.stdout
+    assert {p for p, v in tree_digest(tmp_path / "dst").items() if v[0] == "file"} == {b"a/big.h5", b"b/c/big.h5"}
