@@ -77,7 +77,8 @@ def to_dask(m: Manifest, columns: list[str] | None = None, **read_parquet: Any) 
     import fsspec
 
     fs, _ = fsspec.core.url_to_fs(m.url)
-    files = [fs.unstrip_protocol(p) if fs.protocol not in ("file", ("file", "local")) else p for p in m.part_files()]
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    files = m.part_files() if "file" in protocols else [fs.unstrip_protocol(p) for p in m.part_files()]
     if not files:  # an empty scan: no part files, same columns
         empty = SCHEMA.empty_table().to_pandas(types_mapper=pandas_type)
         return dd.from_pandas(empty[columns] if columns else empty, npartitions=1)

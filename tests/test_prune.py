@@ -68,6 +68,8 @@ def test_scan_leaves_out_excluded_entries_and_counts_them(tmp_path, dask_client)
     assert res.counts["pruned"] == 3  # build/ (with all below it, never listed) and two *.tmp files
     info = open_manifest(tmp_path / "m").info
     assert info["options"]["prune"]["exclude"] == ["build/", "*.tmp"]
+    shown = run_pfs("info", tmp_path / "m", check=True).stdout
+    assert "pruned    3 entries left out (exclude ['build/', '*.tmp'])" in shown
 
 
 def test_include_and_max_depth(tmp_path, dask_client):
