@@ -151,6 +151,7 @@ def _manifest_or_none(name: str, storage_options: dict | None) -> Manifest | Non
 
 def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: int) -> DiffResult:
     con = connection()
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json goes
     sql = diff_sql(old.relation_sql(), new.relation_sql(), compare_mtime=compare_mtime)
     try:
         con.execute(f"CREATE TEMP VIEW d AS {sql}")
@@ -168,9 +169,8 @@ def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: in
                 "(FORMAT parquet, COMPRESSION zstd)"
             )
             os.replace(tmp, wrote)
-        first = con.execute(
-            f"SELECT path, change FROM d WHERE change <> 'unchanged' ORDER BY path LIMIT {int(samples)}"
-        ).fetchall()
+        differing = f"read_parquet({sql_str(wrote)})" if wrote else "d WHERE change <> 'unchanged'"  # no third join
+        first = con.execute(f"SELECT path, change FROM {differing} ORDER BY path LIMIT {int(samples)}").fetchall()
     except Exception as exc:  # duckdb.Error
         raise PfsError(f"diff failed: {str(exc).splitlines()[0]}") from None
     counts = {c: 0 for c in (*CHANGES, "unchanged")}
