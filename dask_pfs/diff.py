@@ -25,16 +25,18 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
+import duckdb
 import fsspec
+import pyarrow.parquet as pq
 
 from operators.prune import Prune
 from operators.schema import PART_PREFIX, PART_SUFFIX
 
+from . import sql as pfs_sql
 from .cluster import ClusterOptions, connect
 from .errors import PfsError
-from .manifest import Manifest, has_marker, open_manifest, sql_str
+from .manifest import Manifest, has_marker, open_manifest
 from .progress import NullProgress, Reporter
-from .query import connection
 from .verify import KEY, scan_sides
 
 CHANGES = ("added", "removed", "changed", "error")
@@ -140,38 +142,36 @@ def diff(
 def _manifest_or_none(name: str, storage_options: dict | None) -> Manifest | None:
     """The manifest ``name`` is, or None for a live tree (a directory that holds no manifest)."""
     if has_marker(name, storage_options):
-        return open_manifest(name)
+        return open_manifest(name, storage_options=storage_options)
     fs, path = fsspec.core.url_to_fs(name, **(storage_options or {}))
     if not fs.exists(path):
         raise PfsError(f"{name}: no such manifest or directory")
     if fs.isdir(path) and fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"):
-        open_manifest(name)  # parts but no marker: an interrupted scan, refused with its reason
+        open_manifest(name, storage_options=storage_options)  # parts but no marker: an interrupted scan, refused with its reason
     return None
 
 
 def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: int) -> DiffResult:
-    con = connection()
-    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json goes
+    con = pfs_sql.connect(old, new)  # reads the two manifests and nothing else
     sql = diff_sql(old.relation_sql(), new.relation_sql(), compare_mtime=compare_mtime)
     try:
-        con.execute(f"CREATE TEMP VIEW d AS {sql}")
         counted = con.execute(
             "SELECT change, count(*), "
             "coalesce(sum(new_size) FILTER (WHERE new_type = 'file'), 0), "
-            "coalesce(sum(old_size) FILTER (WHERE old_type = 'file'), 0) FROM d GROUP BY change"
+            f"coalesce(sum(old_size) FILTER (WHERE old_type = 'file'), 0) FROM ({sql}) GROUP BY change"
         ).fetchall()
+        differing = f"SELECT * FROM ({sql}) WHERE change <> 'unchanged' ORDER BY path"
         wrote = None
         if out is not None:
             wrote = os.fspath(out)
             tmp = os.path.join(os.path.dirname(os.path.abspath(wrote)), f".{os.path.basename(wrote)}.tmp")
-            con.execute(
-                f"COPY (SELECT * FROM d WHERE change <> 'unchanged' ORDER BY path) TO {sql_str(tmp)} "
-                "(FORMAT parquet, COMPRESSION zstd)"
-            )
+            pfs_sql.write_parquet(con, differing, tmp)  # streamed: pyarrow writes what DuckDB sorts out of core
             os.replace(tmp, wrote)
-        differing = f"read_parquet({sql_str(wrote)})" if wrote else "d WHERE change <> 'unchanged'"  # no third join
-        first = con.execute(f"SELECT path, change FROM {differing} ORDER BY path LIMIT {int(samples)}").fetchall()
-    except Exception as exc:  # duckdb.Error
+            batch = next(pq.ParquetFile(wrote).iter_batches(max(samples, 1), columns=["path", "change"]), None)
+            first = [(r["path"], r["change"]) for r in batch.to_pylist()][:samples] if batch is not None else []
+        else:
+            first = con.execute(f"SELECT path, change FROM ({differing}) LIMIT {int(samples)}").fetchall()
+    except duckdb.Error as exc:
         raise PfsError(f"diff failed: {str(exc).splitlines()[0]}") from None
     counts = {c: 0 for c in (*CHANGES, "unchanged")}
     sizes = {"added": 0, "removed": 0, "changed": 0, "old": 0, "new": 0}

@@ -4,8 +4,9 @@ Notebook users filter a manifest with the tool they know (Dask, pandas, pyarrow,
 result to ``copy``, ``remove`` or ``verify`` as ``selection=``.  The frame only *picks* rows: its
 ``path``/``path_raw`` columns are written to a Parquet file and the manifest is semi-joined on them in
 DuckDB, so the rows acted on, their types and the engine's safety checks all come from the manifest
-itself; a frame cannot add a path or change a size.  The semi-join is an ordinary where clause, so
-every driver that takes ``where`` takes a selection unchanged (like ``dask_pfs.plan.Plan.where``).
+itself; a frame cannot add a path or change a size.  The semi-join is a ``dask_pfs.sql.Filter`` (pfs's
+own condition, naming the one file it reads), ANDed with the user's checked ``where``, so every driver
+that takes a ``where`` takes a selection unchanged (like the sync plan's filters).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 
 from operators.schema import SCHEMA
 
+from . import sql as pfs_sql
 from .errors import PfsError
 
 if TYPE_CHECKING:
@@ -44,10 +46,12 @@ Selectable = Any  # a Parquet path, a pandas/Dask DataFrame, a pyarrow Table/Rec
 
 def query(m: Manifest, where: str | None = None, select: str | None = None, order: str | None = None,
           limit: int | None = None) -> duckdb.DuckDBPyRelation:  # fmt: skip
-    """The manifest's rows matching ``where`` as a lazy DuckDB relation (streamed out of core)."""
-    from .query import connection, run_query, select_sql
+    """The manifest's rows matching ``where`` as a lazy DuckDB relation (streamed out of core), on the
+    connection that can read nothing but the manifest (``dask_pfs.sql``: the clauses are checked)."""
+    from .query import run_query, select_sql
 
-    return run_query(connection(), select_sql(m, where, select, order, limit))
+    sql = select_sql(m, where, select, order, limit)
+    return run_query(pfs_sql.connect(m), sql)
 
 
 def to_arrow(m: Manifest, where: str | None = None, columns: list[str] | None = None) -> pa.Table:
@@ -76,9 +80,11 @@ def to_dask(m: Manifest, columns: list[str] | None = None, **read_parquet: Any) 
     import dask.dataframe as dd
     import fsspec
 
-    fs, _ = fsspec.core.url_to_fs(m.url)
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    files = m.part_files() if "file" in protocols else [fs.unstrip_protocol(p) for p in m.part_files()]
+    files = m.part_files()
+    if not m.is_local:  # URLs, opened with the manifest's own storage options
+        fs, _ = fsspec.core.url_to_fs(m.url, **(m.storage_options or {}))
+        files = [fs.unstrip_protocol(p) for p in files]
+        read_parquet.setdefault("storage_options", m.storage_options or {})
     if not files:  # an empty scan: no part files, same columns
         empty = SCHEMA.empty_table().to_pandas(types_mapper=pandas_type)
         return dd.from_pandas(empty[columns] if columns else empty, npartitions=1)
@@ -89,18 +95,18 @@ def to_dask(m: Manifest, columns: list[str] | None = None, **read_parquet: Any) 
 # ---------------------------------------------------------------- frames -> a selection
 
 
-def selection_where(source: str, has_raw: bool) -> str:
-    """The where clause picking the manifest rows whose path is in the Parquet ``source``."""
+def selection_filter(files: list[str], has_raw: bool) -> pfs_sql.Filter:
+    """The filter picking the manifest rows whose path is in the Parquet ``files``."""
     from .manifest import sql_str
 
-    if has_raw:
-        return f"{KEY} IN (SELECT {KEY} FROM read_parquet({sql_str(source)}))"
-    return f"path IN (SELECT path FROM read_parquet({sql_str(source)}))"
+    source = f"read_parquet([{', '.join(sql_str(f) for f in files)}])"
+    key = KEY if has_raw else "path"
+    return pfs_sql.Filter(f"{key} IN (SELECT {key} FROM {source})", tuple(files))
 
 
 @contextlib.contextmanager
-def selected(selection: Selectable) -> Iterator[str]:
-    """A where clause for ``selection``, valid inside the block (a frame is written to a temp file).
+def selected(selection: Selectable) -> Iterator[pfs_sql.Filter]:
+    """The filter of ``selection``, valid inside the block (a frame is written to a temp file).
 
     A Parquet path (file or directory, e.g. a frame saved with ``to_parquet``) is read in place,
     so a job given the same file again is the same job (its journal resumes it).
@@ -112,22 +118,25 @@ def selected(selection: Selectable) -> Iterator[str]:
     try:
         path = os.path.join(work, "selection.parquet")
         has_raw = _write(selection, path)
-        yield selection_where(path, has_raw)
+        yield selection_filter([path], has_raw)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _saved(path: str) -> str:
+def _saved(path: str) -> pfs_sql.Filter:
     if not os.path.exists(path):
         raise PfsError(f"selection {path}: no such file or directory")
-    source = os.path.join(path, "**", "*.parquet") if os.path.isdir(path) else path
     try:
-        names = set(pq.ParquetDataset(path).schema.names)
+        dataset = pq.ParquetDataset(path)  # a directory: its *.parquet files, hidden and _metadata left out
+        names = set(dataset.schema.names)
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise PfsError(f"selection {path}: not readable as Parquet ({exc})") from None
     if "path" not in names:
         raise PfsError(f"selection {path}: no 'path' column (select rows of a manifest, e.g. Manifest.to_dask())")
-    return selection_where(source, "path_raw" in names)
+    files = sorted(os.path.abspath(f) for f in dataset.files)
+    if not files:
+        raise PfsError(f"selection {path}: no Parquet files")
+    return selection_filter(files, "path_raw" in names)
 
 
 def _write(selection: Selectable, path: str) -> bool:
@@ -200,9 +209,11 @@ def takes_selection(manifest_arg: str | None = "manifest") -> Callable[[Callable
                 return func(*args, **kwargs)
             if manifest_arg and kwargs.get(manifest_arg) is None:
                 raise PfsError(f"selection= needs {manifest_arg}=: it picks rows of that manifest")
-            with selected(selection) as cond:
-                where = kwargs.get("where")
-                kwargs["where"] = f"({where}) AND {cond}" if where else cond
+            given = pfs_sql.where_filter(kwargs.get("where"))  # the user's clause is checked as ever
+            with selected(selection) as picked:
+                if given is not None:
+                    picked = pfs_sql.Filter(f"({given.condition}) AND {picked.condition}", given.reads + picked.reads)
+                kwargs["where"] = picked
                 return func(*args, **kwargs)
 
         sig = inspect.signature(func)
