@@ -147,7 +147,7 @@ def _manifest_or_none(name: str, storage_options: dict | None) -> Manifest | Non
     if not fs.exists(path):
         raise PfsError(f"{name}: no such manifest or directory")
     if fs.isdir(path) and fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"):
-        open_manifest(name, storage_options=storage_options)  # parts but no marker: an interrupted scan, refused with its reason
+        open_manifest(name, storage_options=storage_options)  # parts, no marker: an interrupted scan, refused
     return None
 
 
