@@ -133,6 +133,9 @@ def test_bad_selections_are_refused_before_anything_runs(scanned, tmp_path, dask
         remove(src, selection=m.to_pandas(), client=dask_client)
     with pytest.raises(PfsError, match="not a frame"):
         copy(None, tmp_path / "x", manifest=m.url, selection=["data/x.csv"], client=dask_client)
+    with pytest.raises(PfsError, match="refused"):  # the user's clause beside a selection is checked as ever
+        copy(None, tmp_path / "x", manifest=m.url, selection=m.to_pandas(), client=dask_client,
+             where="path IN (SELECT content FROM read_text('/etc/passwd'))")  # fmt: skip
     with pytest.raises(PfsError, match="no such file"):
         copy(None, tmp_path / "x", manifest=m.url, selection=tmp_path / "missing.parquet", client=dask_client)
     assert (src / "logs" / "a.log").exists() and not (tmp_path / "x").exists()
