@@ -2,7 +2,7 @@
 
 Public API::
 
-    from dask_pfs import scan, copy, remove, open_manifest, connect
+    from dask_pfs import scan, copy, remove, sync, verify, diff, open_manifest, connect
     result = scan("/lustre/project", "/lustre/manifests/project")
 
 The engine functions share their names with their modules (``dask_pfs.scan`` the module,
@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 
 from .cluster import ClusterOptions, connect
 from .copy import CopyResult, copy
+from .diff import DiffResult, diff
 from .errors import IncompleteManifestError, PfsError
 from .manifest import Manifest, open_manifest
 from .remove import RemoveResult, remove
@@ -26,6 +27,7 @@ from .verify import VerifyResult, verify
 __all__ = [
     "ClusterOptions",
     "CopyResult",
+    "DiffResult",
     "IncompleteManifestError",
     "Manifest",
     "PfsError",
@@ -36,6 +38,7 @@ __all__ = [
     "__version__",
     "connect",
     "copy",
+    "diff",
     "open_manifest",
     "remove",
     "scan",

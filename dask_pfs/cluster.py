@@ -1,4 +1,4 @@
-"""Getting a Dask client: the embedded default, an existing scheduler, or a batch cluster.
+"""Getting a Dask client: the embedded default, an existing scheduler, a Slurm or a Kubernetes cluster.
 
 With no scheduler given pfs starts a ``LocalCluster`` of worker *processes* sized for the
 machine and shuts it down afterwards.  On Linux the workers are forked from the driver, which has
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
     from operators.ratelimit import Limits
 
+    from .kubernetes import KubernetesOptions
+
 
 TASKS_PER_WORKER = 4
 
@@ -45,6 +47,7 @@ class ClusterOptions:
     workers: int | None = None  # embedded cluster: worker processes
     threads: int | None = None  # I/O threads per worker process
     slurm: dict | None = None  # options for dask_pfs.jobqueue.start_slurm_cluster
+    kubernetes: KubernetesOptions | None = None  # a DaskCluster of the job's own (dask_pfs.kubernetes)
     limits: Limits | None = None  # job-wide --max-ops-per-second / --max-bandwidth (dask_pfs.limits)
     dashboard: bool | None = None  # embedded cluster: serve the dashboard (None: PFS_DASHBOARD, else a TTY)
 
@@ -119,6 +122,10 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             from .jobqueue import start_slurm_cluster
 
             cluster = start_slurm_cluster(**options.slurm)
+        elif options.kubernetes is not None:
+            from .kubernetes import start_kubernetes_cluster
+
+            cluster = start_kubernetes_cluster(options.kubernetes)
         else:
             import dask
 

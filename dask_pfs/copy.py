@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -78,11 +79,13 @@ from operators.copy_multipart import (
 from operators.copy_plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
 from operators.journal import Journal
 from operators.names import UnsafePathError, check_relative, to_bytes
+from operators.prune import Prune
 
 from . import sql as pfs_sql
 from .caps import Cap
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .frames import takes_selection
 from .limits import Limits, concurrency_report, job_limits
 from .manifest import Manifest, has_marker, open_manifest, sql_str
 from .progress import NullProgress, Reporter
@@ -132,6 +135,7 @@ class _Target:
     make_root: bool
 
 
+@takes_selection("manifest")
 def copy(
     src: str | os.PathLike | None,
     dst: str | os.PathLike,
@@ -160,8 +164,12 @@ def copy(
     journal: str | os.PathLike | bool | None = None,
     limits: Limits | None = None,
     stream: bool = True,
+    prune: Prune | None = None,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst``; see the module docstring.
+
+    ``selection``: a frame of manifest rows (Dask, pandas, pyarrow, DuckDB, or a saved Parquet path;
+    ``dask_pfs.frames``) to copy, alone or with ``where``.
 
     ``split_size``: files bigger than this are copied in byte ranges of this size by parallel tasks;
     None picks :func:`default_split_size` (256 MiB, or no split from one local disk to another).
@@ -179,7 +187,8 @@ def copy(
     ``journal``: where to record finished chunks (default: see the module docstring; False: none);
     ``resume`` continues the interrupted run that journal describes.
     ``stream`` copies while scanning where it can (see the module docstring); False keeps the phases
-    strictly one after the other.
+    strictly one after the other.  ``prune`` leaves entries out of the scan of ``src``
+    (``operators.prune``: excludes, includes, a maximum depth, one file system).
     """
     t0 = time.monotonic()
     if overwrite and skip_existing:
@@ -194,6 +203,11 @@ def copy(
     selection = pfs_sql.where_filter(where)
     where = str(selection) if selection else None
     selected = None
+    if prune is not None and manifest is not None:
+        raise PfsError(
+            "--exclude/--include/--max-depth/--one-file-system choose what a scan of SRC keeps; "
+            "with --manifest, select rows with --where"
+        )
     progress = progress or NullProgress()
     # everything that can refuse the request runs before a cluster is started or anything is written
     if manifest is None:
@@ -205,7 +219,7 @@ def copy(
         target = _manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     phases: dict[str, float] = {}
     live = manifest is None
-    jr = _journal(journal, target, src, manifest, where)
+    jr = _journal(journal, target, src, manifest, where if prune is None else json.dumps(prune.describe()))
     prior = jr.job() if jr is not None and resume else {}
     if jr is not None and not resume and jr.exists:
         logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
@@ -282,6 +296,7 @@ def copy(
                 progress=progress,
                 resume=bool(prior),  # killed while scanning: finish that scan (its own journal)
                 on_parts=streamer.on_parts if streamer else None,
+                prune=prune,
             )
             m = open_manifest(manifest_out)
             phases["scan"] = round(time.monotonic() - t_scan, 3)

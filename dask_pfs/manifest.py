@@ -101,6 +101,34 @@ class Manifest:
             return self.table_name
         return f"read_parquet({sql_str(self.parts_glob)}{', filename = true' if filename else ''})"
 
+    # As frames (``dask_pfs.frames``): filter with Dask, pandas or pyarrow, then pass the result to
+    # copy/remove/verify as ``selection=``.
+
+    def query(self, where: str | None = None, select: str | None = None, order: str | None = None,
+              limit: int | None = None):  # fmt: skip
+        """The rows matching the SQL condition ``where``: a lazy ``duckdb.DuckDBPyRelation``."""
+        from .frames import query
+
+        return query(self, where, select, order, limit)
+
+    def to_arrow(self, where: str | None = None, columns: list[str] | None = None):
+        """The (selected) rows as a ``pyarrow.Table``."""
+        from .frames import to_arrow
+
+        return to_arrow(self, where, columns)
+
+    def to_pandas(self, where: str | None = None, columns: list[str] | None = None):
+        """The (selected) rows as a ``pandas.DataFrame``."""
+        from .frames import to_pandas
+
+        return to_pandas(self, where, columns)
+
+    def to_dask(self, columns: list[str] | None = None, **read_parquet):
+        """A ``dask.dataframe`` over the part files (``read_parquet`` options pass through)."""
+        from .frames import to_dask
+
+        return to_dask(self, columns, **read_parquet)
+
 
 def _duck_type(field) -> str:
     import pyarrow as pa

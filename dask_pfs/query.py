@@ -20,6 +20,7 @@ def connection() -> duckdb.DuckDBPyConnection:
     """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
     return con
 
 

@@ -32,6 +32,7 @@ from distributed import Client, as_completed
 
 from operators.journal import Journal
 from operators.names import decode
+from operators.prune import Prune
 from operators.remove import (
     RemoveSpec,
     RmCounts,
@@ -48,11 +49,12 @@ from . import sql as pfs_sql
 from .caps import Cap
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .frames import takes_selection
 from .frontier import WalkTuning, next_slice
 from .limits import Limits, concurrency_report, job_limits
 from .manifest import open_manifest, sql_str
 from .progress import NullProgress, Reporter, human_bytes
-from .urls import Location, resolve
+from .urls import Location, pruned_at, resolve
 
 CHUNK = 2000  # manifest rows per unlink / rmdir task
 CHECK_CHUNK = 20_000  # manifest rows per safety-check task (cheap: one lstat per distinct directory)
@@ -103,6 +105,7 @@ class RemoveResult:
 RemoveTuning = WalkTuning  # tree-mode rm walks like a scan
 
 
+@takes_selection("manifest")
 def remove(
     url: str | os.PathLike | None = None,
     *,
@@ -125,8 +128,10 @@ def remove(
     resume: bool = False,
     journal: str | os.PathLike | bool | None = None,
     chunk_files: int = CHUNK,
+    prune: Prune | None = None,
 ) -> RemoveResult:
-    """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where``.
+    """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where`` and/or ``selection``
+    (a frame of manifest rows: Dask, pandas, pyarrow, DuckDB, or a saved Parquet path; ``dask_pfs.frames``).
 
     Raises :class:`PfsError` (nothing removed) for a missing target, a refused target (``/``,
     the home directory, a mount point, a bucket, unless ``force``), an unsafe manifest row, or
@@ -140,6 +145,9 @@ def remove(
     ``journal``: where finished chunks are recorded (default: see ``dask_pfs.rm_journal``;
     False: nowhere; dry runs keep none); ``resume`` goes on with the interrupted run it describes,
     with that run's ``chunk_files`` (rows per unlink or rmdir task), so chunk ids match.
+
+    ``prune`` (tree mode; ``operators.prune``) leaves entries in place: excluded ones, those below
+    ``max_depth`` or on another file system are not listed or unlinked, and their directories stay.
     """
     if (url is None) == (manifest is None):
         raise PfsError("give either a URL or --manifest, not both")
@@ -149,6 +157,8 @@ def remove(
     if cap is not None and manifest is None:
         raise PfsError("--max-entries needs --manifest")
     selection = pfs_sql.where_filter(where)
+    if prune is not None and manifest is not None:
+        raise PfsError("--exclude/--include/--max-depth/--one-file-system prune a tree walk; with --manifest, --where")
     t0 = time.monotonic()
     job = _Job(
         dry_run=dry_run,
@@ -162,6 +172,7 @@ def remove(
         resume=resume,
         journal_opt=journal,
         chunk=max(1, chunk_files),
+        prune=prune,
     )
     if manifest is not None:
         prepared = job.prepare_manifest(os.fspath(manifest), selection, cap, log, storage_options)
@@ -251,6 +262,7 @@ class _Job:
     fresh_journal: bool = False  # this run started the journal (an earlier one is not being resumed)
     done: dict = field(default_factory=dict)  # chunk ids an earlier run finished (manifest mode)
     chunk: int = CHUNK  # rows per unlink / rmdir task
+    prune: Prune | None = None  # tree mode: what the walk leaves in place
 
     # ------------------------------------------------------------ preparing (no deletion here)
 
@@ -263,6 +275,7 @@ class _Job:
             dry_run=self.dry_run,
             ignore_changes=self.ignore_changes,
             sample_limit=self.show,
+            prune=pruned_at(loc, self.prune),
         )
 
     def _ask(self, message: str) -> None:
@@ -290,6 +303,8 @@ class _Job:
             self._ask(f"Remove {loc.url} and everything below it?")
             if jr is not None:
                 job = {"job": "rm", "mode": "tree", "target": loc.url}
+                if self.prune is not None:
+                    job["prune"] = self.prune.describe()
                 if self.resume and _same_job(jr, job):
                     self.result.resumed = len(jr.done())
                 else:
@@ -460,6 +475,7 @@ class _Job:
         spec, tuning = self.spec, self.tuning
         frontier: deque[DirItem] = deque([(b"" if spec.is_local else "", None)])
         left: dict[int, list] = {0: [b""]}
+        kept: set[bytes] = set()  # hold what the prune left in place: never removed
         pending = as_completed(loop=self.client.loop)
         inflight = 0
 
@@ -479,6 +495,7 @@ class _Job:
                 if self.jr is not None and res.counts.failed == 0:
                     self.jr.record(f"t-{self.run_id}-{fut.key.rpartition('-')[2]}", **res.counts.as_dict())
                 self._collect(res.counts)
+                kept.update(res.kept_dirs)
                 for rel in res.left_dirs:
                     left.setdefault(rel.count(b"/") + 1, []).append(rel)
                 frontier.extend(res.frontier)
@@ -489,9 +506,9 @@ class _Job:
         # ids of tree chunks name this run: a resumed run walks what is left, it skips nothing
         self._rmdir_levels(
             (
-                (d, left[d][i : i + self.chunk])
-                for d in sorted(left, reverse=True)
-                for i in range(0, len(left[d]), self.chunk)
+                (d, rels[i : i + self.chunk])
+                for d, rels in ((d, [r for r in left[d] if r not in kept]) for d in sorted(left, reverse=True))
+                for i in range(0, len(rels), self.chunk)
             ),
             prefix=f"d-{self.run_id}-",
         )

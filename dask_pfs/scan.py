@@ -26,6 +26,7 @@ from distributed import Client, as_completed
 
 from operators.journal import Journal
 from operators.parts import part_name, write_part
+from operators.prune import Prune
 from operators.rows import row_from_info, row_from_stat, rows_to_table
 from operators.scan_task import ChunkResult, ScanSpec, scan_chunk
 from operators.walk import DirItem, Tally
@@ -37,7 +38,7 @@ from .frontier import WalkTuning, next_slice
 from .limits import Limits, concurrency_report, job_limits
 from .manifest import has_marker, prepare_output, remove_manifest_files, write_marker
 from .progress import NullProgress, Reporter
-from .urls import Location, resolve
+from .urls import Location, pruned_at, resolve
 
 
 @dataclass
@@ -83,6 +84,7 @@ def scan(
     limits: Limits | None = None,
     resume: bool = False,
     on_parts: Callable[[list[str]], None] | None = None,
+    prune: Prune | None = None,
 ) -> ScanResult:
     """Scan ``url`` into a manifest directory ``out``; return counts and timings.
 
@@ -97,6 +99,9 @@ def scan(
 
     ``on_parts`` is called on the driver with each finished task's parts, which the manifest keeps,
     while the walk goes on (``dask_pfs.copy`` starts copying them).
+
+    ``prune`` leaves entries out of the walk (``operators.prune``: gitignore-style excludes and
+    includes, a maximum depth, one file system); directories it leaves out are never listed.
     """
     if checksum is not None:
         from operators.checksum import check_algorithm
@@ -114,10 +119,12 @@ def scan(
     loc = resolve(url, storage_options)
     out = os.fspath(out)
     root_kind, root_row = _probe_root(loc)
+    prune = pruned_at(loc, prune)
+    pruning = prune.describe() if prune is not None else None
     jr = sj.scan_journal(loc.url, out, out_storage_options) if root_kind == "directory" else None
     if resume and has_marker(out, out_storage_options):
         return _complete(loc, out, out_storage_options, jr)
-    prior = sj.load(jr, loc.url, checksum, _root_item(loc)) if resume and jr is not None else None
+    prior = sj.load(jr, loc.url, checksum, _root_item(loc), pruning) if resume and jr is not None else None
     if prior is not None and not _parts_present(out, prior.parts, out_storage_options):
         logging.getLogger("pfs").warning("%s: parts the journal names are gone; scanning afresh", out)
         prior = None
@@ -152,6 +159,7 @@ def scan(
         out_storage_options=out_storage_options or {},
         threads=threads,
         checksum=checksum,
+        prune=prune,
     )
     progress = progress or NullProgress()
     args = (spec, loc, out, tuning or ScanTuning(), progress, started, t0, on_dashboard, limits, jr, prior, on_parts)
@@ -247,7 +255,7 @@ def _run(
         tally.add(prior.tally)
         parts.extend(prior.parts)
     elif journal is not None:
-        sj.start(journal, loc.url, out, spec.checksum)
+        sj.start(journal, loc.url, out, spec.checksum, spec.prune.describe() if spec.prune else None)
     given: dict[str, tuple[str, list]] = {}  # in-flight task key -> (task id, directories it was given)
     slots = total_task_slots(client)
     max_inflight = slots * tuning.inflight_per_slot
@@ -308,6 +316,7 @@ def _run(
         "task_slots": slots,
         "run_id": run_id,
         "checksum": spec.checksum,
+        "prune": spec.prune.describe() if spec.prune else None,
         "concurrency": concurrency_report(client, spec.threads),
         "limits": asdict(limits) if limits else None,
         "resumed_tasks": resumed,

@@ -210,6 +210,7 @@ def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyC
     """
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
     dirs: list[str] = []
     tables = {}
     for m in manifests:

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
+from operators.prune import Prune
+
 from .caps import Cap
 from .cluster import ClusterOptions, connect
 from .errors import PfsError
@@ -97,13 +99,15 @@ def sync(
     chunk_files: int = 500,
     chunk_bytes: int = 256 * MiB,
     split_size: int | None = None,
+    prune: Prune | None = None,
 ) -> SyncResult:
     """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
 
     ``checksum`` (True or an algorithm) compares content hashes instead of size and mtime.
     ``confirm(message)`` is asked before anything is deleted (not for a dry run).  Raises
     :class:`PfsError` (exit code 2, nothing changed) for refused requests, ``max_delete``
-    exceeded and a declined confirmation.
+    exceeded and a declined confirmation.  ``prune`` applies to both scans (``operators.prune``):
+    what it leaves out is neither copied nor deleted.
     """
     t0 = time.monotonic()
     progress = progress or NullProgress()
@@ -146,6 +150,7 @@ def sync(
                 progress,
                 storage_options,
                 dst_storage_options,
+                prune,
             )
             if algorithm:
                 sides = [
@@ -174,7 +179,7 @@ def sync(
         )  # fmt: skip
 
 
-def _sides(client, s_loc, d_loc, src_m, dst_m, src_given, dst_given, algorithm, threads, progress, so, dso):
+def _sides(client, s_loc, d_loc, src_m, dst_m, src_given, dst_given, algorithm, threads, progress, so, dso, prune):
     """Both manifests: complete ones given by the user are used as they are, the rest are scanned."""
     if not _exists(s_loc):
         raise PfsError(f"{s_loc.url}: no such directory")
@@ -189,7 +194,7 @@ def _sides(client, s_loc, d_loc, src_m, dst_m, src_given, dst_given, algorithm, 
             sides[i] = manifest_side(m, loc.url, opts)
         else:
             jobs[i] = (loc.url, m, opts)
-    scanned = scan_sides(client, jobs, checksum=algorithm, threads=threads, progress=NullProgress())
+    scanned = scan_sides(client, jobs, checksum=algorithm, threads=threads, progress=NullProgress(), prune=prune)
     return [s or t for s, t in zip(sides, scanned, strict=True)]
 
 

@@ -8,10 +8,12 @@ package is missing names the pfs extra that installs it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import fsspec
 from fsspec.registry import available_protocols
+
+from operators.prune import Prune
 
 from .errors import PfsError
 
@@ -64,3 +66,13 @@ def resolve(url: str | os.PathLike, storage_options: dict | None = None) -> Loca
     options = {**cls._get_kwargs_from_urls(url), **options}
     path = cls._strip_protocol(url)
     return Location(url.rstrip("/") if url.endswith("/") and len(url) > 1 else url, protocol, path, options)
+
+
+def pruned_at(loc: Location, prune: Prune | None) -> Prune | None:
+    """``prune`` with the root's device filled in for ``one_file_system`` (local trees; object stores have none)."""
+    if prune is None or not prune.one_file_system or not loc.is_local:
+        return prune
+    try:
+        return replace(prune, device=os.stat(loc.path).st_dev)
+    except OSError as exc:
+        raise PfsError(f"{loc.url}: {exc.strerror}") from None

@@ -28,6 +28,7 @@ from operators.remote_scan import FLAT_PROTOCOLS
 from . import sql as pfs_sql
 from .cluster import ClusterOptions, connect, total_task_slots
 from .errors import PfsError
+from .frames import takes_selection
 from .manifest import Manifest, open_manifest, prepare_output, write_marker
 from .progress import NullProgress, Reporter
 from .urls import resolve
@@ -72,7 +73,9 @@ class VerifyResult:
         return {**asdict(self), "exit_code": self.exit_code}
 
 
-def scan_side(client, url: str, out: str, *, checksum: str | None, threads, storage_options, progress) -> Side:
+def scan_side(
+    client, url: str, out: str, *, checksum: str | None, threads, storage_options, progress, prune=None
+) -> Side:
     from .scan import scan
 
     result = scan(
@@ -84,6 +87,7 @@ def scan_side(client, url: str, out: str, *, checksum: str | None, threads, stor
         storage_options=storage_options,
         progress=progress,
         checksum=checksum,
+        prune=prune,
     )
     return Side(open_manifest(out), result.root, storage_options or {}, result.errors)
 
@@ -103,19 +107,26 @@ def manifest_side(url: str, root: str | None, storage_options: dict | None) -> S
     return Side(m, root or m.root, storage_options or {}, int((m.info.get("counts") or {}).get("errors", 0)))
 
 
-def missing_checksums(side: Side, where: str | None, algorithm: str) -> int:
+def _reads(where: str | pfs_sql.Filter | None) -> tuple[str, ...]:
+    """The files pfs's own filter reads besides the manifests (a selection's), for the locked connection."""
+    return where.reads if isinstance(where, pfs_sql.Filter) else ()
+
+
+def missing_checksums(side: Side, where: str | pfs_sql.Filter | None, algorithm: str) -> int:
     cond = f"({where})" if where else "TRUE"
     sql = (
         f"SELECT count(*) FROM {side.manifest.relation_sql()} AS m WHERE {cond} AND type = 'file' "
         f"AND error IS NULL AND (checksum IS NULL OR NOT starts_with(checksum, '{algorithm}:'))"
     )
     try:
-        return int(pfs_sql.connect(side.manifest).execute(sql).fetchall()[0][0])
+        return int(pfs_sql.connect(side.manifest, reads=_reads(where)).execute(sql).fetchall()[0][0])
     except duckdb.Error as exc:  # the first query with the where-clause: a bad column, a missing function
         raise PfsError(f"--where: {str(exc).splitlines()[0]}") from None
 
 
-def with_checksums(client, side: Side, where: str | None, algorithm: str, out: str, progress: Reporter) -> Side:
+def with_checksums(
+    client, side: Side, where: str | pfs_sql.Filter | None, algorithm: str, out: str, progress: Reporter
+) -> Side:
     """``side`` unchanged if its selected files all have checksums, else a checksummed copy of the rows."""
     if missing_checksums(side, where, algorithm) == 0:
         return side
@@ -123,7 +134,7 @@ def with_checksums(client, side: Side, where: str | None, algorithm: str, out: s
     loc = resolve(side.root, side.storage_options)
     cond = f"({where})" if where else "TRUE"
     reader = (
-        pfs_sql.connect(side.manifest)
+        pfs_sql.connect(side.manifest, reads=_reads(where))
         .sql(f"SELECT * FROM {side.manifest.relation_sql()} AS m WHERE {cond} ORDER BY path")
         .to_arrow_reader(CHUNK_ROWS)
     )
@@ -176,7 +187,7 @@ def with_checksums(client, side: Side, where: str | None, algorithm: str, out: s
     return Side(open_manifest(out), side.root, side.storage_options, side.scanned_errors + errors)
 
 
-def compare_sql(src: Side, dst: Side, where: str | None) -> str:
+def compare_sql(src: Side, dst: Side, where: str | pfs_sql.Filter | None) -> str:
     """One row per path on either side with its status (missing/extra/different/error/same)."""
     cond = f"({where})" if where else "TRUE"
     if src.flat or dst.flat:
@@ -200,13 +211,14 @@ def compare_sql(src: Side, dst: Side, where: str | None) -> str:
     )
 
 
+@takes_selection(None)
 def verify(
     src: str | os.PathLike | None = None,
     dst: str | os.PathLike | None = None,
     *,
     src_manifest: str | os.PathLike | None = None,
     dst_manifest: str | os.PathLike | None = None,
-    where: str | None = None,
+    where: str | pfs_sql.Filter | None = None,
     algorithm: str = DEFAULT,
     report: str | os.PathLike | None = None,
     client=None,
@@ -219,7 +231,8 @@ def verify(
 ) -> VerifyResult:
     """Compare ``src`` and ``dst`` by content; a side may be given as a manifest instead.
 
-    ``where`` (one DuckDB condition over manifest columns, ``dask_pfs.sql``) selects rows on both sides.  With a
+    ``where`` (one DuckDB condition over manifest columns, ``dask_pfs.sql``) and ``selection`` (a frame of
+    manifest rows, ``dask_pfs.frames``) select rows on both sides.  With a
     manifest and a URL for the same side, the manifest's rows are read below the URL.  Rows
     that are not the same go to the Parquet ``report`` (default: a file in the temp dir).
     """
@@ -230,7 +243,7 @@ def verify(
         raise PfsError(str(exc)) from None
     if (src is None and src_manifest is None) or (dst is None and dst_manifest is None):
         raise PfsError("give SRC and DST (trees), or --src-manifest / --dst-manifest")
-    where = pfs_sql.check_where(where)
+    where = pfs_sql.where_filter(where)  # a user's clause is checked; a selection's filter is pfs's own
     progress = progress or NullProgress()
     src, dst = (os.fspath(x) if x is not None else None for x in (src, dst))
     sides: list[Side | None] = [
@@ -253,7 +266,7 @@ def verify(
             with_checksums(client, side, where, algorithm, os.path.join(work, f"{label}-sums"), progress)
             for side, label in zip(sides, ("src", "dst"), strict=True)
         )
-        con = pfs_sql.connect(s_side.manifest, d_side.manifest)
+        con = pfs_sql.connect(s_side.manifest, d_side.manifest, reads=_reads(where))
         sql = compare_sql(s_side, d_side, where)
         try:
             rows = con.execute(f"SELECT status, count(*), sum(src_size) FROM ({sql}) GROUP BY status").fetchall()

@@ -10,6 +10,9 @@ Three kinds of task, all returning counters and a bounded list of problems, neve
 - :func:`rmdir_entries` removes directories (one depth level at a time, driven from outside);
   a directory that is still not empty is left and counted, not failed.
 
+A tree walk may be pruned (``operators.prune``): what it leaves out is never unlinked, never
+listed below, and the directories holding it are not removed (nor counted as left non-empty).
+
 Symlinks are never followed: non-directories are unlinked (a link goes, its target stays),
 directories are opened with ``O_NOFOLLOW`` before listing and entries are unlinked relative
 to that descriptor, so a directory swapped for a link mid-run is not descended into.
@@ -30,6 +33,7 @@ from .concurrency import in_flight_cap
 from .dirfd import OpenDirs
 from .names import decode, join, to_bytes
 from .pool import get_pool
+from .prune import DROP, STOP, Prune
 from .ratelimit import take_ops
 from .remote_scan import FLAT_PROTOCOLS, FsspecLister
 from .rows import Row, describe_error, error_row, row_from_stat, with_error
@@ -43,6 +47,7 @@ SAMPLES = 20
 
 # status values in the failure log
 FAILED, CHANGED, NONEMPTY = "failed", "changed", "nonempty"
+_DEV = ROW_COLUMNS.index("dev")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class RemoveSpec:
     dry_run: bool = False
     ignore_changes: bool = False
     sample_limit: int = SAMPLES
+    prune: Prune | None = None  # tree mode: what the walk leaves in place
 
     @property
     def is_local(self) -> bool:
@@ -127,20 +133,24 @@ class RmCounts:
 # ---------------------------------------------------------------- tree mode
 
 
-def dir_row(rel: bytes) -> Row:
-    """A directory's row when only its name is known: the walk reports it once it is listed."""
+def dir_row(rel: bytes, dev: int | None = None) -> Row:
+    """A directory's row when only its name (and, for --one-file-system, its device) is known: the
+    walk reports it once it is listed."""
     values: list = [None] * len(ROW_COLUMNS)
     values[0], values[1] = decode(rel)
     values[2] = "directory"
+    values[_DEV] = dev
     return tuple(values)
 
 
 class LocalTreeRemover:
     """A ``walk`` Lister that unlinks what it lists (or only lists, for a dry run)."""
 
-    def __init__(self, root: bytes, dry_run: bool) -> None:
+    def __init__(self, root: bytes, dry_run: bool, prune: Prune | None = None) -> None:
         self.root = root
         self.dry_run = dry_run
+        self.prune = prune if prune is not None and prune.active else None
+        self.kept: set[bytes] = set()  # directories holding a non-directory the prune keeps in place
         self._open = OpenDirs(root, follow_root=False)
 
     def close(self) -> None:
@@ -175,7 +185,10 @@ class LocalTreeRemover:
                         is_dir = False  # lstat in the batch decides
                     if is_dir:
                         child = join(rel, name)
-                        listing.subdirs.append((child, dir_row(child)))
+                        listing.subdirs.append((child, dir_row(child, self._device_of(entry))))
+                        continue
+                    if self.prune is not None and self.prune.decide(decode(join(rel, name))[0], False) == DROP:
+                        self.kept.add(rel)  # never unlinked (the walk's prune would only see it after)
                         continue
                     batch.append(name)
                     if len(batch) >= BATCH:
@@ -189,6 +202,15 @@ class LocalTreeRemover:
             handle.release()
         listing.subdirs.extend(more)
         return listing
+
+    def _device_of(self, entry: os.DirEntry) -> int | None:
+        """A subdirectory's st_dev, only when the prune stops at other file systems (one more lstat)."""
+        if self.prune is None or self.prune.device is None:
+            return None
+        try:
+            return entry.stat(follow_symlinks=False).st_dev
+        except OSError:
+            return None  # gone or unreadable: opening it tells
 
     def unlink_batch(self, fd: int, rel: bytes, names: list[bytes]) -> tuple[list[Row], list[DirItem]]:
         rows: list[Row] = []
@@ -204,7 +226,7 @@ class LocalTreeRemover:
                 rows.append(error_row(path, "other", exc))
                 continue
             if st.S_ISDIR(s.st_mode):  # d_type was unknown, or it was replaced since the listing
-                subdirs.append((path, dir_row(path)))
+                subdirs.append((path, dir_row(path, s.st_dev)))
                 continue
             row = row_from_stat(path, s)
             if not self.dry_run:
@@ -222,8 +244,11 @@ class FsspecTreeRemover:
     """A ``walk`` Lister over fsspec: lists like a scan, deletes each listing's keys in bulk."""
 
     def __init__(self, spec: RemoveSpec) -> None:
-        self.lister = FsspecLister(spec.protocol, spec.root, spec.storage_options)
+        tree = spec.prune is not None and spec.prune.needs_tree_walk
+        self.lister = FsspecLister(spec.protocol, spec.root, spec.storage_options, flat=False if tree else None)
         self.dry_run = spec.dry_run
+        self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
+        self.kept: set[bytes] = set()
 
     def root_error_row(self, error: BaseException) -> Row:
         return self.lister.root_error_row(error)
@@ -234,6 +259,14 @@ class FsspecTreeRemover:
     def list_dir(self, item: DirItem, pool: ThreadPoolExecutor) -> Listing:
         listing = self.lister.list_dir(item, pool)
         files = [r for r in listing.rows if r[2] != "directory"]
+        if self.prune is not None:
+            keep = []
+            for r in files:
+                if self.prune.decide(r[0], False) == DROP:
+                    self.kept.add(r[0].rpartition("/")[0].encode("utf-8", "surrogateescape"))
+                else:
+                    keep.append(r)
+            files = keep
         dirs = [r for r in listing.rows if r[2] == "directory"]
         listing.rows = dirs
         for start in range(0, len(files), S3_BATCH):
@@ -260,21 +293,29 @@ class TreeChunkResult:
     frontier: list[DirItem]
     entries: int
     seconds: float
+    kept_dirs: list[bytes] = field(default_factory=list)  # hold what the prune left: never removed
 
 
 def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) -> TreeChunkResult:
     """Walk below ``items`` within ``budget``, unlinking as it goes; remove the subtrees it finished."""
     start = time.monotonic()
     pool = spec.pool()
-    lister = LocalTreeRemover(spec.root_bytes, spec.dry_run) if spec.is_local else FsspecTreeRemover(spec)
+    lister = LocalTreeRemover(spec.root_bytes, spec.dry_run, spec.prune) if spec.is_local else FsspecTreeRemover(spec)
     counts = RmCounts()
     dirs: list[bytes] = []
     failed_dirs: list[bytes] = []
 
+    def rel_of(row: Row) -> bytes:
+        return to_bytes(row[0], row[1]) if spec.is_local else row[0].encode("utf-8", "surrogateescape")
+
+    def on_pruned(row: Row, decision: str) -> None:
+        rel = rel_of(row)
+        lister.kept.add(rel if decision == STOP else rel.rpartition(b"/")[0])
+
     def emit(buf) -> None:
         rows, buf.rows = buf.rows, []
         for row in rows:
-            rel = to_bytes(row[0], row[1]) if spec.is_local else row[0].encode("utf-8", "surrogateescape")
+            rel = rel_of(row)
             if row[-1] is not None:
                 counts.problem(rel, FAILED, row[-1])
                 if row[2] == "directory":
@@ -288,19 +329,34 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
                     counts.sample(rel, spec.sample_limit)
 
     try:
-        tally, frontier = walk(lister, items, pool, in_flight_cap(spec.threads), budget, emit)
+        tally, frontier = walk(
+            lister, items, pool, in_flight_cap(spec.threads), budget, emit, prune=spec.prune, on_pruned=on_pruned
+        )
     finally:
         lister.close()
+    kept = ancestors(lister.kept)
     blocked = set()
     for rel in [r for r, _ in frontier] + failed_dirs:
         rel = rel if isinstance(rel, bytes) else rel.encode("utf-8", "surrogateescape")
         while rel and rel not in blocked:
             blocked.add(rel)
             rel = rel.rpartition(b"/")[0]
-    done = [d for d in dirs if d not in blocked]
-    left = [d for d in dirs if d in blocked and d not in failed_dirs]
+    done = [d for d in dirs if d not in blocked and d not in kept]
+    left = [d for d in dirs if d in blocked and d not in failed_dirs and d not in kept]
     counts.add(rmdir_levels(spec, done, pool), spec.sample_limit)
-    return TreeChunkResult(counts, left, frontier, tally.entries, time.monotonic() - start)
+    return TreeChunkResult(counts, left, frontier, tally.entries, time.monotonic() - start, sorted(kept))
+
+
+def ancestors(rels: set[bytes]) -> set[bytes]:
+    """``rels`` and every directory above them, up to the root (``b""``)."""
+    out: set[bytes] = set()
+    for rel in rels:
+        while rel not in out:
+            out.add(rel)
+            if not rel:
+                break
+            rel = rel.rpartition(b"/")[0]
+    return out
 
 
 # ---------------------------------------------------------------- directories
