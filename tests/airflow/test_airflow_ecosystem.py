@@ -326,12 +326,10 @@ def test_hook_test_connection(dask_processes, tmp_path, monkeypatch):
         missing_key = {**files, "tls_key": str(tmp_path / "no-such-key.pem")}
         assert test("t_tls_nokey", host="127.0.0.1", port=tls_port, extra=missing_key) == (
             False,
-            f"pfs_dask connection: tls_key {missing_key['tls_key']!r} is not a readable file",
+            f"pfs_dask connection: TLS key {missing_key['tls_key']}: not a readable file",
         )
         ok, message = test(
             "t_tls_partial", host="127.0.0.1", port=tls_port, extra={"tls_ca_file": files["tls_ca_file"]}
         )
-        assert (ok, message) == (
-            False,
-            "pfs_dask connection: TLS needs tls_ca_file, tls_cert, tls_key; missing tls_cert, tls_key",
-        )
+        assert not ok and message.startswith("pfs_dask connection: TLS needs a CA file and a client certificate"), message
+        assert "missing: certificate" in message, message
