@@ -16,7 +16,7 @@ Cost keys (also accepted as storage options): each request sleeps ``latency_ms``
 ``slots`` > 0, holds one of ``slots`` server slots for ``service_us`` (FIFO in virtual time, so the
 server answers at most ``slots * 1e6 / service_us`` requests/s and more in flight only queue).
 A listing costs one request per ``page`` entries (object stores page 1,000 keys).  ``server`` names
-a shared-memory file (``/dev/shm/...``) holding the slots and the request counters, so all the
+a shared-memory file (``/dev/shm/NAME``) holding the slots and the request counters, so all the
 worker processes of one host meet one server; without it each process models its own.
 ``SimServer`` reads its counters (and changes the latency live).
 
@@ -45,6 +45,7 @@ SHAPES = ("balanced", "flat", "deep", "mix")
 EXTENSIONS = (".c", ".h", ".py", ".txt", ".json", ".dat", ".png", ".nc", ".h5", ".log", ".o", "")
 EPOCH = 1_767_225_600.0  # 2026-01-01: mtimes fall in the three years before it
 SPAN = 94_608_000.0
+SHM = "/dev/shm"
 N_EXT = len(EXTENSIONS)
 
 
@@ -75,7 +76,9 @@ class CostModel:
     slots: int = 0  # 0: unlimited server
     service_us: float = 0.0
     page: int = 1000  # entries per listing request
-    server: str = ""  # shared-memory file of the server's slots and counters ("" = this process only)
+    server: str = (
+        ""  # name of a shared-memory file (/dev/shm/NAME) of the server's slots and counters ("" = this process only)
+    )
 
 
 _TREE_KEYS = {f.name: f.type for f in fields(TreeSpec)}
@@ -296,10 +299,13 @@ class SimServer:
             os.unlink(tmp)
 
     @classmethod
-    def create(cls, cost: CostModel, directory: str = "/dev/shm") -> SimServer:
-        """A fresh server file for one benchmark run (``cost.server`` is ignored)."""
-        path = os.path.join(directory, f"pfs-sim-{uuid.uuid4().hex[:12]}")
-        return cls(path, cost)
+    def create(cls, cost: CostModel) -> SimServer:
+        """A fresh server file for one benchmark run (``cost.server`` is ignored); ``name`` goes in the URL."""
+        return cls(os.path.join(SHM, f"pfs-sim-{uuid.uuid4().hex[:12]}"), cost)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
 
     # layout helpers
     def _counter_offset(self, name: str) -> int:
@@ -432,7 +438,10 @@ class SimFileSystem(AbstractFileSystem):
     def __init__(self, latency_ms=0.0, slots=0, service_us=0.0, page=1000, server="", **kwargs) -> None:
         super().__init__(**kwargs)
         self.cost = CostModel(float(latency_ms), int(slots), float(service_us), int(page), str(server))
-        self._server = SimServer(self.cost.server, self.cost) if self.cost.server else _LocalServer(self.cost)
+        if self.cost.server:
+            self._server = SimServer(os.path.join(SHM, os.path.basename(self.cost.server)), self.cost)
+        else:
+            self._server = _LocalServer(self.cost)
         self._trees: dict[str, Tree] = {}
 
     @classmethod
@@ -471,9 +480,7 @@ class SimFileSystem(AbstractFileSystem):
         if not detail:
             return [f"{base}/{name}" for name, _ in dirs] + [f"{base}/{f[0]}" for f in files]
         prefix = base + "/"
-        out = [
-            {"name": prefix + name, "size": 0, "type": "directory", "mtime": mtime} for name, mtime in dirs
-        ]
+        out = [{"name": prefix + name, "size": 0, "type": "directory", "mtime": mtime} for name, mtime in dirs]
         out.extend({"name": prefix + name, "size": size, "type": "file", "mtime": mtime} for name, size, mtime in files)
         return out
 
