@@ -197,7 +197,7 @@ def cmd_readers(a: argparse.Namespace) -> None:
     """``pfs info``, ``pfs du`` (also ``--by ext``) and filtered aggregates over a manifest, timed, with CPU."""
     import duckdb
 
-    rows = duckdb.sql(f"SELECT count(*) FROM read_parquet('{a.manifest}/*.parquet')").fetchone()[0]
+    rows = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{a.manifest}/*.parquet')").fetchall()[0][0]
     cmds = {
         "info": ["info", a.manifest, "--json"],
         "du": ["du", a.manifest, "--json"],

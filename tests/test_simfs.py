@@ -7,6 +7,7 @@ the exact counts the tree's spec implies, no path twice, byte totals equal to th
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -145,18 +146,22 @@ def test_a_million_entry_scan_through_the_engine(sim_client, tmp_path):
     assert {k: res.counts[k] for k in expected} == expected
     assert res.tasks > 1  # the frontier was split over tasks
     assert not list(out.glob(".pfs-journal-*"))  # journaled, then removed after the marker
+    marker = json.loads((out / "_manifest.json").read_text())
+    assert marker["counts"]["entries"] == 1_000_000 and marker["tasks"] == res.tasks
+    assert marker["parts"] == len(list(out.glob("*.parquet"))) >= res.tasks
     tree = Tree(spec)
     want_bytes = sum(size for rel in _dirs(tree) for _, size, _ in tree.listing(rel)[1])
     glob = f"{out}/*.parquet"
-    rows, distinct, nbytes, dirs, top = duckdb.sql(
+    con = duckdb.connect()
+    ((rows, distinct, nbytes, dirs, top),) = con.execute(
         f"SELECT count(*), count(DISTINCT path), sum(size) FILTER (type = 'file'), "
         f"count(*) FILTER (type = 'directory'), count(*) FILTER (depth = 1) FROM read_parquet('{glob}')"
-    ).fetchone()
+    ).fetchall()
     assert rows == distinct == 1_000_000
     assert nbytes == want_bytes == res.counts["bytes"]
     assert dirs == expected["directories"]
     assert top == 110
-    (info,) = duckdb.sql(
+    (info,) = con.execute(
         f"SELECT size FROM read_parquet('{glob}') WHERE path = 'd0003/d0001/f0042' || '{_ext(tree, 'd0003/d0001', 42)}'"
     ).fetchall()
     assert info[0] == tree.listing("d0003/d0001")[1][42][1]
