@@ -83,6 +83,22 @@ class Sampler(threading.Thread):
         }
 
 
+def process_tree_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process and of its live descendants (the cluster's nannies and workers)."""
+    import psutil
+
+    me = psutil.Process()
+    kids = 0.0
+    for p in me.children(recursive=True):
+        try:
+            t = p.cpu_times()
+            kids += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    t = me.cpu_times()
+    return {"self": t.user + t.system, "children": kids}
+
+
 def _peak_rate(samples: list[tuple], col: int, window: float = 1.0) -> float:
     """The highest rate of counter ``col`` over any span of at least ``window`` s (samples are cumulative)."""
     best, k = 0.0, 0
@@ -124,7 +140,7 @@ def sim_cpu_per_entry(spec: TreeSpec, sample: int = 200_000) -> float:
 def cmd_scan(a: argparse.Namespace) -> dict:
     register()  # before the cluster forks its workers
     from dask_pfs import scan
-    from dask_pfs.cluster import ClusterOptions
+    from dask_pfs.cluster import ClusterOptions, connect
     from operators.ratelimit import Limits
 
     spec = {"entries": a.entries, "shape": a.shape, "seed": a.seed, "fanout": a.fanout, "files": a.files}
@@ -133,21 +149,24 @@ def cmd_scan(a: argparse.Namespace) -> dict:
     limits = Limits(ops_per_second=a.max_ops) if a.max_ops else None
     options = ClusterOptions(workers=a.workers, threads=a.threads, limits=limits, dashboard=False)
     sampler = Sampler(server, log=a.progress)
-    b0, t0c = cpu_times()
-    load0 = os.getloadavg()[0]
-    t0 = time.monotonic()
-    sampler.start()
     try:
-        res = scan(url, a.out, cluster=options, overwrite=True)
+        with connect(options) as client:  # started before the clock: the rates are the scan's own
+            cpu0 = process_tree_cpu()
+            b0, t0c = cpu_times()
+            load0 = os.getloadavg()[0]
+            t0 = time.monotonic()
+            sampler.start()
+            res = scan(url, a.out, client=client, threads=a.threads, limits=limits, overwrite=True)
+            wall = time.monotonic() - t0
+            b1, t1c = cpu_times()
+            cpu1 = process_tree_cpu()
     finally:
         peaks = sampler.stop()
         counters = server.counters()
         server.remove()
-    wall = time.monotonic() - t0
-    b1, t1c = cpu_times()
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    driver_cpu = me.ru_utime + me.ru_stime
-    worker_cpu = kids.ru_utime + kids.ru_stime
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    driver_cpu = cpu1["self"] - cpu0["self"]
+    worker_cpu = cpu1["children"] - cpu0["children"]
     entries = res.counts["entries"]
     row = {
         "kind": a.kind,

@@ -26,6 +26,7 @@ Register with :func:`register` in the driver before a forked cluster starts, or 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import math
@@ -35,6 +36,7 @@ import struct
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import fsspec
@@ -264,13 +266,17 @@ def count(spec: TreeSpec) -> dict:
 _HEADER = struct.Struct("<8s q q d d")  # magic, slots, page, latency_s, service_s
 _COUNTERS = ("requests", "ls", "info", "entries", "inflight", "inflight_max", "wait_ns", "queue_ns")
 _MAGIC = b"pfssim01"
+_REQUESTS, _ENTRIES, _WAIT, _QUEUE, _INFLIGHT, _INFLIGHT_MAX = (
+    _COUNTERS.index(n) for n in ("requests", "entries", "wait_ns", "queue_ns", "inflight", "inflight_max")
+)
 
 
 class SimServer:
     """The server's state in a shared-memory file: slot free times, the latency (live) and counters.
 
     Every process of a host that opens the same file meets the same slots, so ``slots`` bounds the
-    requests of all workers together.  Reservations take a process lock and ``flock``.
+    requests of all workers together.  Reservations take a process lock and ``flock``; the file is
+    read through typed memoryviews (struct calls per field cost more than the rest of a listing).
     """
 
     def __init__(self, path: str, cost: CostModel | None = None) -> None:
@@ -282,6 +288,10 @@ class SimServer:
         magic, self.slots, _, _, _ = _HEADER.unpack_from(self._map, 0)
         if magic != _MAGIC:
             raise ValueError(f"{path}: not a pfs-sim server file")
+        view = memoryview(self._map)
+        self._times = view[_HEADER.size - 16 : _HEADER.size].cast("d")  # latency_s, service_s
+        self._counts = view[_HEADER.size : _HEADER.size + 8 * len(_COUNTERS)].cast("q")
+        self._frees = view[_HEADER.size + 8 * len(_COUNTERS) :].cast("d")
         self._lock = threading.Lock()
 
     @staticmethod
@@ -307,87 +317,59 @@ class SimServer:
     def name(self) -> str:
         return os.path.basename(self.path)
 
-    # layout helpers
-    def _counter_offset(self, name: str) -> int:
-        return _HEADER.size + 8 * _COUNTERS.index(name)
-
-    def _slot_offset(self, i: int) -> int:
-        return _HEADER.size + 8 * len(_COUNTERS) + 8 * i
-
-    @property
-    def latency(self) -> float:
-        return struct.unpack_from("<d", self._map, 24)[0]
-
-    @property
-    def service(self) -> float:
-        return struct.unpack_from("<d", self._map, 32)[0]
-
     def set_latency(self, latency_ms: float) -> None:
         """Change the round trip live: every process sees it at its next request."""
-        struct.pack_into("<d", self._map, 24, latency_ms / 1e3)
+        self._times[0] = latency_ms / 1e3
 
     def counters(self) -> dict[str, int]:
-        return {n: struct.unpack_from("<q", self._map, self._counter_offset(n))[0] for n in _COUNTERS}
+        return dict(zip(_COUNTERS, self._counts.tolist(), strict=True))
 
     def reset(self) -> None:
         with self._locked():
-            for n in _COUNTERS:
-                struct.pack_into("<q", self._map, self._counter_offset(n), 0)
+            for i in range(len(_COUNTERS)):
+                self._counts[i] = 0
 
-    def _locked(self):
-        server = self
-
-        class _Held:
-            def __enter__(self) -> None:
-                server._lock.acquire()
-                fcntl.flock(server._fd, fcntl.LOCK_EX)
-
-            def __exit__(self, *exc) -> None:
-                fcntl.flock(server._fd, fcntl.LOCK_UN)
-                server._lock.release()
-
-        return _Held()
-
-    def _add(self, name: str, n: int) -> int:
-        off = self._counter_offset(name)
-        value = struct.unpack_from("<q", self._map, off)[0] + n
-        struct.pack_into("<q", self._map, off, value)
-        return value
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def request(self, kind: str, pages: int, entries: int) -> None:
         """One call of ``pages`` sequential requests: reserve slots in virtual time, then sleep it out."""
-        latency, service = self.latency, self.service
+        latency, service = self._times[0], self._times[1]
         now = time.monotonic()
-        t = now
-        queued = 0.0
+        t, queued = now, 0.0
+        frees, counts, slots = self._frees, self._counts, self.slots
         with self._locked():
             for _ in range(pages):
                 t += latency / 2
-                if self.slots > 0:
-                    offs = [self._slot_offset(i) for i in range(self.slots)]
-                    frees = [struct.unpack_from("<d", self._map, o)[0] for o in offs]
-                    i = min(range(self.slots), key=frees.__getitem__)
+                if slots > 0:
+                    i = min(range(slots), key=frees.__getitem__)
                     start = max(t, frees[i])
                     queued += start - t
-                    struct.pack_into("<d", self._map, offs[i], start + service)
                     t = start
+                    frees[i] = start + service
                 t += service + latency / 2
-            self._add("requests", pages)
-            self._add(kind, 1)
-            self._add("entries", entries)
-            self._add("wait_ns", int((t - now) * 1e9))
-            self._add("queue_ns", int(queued * 1e9))
-            inflight = self._add("inflight", 1)
-            off = self._counter_offset("inflight_max")
-            if inflight > struct.unpack_from("<q", self._map, off)[0]:
-                struct.pack_into("<q", self._map, off, inflight)
+            counts[_REQUESTS] += pages
+            counts[_COUNTERS.index(kind)] += 1
+            counts[_ENTRIES] += entries
+            counts[_WAIT] += int((t - now) * 1e9)
+            counts[_QUEUE] += int(queued * 1e9)
+            counts[_INFLIGHT] += 1
+            counts[_INFLIGHT_MAX] = max(counts[_INFLIGHT_MAX], counts[_INFLIGHT])
         try:
             _sleep_until(t)
         finally:
             with self._locked():
-                self._add("inflight", -1)
+                counts[_INFLIGHT] -= 1
 
     def close(self) -> None:
+        for view in (self._times, self._counts, self._frees):
+            view.release()
         self._map.close()
         os.close(self._fd)
 

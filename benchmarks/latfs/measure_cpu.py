@@ -81,6 +81,8 @@ class Mount:
         raise RuntimeError("latfs did not mount")
 
     def down(self) -> None:
+        if not os.path.ismount(self.mnt):
+            return
         subprocess.run(["fusermount3", "-u", str(self.mnt)], check=False)
         for _ in range(500):
             if not (self.run / "pid").exists():
