@@ -79,6 +79,8 @@ class Sampler(threading.Thread):
         return {
             "peak_entries_per_s": _peak_rate(s, 1),
             "peak_requests_per_s": _peak_rate(s, 2),
+            "steady_entries_per_s": _steady_rate(s, 1),
+            "steady_requests_per_s": _steady_rate(s, 2),
             "rss_timeline_mb": [round(x[3]) for x in s[:: max(1, len(s) // 40)]],
         }
 
@@ -109,6 +111,14 @@ def _peak_rate(samples: list[tuple], col: int, window: float = 1.0) -> float:
         if dt >= window:
             best = max(best, (s[col] - samples[k][col]) / dt)
     return round(best, 1)
+
+
+def _steady_rate(samples: list[tuple], col: int) -> float:
+    """The median 1-s rate of counter ``col`` over the middle 80 % of the run (no ramp-up, no tail)."""
+    n = len(samples)
+    mid = samples[n // 10 : n - n // 10]
+    rates = [(b[col] - a[col]) / (b[0] - a[0]) for a, b in zip(mid, mid[2:], strict=False) if b[0] > a[0]]
+    return round(statistics.median(rates), 1) if rates else 0.0
 
 
 def manifest_stats(out: str) -> dict:
