@@ -256,6 +256,8 @@ def cmd_readers(a: argparse.Namespace) -> None:
             "csv",
         ],
     }
+    if a.allow_incomplete:  # a stopped scan: only `pfs query` reads a manifest without its marker
+        cmds = {k: [*v, "--allow-incomplete"] for k, v in cmds.items() if k.startswith("query")}
     if a.only:
         cmds = {k: v for k, v in cmds.items() if k in a.only.split(",")}
     for name, args in cmds.items():
@@ -338,6 +340,7 @@ def main() -> None:
     s = sub.add_parser("readers", help="pfs info/du/query over a manifest")
     s.add_argument("manifest")
     s.add_argument("--only")
+    s.add_argument("--allow-incomplete", action="store_true", help="the manifest of a stopped scan")
     s.add_argument("--raw", default=str(RAW / f"scale-{time.strftime('%Y%m%d')}.jsonl"))
     s.set_defaults(fn=cmd_readers)
 
