@@ -18,11 +18,17 @@ CORES = 2
 
 
 def load(paths: list[str]) -> list[dict]:
-    rows = []
+    """Rows of the raw files; of runs repeated with the same settings, the last."""
+    rows: dict[tuple, dict] = {}
     for path in paths:
         with open(path) as f:
-            rows.extend(json.loads(line) for line in f if line.strip())
-    return rows
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    key = tuple(r.get(k) for k in ("kind", "command", "entries", "workers", "threads", "max_ops"))
+                    rows.pop(key, None)
+                    rows[key] = r
+    return list(rows.values())
 
 
 def in_flight(row: dict) -> int | None:
@@ -57,7 +63,7 @@ def plot(args) -> None:
     PLOTS.mkdir(exist_ok=True)
     if grid:
         cpu = statistics.median(r["cpu_us_per_entry"] for r in grid)
-        fig, ax = plt.subplots(figsize=(8.5, 5.5))
+        fig, ax = plt.subplots(figsize=(8.5, 6.5))
         xs = sorted({x for r in grid if (x := in_flight(r))} | {16, 4096})
         ref = grid[0]
         lo, hi = min(xs), max(xs)
@@ -100,7 +106,7 @@ def plot(args) -> None:
             fontsize=9,
         )
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
         fig.tight_layout()
         fig.savefig(PLOTS / "scale-workers.png", dpi=110)
         print(PLOTS / "scale-workers.png")
