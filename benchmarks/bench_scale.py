@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import CpuMeter, cpu_times
-from benchmarks.simfs import CostModel, SimServer, Tree, TreeSpec, register, sim_url
+from benchmarks.simfs import SHM, CostModel, SimServer, Tree, TreeSpec, register, sim_url
 
 REPO = Path(__file__).resolve().parent.parent
 RAW = REPO / "benchmarks" / "raw"
@@ -154,7 +154,9 @@ def cmd_scan(a: argparse.Namespace) -> dict:
     from operators.ratelimit import Limits
 
     spec = {"entries": a.entries, "shape": a.shape, "seed": a.seed, "fanout": a.fanout, "files": a.files}
-    server = SimServer.create(CostModel(a.latency_ms, a.slots, a.service_us, a.page))
+    cost = CostModel(a.latency_ms, a.slots, a.service_us, a.page)
+    # --resume needs the interrupted run's URL (its journal is named after it), server name included
+    server = SimServer(os.path.join(SHM, a.server), cost) if a.server else SimServer.create(cost)
     url = sim_url(**spec, latency_ms=a.latency_ms, slots=a.slots, service_us=a.service_us, server=server.name)
     limits = Limits(ops_per_second=a.max_ops) if a.max_ops else None
     options = ClusterOptions(workers=a.workers, threads=a.threads, limits=limits, dashboard=False)
@@ -166,7 +168,9 @@ def cmd_scan(a: argparse.Namespace) -> dict:
             load0 = os.getloadavg()[0]
             t0 = time.monotonic()
             sampler.start()
-            res = scan(url, a.out, client=client, threads=a.threads, limits=limits, overwrite=True)
+            res = scan(
+                url, a.out, client=client, threads=a.threads, limits=limits, overwrite=not a.resume, resume=a.resume
+            )
             wall = time.monotonic() - t0
             b1, t1c = cpu_times()
             cpu1 = process_tree_cpu()
@@ -197,6 +201,8 @@ def cmd_scan(a: argparse.Namespace) -> dict:
         "server_inflight_max": counters["inflight_max"],
         **peaks,
         "tasks": res.tasks,
+        "resumed_tasks": res.resumed,  # --resume: tasks of the interrupted run (their entries are in "entries")
+        "entries_listed": counters["entries"],  # by this run, at the server
         "tasks_per_s": round(res.tasks / wall, 1),
         "driver_peak_rss_mb": round(me.ru_maxrss / 1024),
         "driver_cpu_s": round(driver_cpu, 1),
@@ -241,19 +247,15 @@ def cmd_readers(a: argparse.Namespace) -> None:
             "--format",
             "json",
         ],
-        "query group by parent top 10": [
+        "query subtree count+sum where": [
             "query",
             a.manifest,
             "--where",
-            "type = 'file' AND mtime < '2025-01-01'",
+            "path LIKE 'd0003/%' AND type = 'file' AND mtime < '2025-01-01'",
             "--select",
-            "parent, count(*) AS n",
-            "--order-by",
-            "n DESC",
-            "--limit",
-            "10",
+            "count(*) AS n, sum(size) AS bytes",
             "--format",
-            "csv",
+            "json",
         ],
     }
     if a.allow_incomplete:  # a stopped scan: only `pfs query` reads a manifest without its marker
@@ -282,6 +284,37 @@ def cmd_readers(a: argparse.Namespace) -> None:
         }
         if proc.returncode:
             row["stderr"] = proc.stderr.strip()[-500:]
+        _emit(row, a.raw)
+    _time_sql(a, rows)
+
+
+def _time_sql(a: argparse.Namespace, rows: int) -> None:
+    """The same filtered aggregate and du groupings in this process (DuckDB, 2 threads): the SQL's own
+    rate, without a command's start-up (Python imports, the marker, the sandbox)."""
+    import duckdb
+
+    src = f"read_parquet('{a.manifest}/*.parquet')"
+    top = "CASE WHEN depth > 1 THEN array_to_string(string_split(path, '/')[1:1], '/') ELSE parent END"
+    sqls = {
+        "sql count+sum where": f"SELECT count(*), sum(size) FROM {src} "
+        "WHERE type = 'file' AND size > 1000000 AND name LIKE '%.h5'",
+        "sql group by type": f"SELECT CAST(type AS VARCHAR), count(*), sum(size) FROM {src} GROUP BY ALL",
+        "sql group by top directory (du)": f"SELECT {top}, count(*), sum(size) FROM {src} GROUP BY ALL",
+    }
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    for name, sql in sqls.items():
+        t0, c0 = time.monotonic(), time.process_time()
+        con.execute(sql).fetchall()
+        wall, cpu = time.monotonic() - t0, time.process_time() - c0
+        row = {
+            "kind": "reader",
+            "command": name,
+            "rows": rows,
+            "wall_s": round(wall, 2),
+            "rows_per_s": round(rows / wall),
+        }
+        row.update(cpu_s=round(cpu, 2), rows_per_cpu_s=round(rows / max(cpu, 1e-9)), load=round(os.getloadavg()[0], 1))
         _emit(row, a.raw)
 
 
@@ -333,6 +366,8 @@ def main() -> None:
     s.add_argument("--threads", type=int)
     s.add_argument("--max-ops", type=float)
     s.add_argument("--kind", default="scan")
+    s.add_argument("--resume", action="store_true", help="finish an interrupted scan (give its --server)")
+    s.add_argument("--server", help="the server file's name in /dev/shm (default: a fresh one)")
     s.add_argument("--sim-cpu", action="store_true", help="also measure the simulator's own CPU per entry")
     s.add_argument("--progress", help="append the server's counters and the driver's RSS here every 30 s")
     s.set_defaults(fn=cmd_scan)
