@@ -139,9 +139,11 @@ def markdown(rows: list[dict]) -> str:
         "| mean latency ms | CPU us/entry | tasks | host load |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in rows:
-        if r.get("kind") not in ("grid", "ratecap"):
-            continue
+
+    def order(r: dict) -> tuple:
+        return (r["kind"], r["workers"], r["threads"] == "auto", 0 if r["threads"] == "auto" else int(r["threads"]))
+
+    for r in sorted((r for r in rows if r.get("kind") in ("grid", "ratecap")), key=order):
         x = in_flight(r)
         per_request = r["entries"] / max(r["requests"], 1)
         m = model(r, x, r["cpu_us_per_entry"]) / per_request if x else None

@@ -78,9 +78,8 @@ class CostModel:
     slots: int = 0  # 0: unlimited server
     service_us: float = 0.0
     page: int = 1000  # entries per listing request
-    server: str = (
-        ""  # name of a shared-memory file (/dev/shm/NAME) of the server's slots and counters ("" = this process only)
-    )
+    # the name of a shared-memory file (/dev/shm/NAME) holding the server's slots and counters; "": per process
+    server: str = ""
 
 
 _TREE_KEYS = {f.name: f.type for f in fields(TreeSpec)}
@@ -229,13 +228,16 @@ class Tree:
 
 
 _NAMES: dict[str, list[str]] = {"d": [], "f": []}
+_NAMES_LOCK = threading.Lock()
 
 
 def _names(prefix: str, n: int) -> list[str]:
-    """``d0000``, ``d0001``, ... (shared by every listing: made once)."""
+    """``d0000``, ``d0001``, ... (shared by every listing: made once; the lock keeps two threads from both
+    extending the list)."""
     names = _NAMES[prefix]
     if len(names) < n:
-        names.extend(f"{prefix}{i:04d}" for i in range(len(names), n))
+        with _NAMES_LOCK:
+            names.extend(f"{prefix}{i:04d}" for i in range(len(names), n))
     return names[:n]
 
 
