@@ -40,8 +40,17 @@ TASKS_PER_WORKER = 4
 # starting or ending; seen as a `pfs rm` hung with every thread waiting for the GIL).  Off for the
 # embedded cluster (its nannies hand the config to forked and spawned workers alike); the Slurm
 # script exports WORKER_ENV, and the Helm chart sets the same variable.
-WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
-WORKER_ENV = {"DASK_" + key.upper().replace(".", "__"): str(value) for key, value in WORKER_CONFIG.items()}
+#
+# Every batched stream (client -> scheduler, scheduler -> each worker, worker -> scheduler) keeps
+# its last ``low-level-log-length`` (default 1,000) message batches for debugging, and a scan task's
+# message carries its directories (up to 512 with their rows, ~100 KB): the embedded scheduler held
+# ~100 MB per worker that way (benchmarks/RESULTS-scale.md).  A short log keeps the driver's memory
+# flat whatever the number of workers and tasks.
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False, "distributed.admin.low-level-log-length": 20}
+DRIVER_CONFIG = {"distributed.admin.low-level-log-length": 20}  # the client's own stream to a remote scheduler
+WORKER_ENV = {
+    "DASK_" + key.upper().replace(".", "__").replace("-", "_"): str(value) for key, value in WORKER_CONFIG.items()
+}
 
 
 @dataclass(frozen=True)
@@ -117,7 +126,10 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
 
     options = options or ClusterOptions.from_env()
     if options.scheduler or options.scheduler_file:
-        client = client_of_scheduler(options)
+        import dask
+
+        with dask.config.set(DRIVER_CONFIG):  # read when the client's stream opens
+            client = client_of_scheduler(options)
         try:
             yield client
         finally:

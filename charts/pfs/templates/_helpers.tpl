@@ -102,6 +102,10 @@ securityContext:
        and a worker deadlock on CPython < 3.11.9 (gh-106883); see dask_pfs/cluster.py. */}}
 - name: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED
   value: "False"
+{{- /* Each batched stream keeps its last 1,000 message batches, scan tasks' directories included:
+       ~100 MB per worker on the scheduler; see dask_pfs/cluster.py. */}}
+- name: DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH
+  value: "20"
 {{- end }}
 
 {{/* ... plus pfs's I/O threads, for the containers that run pfs code (not the scheduler: tuning the workers
