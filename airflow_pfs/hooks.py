@@ -4,13 +4,20 @@ Two modes.  ``local`` (host ``local``, or extra ``{"mode": "local", "workers": N
 starts an embedded LocalCluster inside the task and stops it afterwards.  Otherwise host and
 port name a running Dask scheduler (``tcp://host:8786``; extra ``protocol`` for tls/ws, or
 extra ``scheduler_file``); only that mode can run deferrable jobs, which must outlive the task.
+A secured (``tls://``, mutual TLS) scheduler such as the Helm chart's takes the extras ``tls_ca_file``,
+``tls_cert`` and ``tls_key``: each a path on the Airflow worker or the PEM text itself (the chart's
+connection Secret embeds them); with them the protocol defaults to ``tls``.
 With no ``pfs_dask_default`` connection defined, the default behaves like the CLI:
 ``PFS_SCHEDULER`` if set, else an embedded cluster.
+
+The connection form's fields are declared in ``get_provider_info`` (``conn-fields``), as
+Airflow 3.2+ reads them; ``test_connection`` reaches the scheduler and reports its workers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,10 +25,14 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 from distributed import Client
 
-from dask_pfs.cluster import ClusterOptions, connect
+from dask_pfs.cluster import ClusterOptions, connect, default_workers
+from dask_pfs.errors import PfsError
+from dask_pfs.security import TlsFiles
 
 DEFAULT_PORT = 8786
 LOCAL_HOSTS = ("local", "localcluster", "embedded")
+CONN_TYPE = "pfs_dask"  # the connection form's fields are declared in airflow_pfs.get_provider_info
+TEST_TIMEOUT = "10s"
 
 
 def _positive_int(value: Any, what: str) -> int | None:
@@ -44,6 +55,10 @@ def options_from_connection(
     host = (host or "").strip()
     workers = _positive_int(extra.get("workers"), "workers")
     threads = _positive_int(extra.get("threads"), "threads")
+    try:
+        tls = TlsFiles.from_values(extra.get("tls_ca_file"), extra.get("tls_cert"), extra.get("tls_key"))
+    except PfsError as exc:
+        raise AirflowException(f"pfs_dask connection: {exc}") from None
     if mode not in ("", "local", "scheduler"):
         raise AirflowException(f"pfs_dask connection: mode must be 'local' or 'scheduler', got {mode!r}")
     if mode == "local" or host.lower() in LOCAL_HOSTS or (not host and not extra.get("scheduler_file")):
@@ -51,13 +66,13 @@ def options_from_connection(
             raise AirflowException("pfs_dask connection: mode 'scheduler' needs a host (or scheduler_file)")
         return ClusterOptions(workers=workers, threads=threads)
     if extra.get("scheduler_file"):
-        return ClusterOptions(scheduler_file=str(extra["scheduler_file"]), threads=threads)
+        return ClusterOptions(scheduler_file=str(extra["scheduler_file"]), threads=threads, security=tls)
     if "://" in host:
         address = host if host.rsplit(":", 1)[-1].isdigit() else f"{host}:{port or DEFAULT_PORT}"
     else:
-        protocol = extra.get("protocol") or schema or "tcp"
+        protocol = extra.get("protocol") or schema or ("tls" if tls else "tcp")
         address = f"{protocol}://{host}:{port or DEFAULT_PORT}"
-    return ClusterOptions(scheduler=address, threads=threads)
+    return ClusterOptions(scheduler=address, threads=threads, security=tls)
 
 
 class PfsDaskHook(BaseHook):
@@ -65,7 +80,7 @@ class PfsDaskHook(BaseHook):
 
     conn_name_attr = "pfs_dask_conn_id"
     default_conn_name = "pfs_dask_default"
-    conn_type = "pfs_dask"
+    conn_type = CONN_TYPE
     hook_name = "pfs (Dask cluster)"
 
     def __init__(
@@ -104,14 +119,17 @@ class PfsDaskHook(BaseHook):
         options = self.get_conn()
         return not (options.scheduler or options.scheduler_file)
 
+    def tls_settings(self) -> dict | None:
+        """The connection's client certificates as plain values (for the trigger), or None."""
+        security = self.get_conn().security
+        return security.as_dict() if isinstance(security, TlsFiles) else None
+
     def scheduler_address(self) -> str:
         """The running scheduler's address; an error for the embedded mode (it dies with the task)."""
         options = self.get_conn()
         if options.scheduler:
             return options.scheduler
         if options.scheduler_file:
-            import json
-
             with open(options.scheduler_file) as f:
                 return json.load(f)["address"]
         raise AirflowException(
@@ -127,6 +145,27 @@ class PfsDaskHook(BaseHook):
         with connect(options) as client:
             yield client
 
+    def test_connection(self) -> tuple[bool, str]:
+        """Reach the scheduler and report its workers (the UI's "Test" button)."""
+        import dask
+
+        where = "the Dask scheduler"
+        try:
+            options = self.get_conn()
+            if not (options.scheduler or options.scheduler_file):
+                workers = options.workers or default_workers()
+                return True, f"local mode: each task starts an embedded LocalCluster of {workers} worker processes"
+            where = options.scheduler or f"the address in {options.scheduler_file}"
+            with dask.config.set({"distributed.comm.timeouts.connect": TEST_TIMEOUT}), self.client() as client:
+                info = client.scheduler_info(n_workers=-1)
+        except AirflowException as exc:
+            return False, str(exc)
+        except PfsError as exc:
+            return False, f"pfs_dask connection: {exc}"
+        except (OSError, TimeoutError, ValueError, KeyError) as exc:
+            return False, f"cannot reach {where}: {type(exc).__name__}: {exc}"
+        return True, describe_cluster(info)
+
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         return {
@@ -139,3 +178,16 @@ class PfsDaskHook(BaseHook):
                 "extra": '{"mode": "local", "workers": 4, "threads": 32}',
             },
         }
+
+
+def describe_cluster(info: dict) -> str:
+    """One line about a scheduler's workers, from ``Client.scheduler_info()``."""
+    workers = info.get("workers") or {}
+    threads = sum(w.get("nthreads", 0) for w in workers.values())
+    memory = sum(w.get("memory_limit") or 0 for w in workers.values())
+    line = f"Dask scheduler {info.get('address')}: {len(workers)} workers, {threads} threads"
+    if memory:
+        line += f", {memory / 2**30:.1f} GiB memory"
+    if not workers:
+        line += " (no workers yet: jobs wait until some join)"
+    return line

@@ -2,8 +2,13 @@
 
 Public API::
 
-    from dask_pfs import scan, copy, remove, open_manifest, connect
+    from dask_pfs import scan, copy, remove, sync, verify, diff, open_manifest, connect
     result = scan("/lustre/project", "/lustre/manifests/project")
+
+    # on a secured (mutual TLS) scheduler, e.g. the Helm chart's
+    from dask_pfs import ClusterOptions, TlsFiles
+    tls = TlsFiles("ca.crt", "tls.crt", "tls.key")
+    result = scan("/data/project", "/data/m", cluster=ClusterOptions(scheduler="tls://sched:8786", security=tls))
 
 The engine functions share their names with their modules (``dask_pfs.scan`` the module,
 ``dask_pfs.scan`` the function): they are imported eagerly here so the package attribute is
@@ -14,10 +19,12 @@ from __future__ import annotations
 
 from .cluster import ClusterOptions, connect
 from .copy import CopyResult, copy
+from .diff import DiffResult, diff
 from .errors import IncompleteManifestError, PfsError
 from .manifest import Manifest, open_manifest
 from .remove import RemoveResult, remove
 from .scan import ScanResult, scan
+from .security import TlsFiles
 from .sync import SyncResult, sync
 from .verify import VerifyResult, verify
 from .version import __version__
@@ -25,16 +32,19 @@ from .version import __version__
 __all__ = [
     "ClusterOptions",
     "CopyResult",
+    "DiffResult",
     "IncompleteManifestError",
     "Manifest",
     "PfsError",
     "RemoveResult",
     "ScanResult",
     "SyncResult",
+    "TlsFiles",
     "VerifyResult",
     "__version__",
     "connect",
     "copy",
+    "diff",
     "open_manifest",
     "remove",
     "scan",

@@ -18,6 +18,7 @@ from operators.sizes import parse_size
 
 from .cluster import ClusterOptions
 from .errors import PfsError
+from .security import TlsFiles
 from .version import __version__
 
 SIZES = "256M = 256*10^6 bytes, 256MiB = 256*2^20 (as dask.utils.parse_bytes)"
@@ -46,16 +47,42 @@ def cli() -> None:
     """Parallel file-system tools: scan trees into Parquet manifests and act on them with Dask."""
 
 
-def cluster_options(func: Callable) -> Callable:
-    """Options shared by every command that runs on a cluster."""
-    opts = [
+def scheduler_options() -> list[Callable]:
+    """How to reach a running scheduler: its address or scheduler file, and the client's TLS certificates."""
+    return [
         click.option(
             "--scheduler",
             envvar="PFS_SCHEDULER",
             metavar="ADDR",
-            help="Dask scheduler (tcp://host:8786). Default: start a local cluster.",
+            help="Dask scheduler (tcp://host:8786, tls://host:8786). Default: start a local cluster.",
         ),
         click.option("--scheduler-file", type=click.Path(), help="Dask scheduler file (batch systems)."),
+        click.option(
+            "--tls-ca-file",
+            envvar="PFS_TLS_CA_FILE",
+            metavar="PEM",
+            help="CA certificate of a tls:// scheduler's cluster (mutual TLS, e.g. the Helm chart's).",
+        ),
+        click.option("--tls-cert", envvar="PFS_TLS_CERT", metavar="PEM", help="This client's TLS certificate."),
+        click.option(
+            "--tls-key", envvar="PFS_TLS_KEY", metavar="PEM", help="This client's TLS key (if not in --tls-cert)."
+        ),
+    ]
+
+
+def pop_scheduler_options(kwargs: dict) -> dict:
+    """ClusterOptions fields from the parsed :func:`scheduler_options` (removed from ``kwargs``)."""
+    return {
+        "scheduler": kwargs.pop("scheduler"),
+        "scheduler_file": kwargs.pop("scheduler_file"),
+        "security": TlsFiles.from_values(kwargs.pop("tls_ca_file"), kwargs.pop("tls_cert"), kwargs.pop("tls_key")),
+    }
+
+
+def cluster_options(func: Callable) -> Callable:
+    """Options shared by every command that runs on a cluster."""
+    opts = [
+        *scheduler_options(),
         click.option("--workers", type=click.IntRange(1), help="Worker processes of the local cluster."),
         click.option(
             "--threads",
@@ -77,7 +104,7 @@ def cluster_options(func: Callable) -> Callable:
         click.option(
             "--cluster",
             "cluster_kind",
-            type=click.Choice(["local", "slurm"]),
+            type=click.Choice(["local", "slurm", "kubernetes"]),
             default="local",
             show_default=True,
             help="Cluster to start when no scheduler is given.",
@@ -90,6 +117,14 @@ def cluster_options(func: Callable) -> Callable:
         click.option("--slurm-account"),
         click.option("--slurm-interface"),
         click.option("--slurm-local-directory"),
+        click.option("--k8s-claim", metavar="NAME", help="--cluster kubernetes: the shared ReadWriteMany claim."),
+        click.option("--k8s-mount", default="/data", show_default=True, help="Where workers mount the claim."),
+        click.option("--k8s-image", help="Image with pfs (default: the chart's, ghcr.io/pfs/pfs:0.1.0)."),
+        click.option("--k8s-namespace", help="Namespace of the DaskCluster (default: the kube config's)."),
+        click.option("--k8s-min-workers", type=click.IntRange(0), default=1, show_default=True),
+        click.option("--k8s-max-workers", type=click.IntRange(1), default=4, show_default=True),
+        click.option("--k8s-cpu", help="CPU of each worker pod (requests = limits), e.g. 2."),
+        click.option("--k8s-memory", help="Memory of each worker pod (requests = limits), e.g. 8Gi."),
         click.option(
             "--dashboard/--no-dashboard",
             default=None,
@@ -108,7 +143,10 @@ def cluster_options(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         slurm = None
-        if kwargs.pop("cluster_kind") == "slurm":
+        kind = kwargs.pop("cluster_kind")
+        kubernetes = _kubernetes(kind, {k[4:]: kwargs.pop(k) for k in [k for k in kwargs if k.startswith("k8s_")]},
+                                 kwargs["threads"])  # fmt: skip
+        if kind == "slurm":
             slurm = {
                 "jobs": kwargs["slurm_jobs"],
                 "cores": kwargs["slurm_cores"],
@@ -124,17 +162,84 @@ def cluster_options(func: Callable) -> Callable:
             kwargs.pop(key)
         limits = _limits(kwargs.pop("max_ops_per_second"), kwargs.pop("max_bandwidth"))
         kwargs["cluster"] = ClusterOptions(
-            scheduler=kwargs.pop("scheduler"),
-            scheduler_file=kwargs.pop("scheduler_file"),
+            **pop_scheduler_options(kwargs),
             workers=kwargs.pop("workers"),
             threads=kwargs["threads"],
             slurm=slurm,
+            kubernetes=kubernetes,
             limits=limits,
             dashboard=kwargs.pop("dashboard"),
         )
         return func(*args, **kwargs)
 
     return wrapper
+
+
+def prune_options(func: Callable) -> Callable:
+    """``--exclude``, ``--include``, ``--max-depth``, ``--one-file-system`` -> ``prune`` (``operators.prune.Prune``)."""
+    opts = [
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="PATTERN",
+            help="Leave out entries matching this gitignore-style pattern (repeatable); "
+            "excluded directories are never listed.",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="PATTERN",
+            help="Keep only files matching one of these gitignore-style patterns (repeatable); "
+            "directories no pattern can reach below are never listed.",
+        ),
+        click.option("--max-depth", type=click.IntRange(1), help="Go no deeper than N levels below the root."),
+        click.option(
+            "-x", "--one-file-system", is_flag=True, help="Do not enter directories on other file systems (mounts)."
+        ),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from operators.prune import Prune
+
+        values = {k: kwargs.pop(k) for k in ("exclude", "include", "max_depth", "one_file_system")}
+        try:
+            prune = Prune(
+                exclude=tuple(values["exclude"]),
+                include=tuple(values["include"]),
+                max_depth=values["max_depth"],
+                one_file_system=values["one_file_system"],
+            )
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+        kwargs["prune"] = prune if prune.active or prune.one_file_system else None
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _kubernetes(kind: str, k8s: dict, threads: int | None):
+    """``--cluster kubernetes`` and its ``--k8s-*`` options as ``KubernetesOptions`` (else None)."""
+    if kind != "kubernetes":
+        return None
+    from .kubernetes import DEFAULT_IMAGE, KubernetesOptions
+
+    try:
+        return KubernetesOptions(
+            claim=k8s["claim"] or "",
+            mount_path=k8s["mount"],
+            image=k8s["image"] or DEFAULT_IMAGE,
+            namespace=k8s["namespace"],
+            min_workers=k8s["min_workers"],
+            max_workers=k8s["max_workers"],
+            threads=threads,
+            cpu=k8s["cpu"],
+            memory=k8s["memory"],
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cluster kubernetes") from None
 
 
 def _limits(ops: float | None, bandwidth: str | None):

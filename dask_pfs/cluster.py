@@ -1,4 +1,4 @@
-"""Getting a Dask client: the embedded default, an existing scheduler, or a batch cluster.
+"""Getting a Dask client: the embedded default, an existing scheduler, a Slurm or a Kubernetes cluster.
 
 With no scheduler given pfs starts a ``LocalCluster`` of worker *processes* sized for the
 machine and shuts it down afterwards.  On Linux the workers are forked from the driver, which has
@@ -19,15 +19,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .errors import PfsError
+from .security import TlsFiles, check_client_certificate, scheduler_address
+from .worker_config import DRIVER_CONFIG, TASKS_PER_WORKER, WORKER_CONFIG
+
 if TYPE_CHECKING:
     from distributed import Client
+    from distributed.security import Security
 
     from operators.ratelimit import Limits
 
-
-from .worker_config import WORKER_CONFIG
-
-TASKS_PER_WORKER = 4
+    from .kubernetes import KubernetesOptions
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,15 @@ class ClusterOptions:
     workers: int | None = None  # embedded cluster: worker processes
     threads: int | None = None  # I/O threads per worker process
     slurm: dict | None = None  # options for dask_pfs.jobqueue.start_slurm_cluster
+    kubernetes: KubernetesOptions | None = None  # a DaskCluster of the job's own (dask_pfs.kubernetes)
     limits: Limits | None = None  # job-wide --max-ops-per-second / --max-bandwidth (dask_pfs.limits)
     dashboard: bool | None = None  # embedded cluster: serve the dashboard (None: PFS_DASHBOARD, else a TTY)
+    # a running tls:// scheduler: the client's certificates (None: PFS_TLS_* via from_env, or Dask's config)
+    security: TlsFiles | Security | None = None
 
     @classmethod
     def from_env(cls, **overrides) -> ClusterOptions:
-        values: dict[str, Any] = {"scheduler": os.environ.get("PFS_SCHEDULER") or None}
+        values: dict[str, Any] = {"scheduler": os.environ.get("PFS_SCHEDULER") or None, "security": TlsFiles.from_env()}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -100,7 +105,10 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
 
     options = options or ClusterOptions.from_env()
     if options.scheduler or options.scheduler_file:
-        client = Client(options.scheduler, scheduler_file=options.scheduler_file, set_as_default=False, timeout="30s")
+        import dask
+
+        with dask.config.set(DRIVER_CONFIG):  # read when the client's stream opens
+            client = client_of_scheduler(options)
         try:
             yield client
         finally:
@@ -111,6 +119,10 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             from .jobqueue import start_slurm_cluster
 
             cluster: Any = start_slurm_cluster(**options.slurm)
+        elif options.kubernetes is not None:
+            from .kubernetes import start_kubernetes_cluster
+
+            cluster = start_kubernetes_cluster(options.kubernetes)
         else:
             import dask
 
@@ -137,6 +149,40 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
         finally:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
+
+
+def client_of_scheduler(options: ClusterOptions) -> Client:
+    """A client of the running scheduler ``options`` names; bad settings and an unreachable scheduler are PfsErrors.
+
+    Waits up to Dask's ``distributed.comm.timeouts.connect`` (30 s; the Helm chart's Job sets more).
+    """
+    from distributed import Client
+
+    if options.scheduler:
+        address = options.scheduler
+    elif options.scheduler_file:
+        address = _address_in(options.scheduler_file)
+    else:
+        raise PfsError("give --scheduler ADDR, --scheduler-file FILE or PFS_SCHEDULER")
+    address = scheduler_address(address, secured=options.security is not None)
+    security = options.security
+    if isinstance(security, TlsFiles):
+        security = security.to_security()
+    check_client_certificate(address, security)
+    try:
+        return Client(address, security=security, set_as_default=False)
+    except OSError as exc:  # refused, timed out, TLS handshake rejected
+        raise PfsError(f"cannot reach the Dask scheduler {address}: {exc}") from None
+
+
+def _address_in(scheduler_file: str) -> str:
+    import json
+
+    try:
+        with open(scheduler_file) as f:
+            return json.load(f)["address"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PfsError(f"scheduler file {scheduler_file}: no scheduler address in it ({exc})") from None
 
 
 def dashboard_link(client: Client) -> str | None:

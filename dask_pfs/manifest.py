@@ -27,7 +27,7 @@ from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHE
 
 from .caps import Cap
 from .errors import IncompleteManifestError, PfsError, QueryError
-from .sql import Filter, where_filter, write_parquet
+from .sql import Filter, sql_str, where_filter, write_parquet
 from .sql import connect as locked
 from .version import __version__
 
@@ -110,11 +110,40 @@ class Manifest:
             return self.table_name
         return f"read_parquet({sql_str(self.parts_glob)}{', filename = true' if filename else ''})"
 
+    # As frames (``dask_pfs.frames``): filter with Dask, pandas or pyarrow, then pass the result to
+    # copy/remove/verify as ``selection=``.
+
+    def query(self, where: str | None = None, select: str | None = None, order: str | None = None,
+              limit: int | None = None):  # fmt: skip
+        """The rows matching the SQL condition ``where``: a lazy ``duckdb.DuckDBPyRelation``."""
+        from .frames import query
+
+        return query(self, where, select, order, limit)
+
+    def to_arrow(self, where: str | None = None, columns: list[str] | None = None):
+        """The (selected) rows as a ``pyarrow.Table``."""
+        from .frames import to_arrow
+
+        return to_arrow(self, where, columns)
+
+    def to_pandas(self, where: str | None = None, columns: list[str] | None = None):
+        """The (selected) rows as a ``pandas.DataFrame``."""
+        from .frames import to_pandas
+
+        return to_pandas(self, where, columns)
+
+    def to_dask(self, columns: list[str] | None = None, **read_parquet):
+        """A ``dask.dataframe`` over the part files (``read_parquet`` options pass through)."""
+        from .frames import to_dask
+
+        return to_dask(self, columns, **read_parquet)
+
 
 def connection() -> duckdb.DuckDBPyConnection:
     """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
     return con
 
 
@@ -220,11 +249,6 @@ def _duck_type(field: pa.Field) -> str:
     if pa.types.is_unsigned_integer(t):
         return "UBIGINT"
     return "BIGINT"
-
-
-def sql_str(s: str) -> str:
-    """A DuckDB string literal."""
-    return "'" + s.replace("'", "''") + "'"
 
 
 def has_marker(url: str, storage_options: dict | None = None) -> bool:

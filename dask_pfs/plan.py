@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from operators.journal import write_atomic
 
 from .errors import PfsError
+from .frames import KEY
 from .manifest import connection, sql_str
 from .sql import Filter
 
 PLAN_FILE = "plan.parquet"
 PLAN_INFO = "_plan.json"
-KEY = "coalesce(path_raw, encode(path))"
 ACTIONS = ("new", "changed", "type-changed", "unchanged", "extra", "error")
 COPY_ACTIONS = ("new", "changed", "type-changed")
 # never part of a destination's contents: journals and temp files of pfs runs

@@ -7,40 +7,13 @@ writes are checked by ``dask_pfs.sql`` and run on its locked connection (``sql.c
 
 from __future__ import annotations
 
-import duckdb
-
 from .errors import PfsError
 from .manifest import Manifest, connection
-from .sql import check_order, check_select, check_where
+from .sql import check_where, run_query, select_sql
 
 BY_CHOICES = ("parent", "uid", "gid", "type", "ext", "depth")
-__all__ = ["BY_CHOICES", "connection", "du_sql", "run_query", "select_sql"]  # connection: manifest.py's
-
-
-def select_sql(
-    manifest: Manifest,
-    where: str | None = None,
-    select: str | None = None,
-    order: str | None = None,
-    limit: int | None = None,
-) -> str:
-    """The query of ``pfs query``; each clause is checked to be only what its option says."""
-    where, select, order = check_where(where), check_select(select), check_order(order)
-    sql = f"SELECT {select or '*'} FROM {manifest.relation_sql()} AS m"
-    if where:
-        sql += f" WHERE ({where})"
-    if order:
-        sql += f" ORDER BY {order}"
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
-    return sql
-
-
-def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelation:
-    try:
-        return con.sql(sql)
-    except duckdb.Error as exc:
-        raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
+# connection is manifest.py's, run_query and select_sql are sql.py's (Manifest.query runs them too)
+__all__ = ["BY_CHOICES", "connection", "du_sql", "run_query", "select_sql"]
 
 
 def du_sql(manifest: Manifest, by: str = "parent", depth: int | None = None, where: str | None = None) -> str:

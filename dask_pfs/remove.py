@@ -21,8 +21,11 @@ from collections.abc import Callable
 
 from distributed import Client
 
+from operators.prune import Prune
+
 from .cluster import ClusterOptions
 from .errors import PfsError
+from .frames import takes_selection
 from .limits import Limits, concurrency_report
 from .manifest import selection_options
 from .progress import NullProgress, Reporter
@@ -31,6 +34,7 @@ from .runtime import job_client
 from .sql import Filter
 
 
+@takes_selection("manifest")
 def remove(
     url: str | os.PathLike | None = None,
     client: Client | None = None,
@@ -53,8 +57,10 @@ def remove(
     resume: bool = False,
     journal: str | os.PathLike | bool | None = None,
     chunk_files: int = CHUNK,
+    prune: Prune | None = None,
 ) -> RemoveResult:
-    """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where``.
+    """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where`` and/or ``selection``
+    (a frame of manifest rows: Dask, pandas, pyarrow, DuckDB, or a saved Parquet path; ``dask_pfs.frames``).
 
     Raises :class:`PfsError` (nothing removed) for a missing target, a refused target (``/``,
     the home directory, a mount point, a bucket, unless ``force``), an unsafe manifest row, or
@@ -68,10 +74,15 @@ def remove(
     ``journal``: where finished chunks are recorded (default: see ``dask_pfs.rm_journal``;
     False: nowhere; dry runs keep none); ``resume`` goes on with the interrupted run it describes,
     with that run's ``chunk_files`` (rows per unlink or rmdir task), so chunk ids match.
+
+    ``prune`` (tree mode; ``operators.prune``) leaves entries in place: excluded ones, those below
+    ``max_depth`` or on another file system are not listed or unlinked, and their directories stay.
     """
     if (url is None) == (manifest is None):
         raise PfsError("give either a URL or --manifest, not both")
     selection, cap = selection_options(manifest, where, max_entries)
+    if prune is not None and manifest is not None:
+        raise PfsError("--exclude/--include/--max-depth/--one-file-system prune a tree walk; with --manifest, --where")
     t0 = time.monotonic()
     job = Removal(
         dry_run=dry_run,
@@ -85,6 +96,7 @@ def remove(
         resume=resume,
         journal=journal,
         chunk=max(1, chunk_files),
+        prune=prune,
     )
     try:
         if manifest is not None:

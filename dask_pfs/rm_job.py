@@ -18,6 +18,7 @@ from distributed import Client
 
 from operators.journal import Journal
 from operators.names import decode
+from operators.prune import Prune
 from operators.remove import (
     RemoveSpec,
     RmCounts,
@@ -39,7 +40,7 @@ from .progress import Reporter, human_bytes
 from .results import JobResult, ProblemLog
 from .runtime import Submitter, WalkTuning, new_run_id, walk_frontier
 from .sql import Filter
-from .urls import Location, probe, refuse_target, resolve
+from .urls import Location, probe, pruned_at, refuse_target, resolve
 
 CHUNK = 2000  # manifest rows per unlink / rmdir task
 CHECK_CHUNK = 20_000  # manifest rows per safety-check task (cheap: one lstat per distinct directory)
@@ -101,10 +102,12 @@ class Removal:
         resume: bool,
         journal: str | os.PathLike | bool | None,
         chunk: int,
+        prune: Prune | None = None,
     ) -> None:
         self.dry_run, self.force, self.ignore_changes = dry_run, force, ignore_changes
         self.threads, self.progress, self.confirm, self.show = threads, progress, confirm, show
         self.tuning, self.resume, self.journal_opt, self.chunk = tuning, resume, journal, chunk
+        self.prune = prune  # tree mode: what the walk leaves in place
         self.target = ""
         self.mode = "tree"
         self.spec: RemoveSpec | None = None
@@ -132,6 +135,7 @@ class Removal:
             dry_run=self.dry_run,
             ignore_changes=self.ignore_changes,
             sample_limit=self.show,
+            prune=pruned_at(loc, self.prune),
         )
 
     def _ask(self, message: str) -> None:
@@ -160,7 +164,9 @@ class Removal:
             self.spec = self._spec(loc)
             self._ask(f"Remove {loc.url} and everything below it?")
             if jr is not None:
-                job = {"job": "rm", "mode": "tree", "target": loc.url}
+                job: dict = {"job": "rm", "mode": "tree", "target": loc.url}
+                if self.prune is not None:
+                    job["prune"] = self.prune.describe()
                 if self.resume and same_job(jr, job):
                     self.resumed = len(jr.done())
                 else:
@@ -294,6 +300,7 @@ class Removal:
         spec = self.spec
         assert spec is not None
         left: dict[int, list] = {0: [b""]}
+        kept: set[bytes] = set()  # hold what the prune left in place: never removed
 
         def task(items: list[DirItem], budget: Budget, n: int) -> tuple[Callable, tuple]:
             return remove_tree_chunk, (spec, items, budget)
@@ -302,6 +309,7 @@ class Removal:
             if self.jr is not None and res.counts.failed == 0:
                 self.jr.record(f"t-{sub.run}-{n:07d}", **res.counts.as_dict())
             self._collect(res.counts)
+            kept.update(res.kept_dirs)
             for rel in res.left_dirs:
                 left.setdefault(rel.count(b"/") + 1, []).append(rel)
             return res.frontier
@@ -309,7 +317,8 @@ class Removal:
         walk_frontier(sub, deque([(b"" if spec.is_local else "", None)]), self.tuning, task, fold)
         # ids of tree chunks name this run: a resumed run walks what is left, it skips nothing
         n = self.chunk
-        cuts = ((d, left[d][i : i + n]) for d in sorted(left, reverse=True) for i in range(0, len(left[d]), n))
+        levels = ((d, [r for r in left[d] if r not in kept]) for d in sorted(left, reverse=True))
+        cuts = ((d, rels[i : i + n]) for d, rels in levels for i in range(0, len(rels), n))
         self._rmdir_levels(sub, cuts, prefix=f"d-{sub.run}-")
 
     def _run_manifest(self, sub: Submitter) -> None:

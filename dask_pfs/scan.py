@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 from distributed import Client
 
+from operators.prune import Prune
+
 from .cluster import ClusterOptions
 from .limits import Limits
 from .progress import Reporter
@@ -31,6 +33,7 @@ def scan(
     limits: Limits | None = None,
     resume: bool = False,
     on_parts: Callable[[list[str]], None] | None = None,
+    prune: Prune | None = None,
 ) -> ScanResult:
     """Scan ``url`` into a manifest directory ``out``; return counts and timings.
 
@@ -46,6 +49,9 @@ def scan(
 
     ``on_parts`` is called on the driver with each finished task's parts, which the manifest keeps,
     while the walk goes on.
+
+    ``prune`` leaves entries out of the walk (``operators.prune``: gitignore-style excludes and
+    includes, a maximum depth, one file system); directories it leaves out are never listed.
     """
     job = TreeScan(
         url,
@@ -56,6 +62,7 @@ def scan(
         out_storage_options=out_storage_options,
         checksum=checksum,
         resume=resume,
+        prune=prune,
     )
     if job.done is not None:
         return job.done

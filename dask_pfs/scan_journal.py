@@ -49,11 +49,11 @@ class Resumed:
     frontier: list[DirItem] = field(default_factory=list)
 
 
-def start(jr: Journal, url: str, out: str, checksum: str | None) -> None:
-    jr.start({"job": "scan", "url": url, "out": out, "checksum": checksum, "attempt": 0})
+def start(jr: Journal, url: str, out: str, checksum: str | None, prune: dict | None = None) -> None:
+    jr.start({"job": "scan", "url": url, "out": out, "checksum": checksum, "prune": prune, "attempt": 0})
 
 
-def load(jr: Journal, url: str, checksum: str | None, root: DirItem) -> Resumed | None:
+def load(jr: Journal, url: str, checksum: str | None, root: DirItem, prune: dict | None = None) -> Resumed | None:
     """The interrupted scan ``jr`` describes, marked as a new attempt; None when there is none."""
     job = jr.job()
     if job.get("job") != "scan" or job.get("url") != url:
@@ -62,6 +62,11 @@ def load(jr: Journal, url: str, checksum: str | None, root: DirItem) -> Resumed 
         raise PfsError(
             f"the interrupted scan in {job.get('out')} ran with --checksum {job.get('checksum') or 'none'}: "
             "resume it with the same option (or start over with --overwrite)"
+        )
+    if job.get("prune") != prune:
+        raise PfsError(
+            f"the interrupted scan in {job.get('out')} left out other entries ({job.get('prune')}): resume it "
+            "with the same --exclude/--include/--max-depth/--one-file-system (or start over with --overwrite)"
         )
     res = Resumed(attempt=int(job.get("attempt", 0)) + 1)
     given: set[bytes | str] = set()

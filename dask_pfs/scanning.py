@@ -27,6 +27,7 @@ from distributed import Client
 
 from operators.checksum import check_algorithm, checksum_local, checksum_remote, fill_rows
 from operators.parts import part_name, write_part
+from operators.prune import Prune
 from operators.rows import Row, row_from_info, row_from_stat, rows_to_table
 from operators.scan_task import ChunkResult, ScanSpec, scan_chunk
 from operators.walk import Budget, DirItem, Tally
@@ -39,7 +40,7 @@ from .manifest import has_marker, prepare_output, remove_manifest_files, write_m
 from .progress import NullProgress, Reporter
 from .results import JobResult
 from .runtime import Submitter, WalkTuning, walk_frontier
-from .urls import Location, probe, resolve
+from .urls import Location, probe, pruned_at, resolve
 
 ScanTuning = WalkTuning  # the scan's task sizes
 
@@ -86,6 +87,7 @@ class TreeScan:
         out_storage_options: dict | None = None,
         checksum: str | None = None,
         resume: bool = False,
+        prune: Prune | None = None,
     ) -> None:
         checksum = check_checksum(checksum)
         if resume and overwrite:
@@ -100,12 +102,14 @@ class TreeScan:
         root = probe(loc, follow=True)  # the root may be a symlink (like find -H); nothing below is followed
         if not root.exists:
             raise PfsError(f"{loc.url}: no such file or directory")
+        self.prune = prune = pruned_at(loc, prune)
+        pruning = prune.describe() if prune is not None else None
         self.journal = sj.scan_journal(loc.url, out, out_storage_options) if root.kind == "directory" else None
         if resume and has_marker(out, out_storage_options):
             self.done = self._complete()
             return
         if resume and self.journal is not None:
-            self.prior = sj.load(self.journal, loc.url, checksum, _root_item(loc))
+            self.prior = sj.load(self.journal, loc.url, checksum, _root_item(loc), pruning)
         if self.prior is not None and not _parts_present(out, self.prior.parts, out_storage_options):
             logging.getLogger("pfs").warning("%s: parts the journal names are gone; scanning afresh", out)
             self.prior = None
@@ -122,6 +126,7 @@ class TreeScan:
             out_storage_options=out_storage_options or {},
             threads=threads,
             checksum=checksum,
+            prune=prune,
         )
 
     def run(
@@ -149,7 +154,7 @@ class TreeScan:
             tally.add(prior.tally)
             parts.extend(prior.parts)
         elif journal is not None:
-            sj.start(journal, self.loc.url, self.out, spec.checksum)
+            sj.start(journal, self.loc.url, self.out, spec.checksum, spec.prune.describe() if spec.prune else None)
 
         def task(items: list[DirItem], budget: Budget, n: int) -> tuple[Callable, tuple]:
             return scan_chunk, (spec, items, sj.task_id(attempt, n), budget)
@@ -184,6 +189,7 @@ class TreeScan:
             "task_slots": sub.slots,
             "run_id": sub.run,
             "checksum": spec.checksum,
+            "prune": spec.prune.describe() if spec.prune else None,
             "concurrency": concurrency_report(client, spec.threads),
             "limits": asdict(limits) if limits else None,
             "resumed_tasks": resumed,

@@ -16,12 +16,14 @@ from distributed import Client
 
 from operators.checksum import checksum_table
 from operators.parts import part_name
+from operators.prune import Prune
 from operators.remote_scan import FLAT_PROTOCOLS
 
 from .manifest import Manifest, Selection, open_manifest, prepare_output, write_marker
 from .progress import NullProgress, Reporter
 from .runtime import Submitter
 from .scanning import scan_tree
+from .sql import Filter
 from .urls import resolve
 
 CHUNK_ROWS = 2000  # rows per checksum task
@@ -53,19 +55,23 @@ def scan_sides(
     jobs: list[tuple[str, str, dict | None] | None],
     checksum: str | None,
     threads: int | None,
+    progress: Reporter | None = None,
+    prune: Prune | None = None,
 ) -> list[Side]:
-    """Every side: the one given, else its job ``(url, out, storage_options)`` scanned, all at once on one cluster."""
+    """Every side: the one given, else its job ``(url, out, storage_options)`` scanned, all at once on
+    one cluster (``prune``: what both scans leave out, ``operators.prune``)."""
 
     def one(url: str, out: str, options: dict | None) -> Side:
         result = scan_tree(
             client,
             url,
             out,
-            NullProgress(),
+            progress or NullProgress(),
             threads=threads,
             overwrite=True,
             storage_options=options,
             checksum=checksum,
+            prune=prune,
         )
         return Side(open_manifest(out), result.root, options or {}, result.failed)
 
@@ -78,7 +84,9 @@ def scan_sides(
     return [side for side in done if side is not None]
 
 
-def with_checksums(client: Client, side: Side, where: str | None, algorithm: str, out: str, progress: Reporter) -> Side:
+def with_checksums(
+    client: Client, side: Side, where: str | Filter | None, algorithm: str, out: str, progress: Reporter
+) -> Side:
     """``side`` unchanged if its selected files all have checksums, else a checksummed copy of the rows."""
     sel = Selection(side.manifest, where)
     missing = f"type = 'file' AND error IS NULL AND (checksum IS NULL OR NOT starts_with(checksum, '{algorithm}:'))"
@@ -106,5 +114,5 @@ def with_checksums(client: Client, side: Side, where: str | None, algorithm: str
             sub.drain()
     finally:
         progress.stop()
-    write_marker(out, {"root": side.root, "derived_from": side.manifest.url, "where": where, "checksum": algorithm})
+    write_marker(out, {"root": side.root, "derived_from": side.manifest.url, "where": sel.where, "checksum": algorithm})
     return Side(open_manifest(out), side.root, side.storage_options, side.scanned_errors + done["errors"])

@@ -211,6 +211,7 @@ def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyC
     """
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
     dirs: list[str] = []
     tables = {}
     for m in manifests:
@@ -272,6 +273,40 @@ def write_parquet(con: duckdb.DuckDBPyConnection, sql: str, path: str, storage_o
     return rows
 
 
+def sql_str(s: str) -> str:
+    """A DuckDB string literal."""
+    return "'" + s.replace("'", "''") + "'"
+
+
+# ---------------------------------------------------------------- pfs query (and Manifest.query)
+
+
+def select_sql(
+    manifest: Manifest,
+    where: str | None = None,
+    select: str | None = None,
+    order: str | None = None,
+    limit: int | None = None,
+) -> str:
+    """The query of ``pfs query``; each clause is checked to be only what its option says."""
+    where, select, order = check_where(where), check_select(select), check_order(order)
+    sql = f"SELECT {select or '*'} FROM {manifest.relation_sql()} AS m"
+    if where:
+        sql += f" WHERE ({where})"
+    if order:
+        sql += f" ORDER BY {order}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return sql
+
+
+def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelation:
+    try:
+        return con.sql(sql)
+    except duckdb.Error as exc:
+        raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
+
+
 __all__ = [
     "Filter",
     "arrow_reader",
@@ -279,6 +314,9 @@ __all__ = [
     "check_select",
     "check_where",
     "connect",
+    "run_query",
+    "select_sql",
+    "sql_str",
     "where_filter",
     "write_parquet",
 ]

@@ -33,6 +33,7 @@ from distributed import Client
 
 from operators.checksum import DEFAULT
 from operators.journal import write_atomic
+from operators.prune import Prune
 
 from .caps import Cap
 from .cluster import ClusterOptions
@@ -101,13 +102,15 @@ def sync(
     chunk_files: int = 500,
     chunk_bytes: int = 256 * MiB,
     split_size: int | None = None,
+    prune: Prune | None = None,
 ) -> SyncResult:
     """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
 
     ``checksum`` (True or an algorithm) compares content hashes instead of size and mtime.
     ``confirm(message)`` is asked before anything is deleted (not for a dry run).  Raises
     :class:`PfsError` (exit code 2, nothing changed) for refused requests, ``max_delete``
-    exceeded and a declined confirmation.
+    exceeded and a declined confirmation.  ``prune`` applies to both scans (``operators.prune``):
+    what it leaves out is neither copied nor deleted.
     """
     t0 = time.monotonic()
     progress = progress or NullProgress()
@@ -141,6 +144,7 @@ def sync(
                 progress,
                 storage_options,
                 dst_storage_options,
+                prune,
             )
             if algorithm:
                 sides = [
@@ -182,6 +186,7 @@ def _sides(
     progress: Reporter,
     so: dict | None,
     dso: dict | None,
+    prune: Prune | None = None,
 ) -> list[Side]:
     """Both manifests: complete ones given by the user are used as they are, the rest are scanned."""
     if not is_dir(s_loc):
@@ -197,7 +202,7 @@ def _sides(
             sides[i] = manifest_side(m, loc.url, opts)
         else:
             jobs[i] = (loc.url, m, opts)
-    return scan_sides(client, sides, jobs, algorithm, threads)
+    return scan_sides(client, sides, jobs, algorithm, threads, prune=prune)
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,

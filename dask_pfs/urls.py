@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import stat as st
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import fsspec
 from fsspec.registry import available_protocols
+
+from operators.prune import Prune
 
 from .errors import PfsError
 
@@ -152,3 +154,13 @@ def refuse_target(loc: Location, force: bool) -> None:
             reason = "it is a whole bucket or file system root"
     if reason:
         raise PfsError(f"refusing to remove {loc.url}: {reason} (pass --force to remove it anyway)")
+
+
+def pruned_at(loc: Location, prune: Prune | None) -> Prune | None:
+    """``prune`` with the root's device filled in for ``one_file_system`` (local trees; object stores have none)."""
+    if prune is None or not prune.one_file_system or not loc.is_local:
+        return prune
+    try:
+        return replace(prune, device=os.stat(loc.path).st_dev)
+    except OSError as exc:
+        raise PfsError(f"{loc.url}: {exc.strerror}") from None

@@ -22,15 +22,15 @@ from operators.checksum import DEFAULT
 
 from .cluster import ClusterOptions
 from .errors import PfsError
+from .frames import KEY, takes_selection
 from .progress import NullProgress, Reporter
 from .results import JobResult
 from .runtime import job_client
 from .scanning import check_checksum
 from .sides import Side, manifest_side, scan_sides, with_checksums
-from .sql import check_where, write_parquet
+from .sql import Filter, where_filter, write_parquet
 from .sql import connect as locked
 
-KEY = "coalesce(path_raw, encode(path))"
 STATUSES = ("missing", "extra", "different", "error")
 
 
@@ -49,7 +49,7 @@ class VerifyResult(JobResult):
         return self.log
 
 
-def compare_sql(src: Side, dst: Side, where: str | None) -> str:
+def compare_sql(src: Side, dst: Side, where: Filter | None) -> str:
     """One row per path on either side with its status (missing/extra/different/error/same)."""
     cond = f"({where})" if where else "TRUE"
     if src.flat or dst.flat:
@@ -73,6 +73,7 @@ def compare_sql(src: Side, dst: Side, where: str | None) -> str:
     )
 
 
+@takes_selection(None)
 def verify(
     src: str | os.PathLike | None = None,
     dst: str | os.PathLike | None = None,
@@ -80,7 +81,7 @@ def verify(
     *,
     src_manifest: str | os.PathLike | None = None,
     dst_manifest: str | os.PathLike | None = None,
-    where: str | None = None,
+    where: str | Filter | None = None,
     checksum: str = DEFAULT,
     report: str | os.PathLike | None = None,
     cluster: ClusterOptions | None = None,
@@ -93,7 +94,8 @@ def verify(
     """Compare ``src`` and ``dst`` by content (``checksum``: the algorithm); a side may be given as
     a manifest instead.
 
-    ``where`` (one DuckDB condition over manifest columns, ``dask_pfs.sql``) selects rows on both sides.  With a
+    ``where`` (one DuckDB condition over manifest columns, ``dask_pfs.sql``) and ``selection`` (a frame of
+    manifest rows, ``dask_pfs.frames``) select rows on both sides.  With a
     manifest and a URL for the same side, the manifest's rows are read below the URL.  Rows
     that are not the same go to the Parquet ``report`` (default: a file in the temp dir).
     """
@@ -101,7 +103,7 @@ def verify(
     algorithm = check_checksum(checksum) or DEFAULT
     if (src is None and src_manifest is None) or (dst is None and dst_manifest is None):
         raise PfsError("give SRC and DST (trees), or --src-manifest / --dst-manifest")
-    where = check_where(where)
+    selected = where_filter(where)  # a user's clause is checked; a selection's filter is pfs's own
     progress = progress or NullProgress()
     src, dst = (os.fspath(x) if x is not None else None for x in (src, dst))
     sides: list[Side | None] = [
@@ -116,10 +118,10 @@ def verify(
             (dst, os.path.join(work, "dst"), dst_storage_options) if dst is not None else None,
         ]
         s_side, d_side = (
-            with_checksums(client, side, where, algorithm, os.path.join(work, f"{label}-sums"), progress)
+            with_checksums(client, side, selected, algorithm, os.path.join(work, f"{label}-sums"), progress)
             for side, label in zip(scan_sides(client, sides, jobs, algorithm, threads), ("src", "dst"), strict=True)
         )
-        counts, wrote, sample_rows = _compare(s_side, d_side, where, report, samples)
+        counts, wrote, sample_rows = _compare(s_side, d_side, selected, report, samples)
     return VerifyResult(
         source=s_side.root,
         destination=d_side.root,
@@ -131,9 +133,10 @@ def verify(
     )
 
 
-def _compare(s_side: Side, d_side: Side, where: str | None, report: str, samples: int):
+def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samples: int):
     """Counts per status, the report written (None when everything is the same), the first differences."""
-    con = locked(s_side.manifest, d_side.manifest)  # the where-clause runs only on a locked connection
+    # the where-clause runs only on a locked connection (which may read a selection's file too)
+    con = locked(s_side.manifest, d_side.manifest, reads=where.reads if where else ())
     sql = compare_sql(s_side, d_side, where)
     try:
         rows = con.execute(f"SELECT status, count(*), sum(src_size) FROM ({sql}) GROUP BY status").fetchall()

@@ -83,8 +83,7 @@ class LocalLister:
                     except OSError:
                         is_dir = False  # the stat in the batch decides
                     if is_dir and self.dirs_by_type:
-                        child = join(rel, name)
-                        listing.subdirs.append((child, dir_row(child)))
+                        listing.subdirs.append(self.subdir(join(rel, name), entry))
                         continue
                     batch.append((name, is_dir))
                     seen += 1
@@ -102,6 +101,10 @@ class LocalLister:
         listing.rows = rows
         listing.subdirs.extend(subdirs)
         return listing
+
+    def subdir(self, child: bytes, entry: os.DirEntry) -> DirItem:
+        """A directory the listing's ``d_type`` names (``dirs_by_type``), queued without a stat."""
+        return child, dir_row(child)
 
     def batch(self, dir_fd: int, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
         """What is done to a batch of a directory's entries: the scan stats them."""

@@ -20,10 +20,10 @@ FLAT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "ad
 
 
 class FsspecLister:
-    def __init__(self, protocol: str, root: str, storage_options: dict | None = None) -> None:
+    def __init__(self, protocol: str, root: str, storage_options: dict | None = None, flat: bool | None = None) -> None:
         self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
         self.root = root.rstrip("/")
-        self.flat = protocol in FLAT_PROTOCOLS
+        self.flat = protocol in FLAT_PROTOCOLS if flat is None else flat
 
     def rel(self, name: str) -> str:
         name = name.rstrip("/")

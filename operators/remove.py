@@ -10,6 +10,9 @@ Three kinds of task, all returning counters and a bounded list of problems, neve
 - :func:`rmdir_entries` removes directories (one depth level at a time, driven from outside);
   a directory that is still not empty is left and counted, not failed.
 
+A tree walk may be pruned (``operators.prune``): what it leaves out is never unlinked, never
+listed below, and the directories holding it are not removed (nor counted as left non-empty).
+
 Symlinks are never followed: non-directories are unlinked (a link goes, its target stays),
 directories are opened with ``O_NOFOLLOW`` before listing and entries are unlinked relative
 to that descriptor, so a directory swapped for a link mid-run is not descended into.
@@ -29,9 +32,11 @@ import pyarrow as pa
 from .concurrency import in_flight_cap
 from .names import to_bytes
 from .pool import get_pool
+from .prune import STOP, Prune
 from .ratelimit import take_ops
 from .removers import BATCH, Entry, FsspecRemover, LocalRemover
 from .rm_counts import FAILED, SAMPLES, RmCounts
+from .rows import Row
 from .safety import check_paths
 from .walk import Budget, DirItem, walk
 
@@ -47,6 +52,7 @@ class RemoveSpec:
     dry_run: bool = False
     ignore_changes: bool = False
     sample_limit: int = SAMPLES
+    prune: Prune | None = None  # tree mode: what the walk leaves in place
 
     @property
     def is_local(self) -> bool:
@@ -80,6 +86,7 @@ class TreeChunkResult:
     frontier: list[DirItem]
     entries: int
     seconds: float
+    kept_dirs: list[bytes] = field(default_factory=list)  # hold what the prune left: never removed
 
 
 def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) -> TreeChunkResult:
@@ -92,10 +99,17 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
     dirs: list[bytes] = []
     failed_dirs: list[bytes] = []
 
+    def rel_of(row: Row) -> bytes:
+        return to_bytes(row[0], row[1]) if spec.is_local else row[0].encode("utf-8", "surrogateescape")
+
+    def on_pruned(row: Row, decision: str) -> None:
+        rel = rel_of(row)
+        lister.kept.add(rel if decision == STOP else rel.rpartition(b"/")[0])
+
     def emit(buf) -> None:
         rows, buf.rows = buf.rows, []
         for row in rows:
-            rel = to_bytes(row[0], row[1]) if spec.is_local else row[0].encode("utf-8", "surrogateescape")
+            rel = rel_of(row)
             if row[-1] is not None:
                 counts.problem(rel, FAILED, row[-1])
                 if row[2] == "directory":
@@ -109,23 +123,38 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
                     counts.sample(rel, spec.sample_limit)
 
     try:
-        tally, frontier = walk(lister, items, pool, in_flight_cap(spec.threads), budget, emit)
+        tally, frontier = walk(
+            lister, items, pool, in_flight_cap(spec.threads), budget, emit, prune=spec.prune, on_pruned=on_pruned
+        )
     finally:
         lister.close()
+    kept = ancestors(lister.kept)
     blocked = set()
     for rel in [r for r, _ in frontier] + failed_dirs:
         rel = rel if isinstance(rel, bytes) else rel.encode("utf-8", "surrogateescape")
         while rel and rel not in blocked:
             blocked.add(rel)
             rel = rel.rpartition(b"/")[0]
-    done = [d for d in dirs if d not in blocked]
-    left = [d for d in dirs if d in blocked and d not in failed_dirs]
+    done = [d for d in dirs if d not in blocked and d not in kept]
+    left = [d for d in dirs if d in blocked and d not in failed_dirs and d not in kept]
     by_depth: dict[int, list[bytes]] = {}
     for rel in done:
         by_depth.setdefault(rel.count(b"/") + 1 if rel else 0, []).append(rel)
     for depth in sorted(by_depth, reverse=True):  # deepest level first, each level in parallel
         counts.add(_batched(spec, pool, lambda b: remover.rmdirs(b, False), by_depth[depth]), spec.sample_limit)
-    return TreeChunkResult(counts, left, frontier, tally.entries, time.monotonic() - start)
+    return TreeChunkResult(counts, left, frontier, tally.entries, time.monotonic() - start, sorted(kept))
+
+
+def ancestors(rels: set[bytes]) -> set[bytes]:
+    """``rels`` and every directory above them, up to the root (``b""``)."""
+    out: set[bytes] = set()
+    for rel in rels:
+        while rel not in out:
+            out.add(rel)
+            if not rel:
+                break
+            rel = rel.rpartition(b"/")[0]
+    return out
 
 
 # ---------------------------------------------------------------- manifest mode (and the driver's last pass)

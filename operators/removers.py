@@ -16,7 +16,8 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .local_scan import LocalLister
-from .names import join, to_bytes
+from .names import decode, join, to_bytes
+from .prune import DROP
 from .ratelimit import take_ops
 from .remote_scan import FLAT_PROTOCOLS, FsspecLister
 from .rm_counts import CHANGED, FAILED, NONEMPTY, RmCounts
@@ -25,6 +26,7 @@ from .safety import resolve_under
 from .walk import DirItem, Listing
 
 if TYPE_CHECKING:
+    from .prune import Prune
     from .remove import RemoveSpec
 
 BATCH = 64  # entries per pool job: a few syscalls each, so jobs stay cheap to schedule
@@ -89,7 +91,7 @@ class LocalRemover(_Remover[bytes]):
         self.spec = spec
 
     def tree_lister(self) -> LocalTreeRemover:
-        return LocalTreeRemover(self.spec.root_bytes, self.spec.dry_run)
+        return LocalTreeRemover(self.spec.root_bytes, self.spec.dry_run, self.spec.prune)
 
     def locate(self, rel: bytes) -> bytes:
         return resolve_under(self.spec.root_bytes, rel)
@@ -194,9 +196,20 @@ class LocalTreeRemover(LocalLister):
     small_batch = large_batch = BATCH
     spread = 0
 
-    def __init__(self, root: bytes, dry_run: bool) -> None:
+    def __init__(self, root: bytes, dry_run: bool, prune: Prune | None = None) -> None:
         super().__init__(root)
         self.dry_run = dry_run
+        self.prune = prune if prune is not None and prune.active else None
+        self.kept: set[bytes] = set()  # directories holding a non-directory the prune keeps in place
+
+    def subdir(self, child: bytes, entry: os.DirEntry) -> DirItem:
+        """With ``--one-file-system``, the directory's device (one more lstat) for the walk's prune."""
+        if self.prune is None or self.prune.device is None:
+            return child, dir_row(child)
+        try:
+            return child, dir_row(child, entry.stat(follow_symlinks=False).st_dev)
+        except OSError:
+            return child, dir_row(child)  # gone or unreadable: opening it tells
 
     def open_failed(self, rel: bytes, exc: OSError, listing: Listing) -> None:
         if isinstance(exc, FileNotFoundError):
@@ -207,7 +220,15 @@ class LocalTreeRemover(LocalLister):
             listing.error = exc
 
     def batch(self, dir_fd: int, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
-        return self.unlink_batch(dir_fd, rel, [name for name, _ in names])
+        if self.prune is None:
+            return self.unlink_batch(dir_fd, rel, [name for name, _ in names])
+        go = []
+        for name, _ in names:  # never unlinked: the walk's prune would see the row only after
+            if self.prune.decide(decode(join(rel, name))[0], False) == DROP:
+                self.kept.add(rel)
+            else:
+                go.append(name)
+        return self.unlink_batch(dir_fd, rel, go)
 
     def unlink_batch(self, fd: int, rel: bytes, names: list[bytes]) -> tuple[list[Row], list[DirItem]]:
         rows: list[Row] = []
@@ -223,7 +244,7 @@ class LocalTreeRemover(LocalLister):
                 rows.append(error_row(path, "other", exc))
                 continue
             if st.S_ISDIR(s.st_mode):  # d_type was unknown, or it was replaced since the listing
-                subdirs.append((path, dir_row(path)))
+                subdirs.append((path, dir_row(path, s.st_dev)))
                 continue
             row = row_from_stat(path, s)
             if not self.dry_run:
@@ -241,8 +262,11 @@ class FsspecTreeRemover:
     """A ``walk`` Lister over fsspec: lists like a scan, deletes each listing's keys in bulk."""
 
     def __init__(self, spec: RemoveSpec) -> None:
-        self.lister = FsspecLister(spec.protocol, spec.root, spec.storage_options)
+        tree = spec.prune is not None and spec.prune.needs_tree_walk  # prune prefixes instead of listing them
+        self.lister = FsspecLister(spec.protocol, spec.root, spec.storage_options, flat=False if tree else None)
         self.dry_run = spec.dry_run
+        self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
+        self.kept: set[bytes] = set()
 
     def root_error_row(self, error: BaseException) -> Row:
         return self.lister.root_error_row(error)
@@ -253,6 +277,14 @@ class FsspecTreeRemover:
     def list_dir(self, item: DirItem, pool: Executor) -> Listing:
         listing = self.lister.list_dir(item, pool)
         files = [r for r in listing.rows if r[2] != "directory"]
+        if self.prune is not None:
+            keep = []
+            for r in files:
+                if self.prune.decide(r[0], False) == DROP:
+                    self.kept.add(r[0].rpartition("/")[0].encode("utf-8", "surrogateescape"))
+                else:
+                    keep.append(r)
+            files = keep
         dirs = [r for r in listing.rows if r[2] == "directory"]
         listing.rows = dirs
         for start in range(0, len(files), S3_BATCH):

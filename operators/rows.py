@@ -17,6 +17,7 @@ Row = tuple  # values in ROW_COLUMNS order
 _I_PATH = ROW_COLUMNS.index("path")
 _I_ERROR = ROW_COLUMNS.index("error")
 _I_TYPE = ROW_COLUMNS.index("type")
+_I_DEV = ROW_COLUMNS.index("dev")
 
 
 def type_of_mode(mode: int) -> str:
@@ -202,9 +203,11 @@ def _parent_of(paths: pa.Array) -> pa.Array:
     return pc.if_else(has_parent, parents, pa.scalar("", pa.string()))
 
 
-def dir_row(rel: bytes) -> Row:
-    """A directory's row when only its name is known (a remover's walk reports it once it is listed)."""
+def dir_row(rel: bytes, dev: int | None = None) -> Row:
+    """A directory's row when only its name (and, for --one-file-system, its device) is known (a
+    remover's walk reports it once it is listed)."""
     values: list = [None] * len(ROW_COLUMNS)
     values[0], values[1] = decode(rel)
     values[2] = "directory"
+    values[_I_DEV] = dev
     return tuple(values)

@@ -16,6 +16,7 @@ from .local_scan import LocalLister
 from .names import to_bytes
 from .parts import part_name, write_part
 from .pool import get_pool
+from .prune import Prune
 from .remote_scan import FsspecLister
 from .rows import RowBuffer
 from .walk import Budget, DirItem, Tally, walk
@@ -33,11 +34,13 @@ class ScanSpec:
     threads: int | None = None
     flush_rows: int = 200_000
     checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
+    prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
 
     def lister(self):
         if self.protocol in ("file", "local"):
             return LocalLister(self.root)
-        return FsspecLister(self.protocol, self.root, self.storage_options)
+        tree = self.prune is not None and self.prune.needs_tree_walk  # prune prefixes instead of listing them
+        return FsspecLister(self.protocol, self.root, self.storage_options, flat=False if tree else None)
 
 
 @dataclass
@@ -73,7 +76,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
     cap = in_flight_cap(spec.threads)
     pool = get_pool(spec.threads, ((spec.protocol, spec.root),))
     try:
-        tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows)
+        tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows, spec.prune)
     finally:
         lister.close()
     tally.errors += len(sum_failures)

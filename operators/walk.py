@@ -16,10 +16,11 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .prune import DROP, KEEP, Prune
 from .rows import Row, RowBuffer, with_error
 from .schema import ROW_COLUMNS
 
-_TYPE, _SIZE, _ERROR = (ROW_COLUMNS.index(c) for c in ("type", "size", "error"))
+_TYPE, _SIZE, _ERROR, _DEV = (ROW_COLUMNS.index(c) for c in ("type", "size", "error", "dev"))
 
 # (path relative to the scan root, the directory's own row as its parent saw it; None for the root)
 DirItem = tuple[bytes | str, Row | None]
@@ -54,6 +55,7 @@ class Tally:
     other: int = 0
     bytes: int = 0
     errors: int = 0
+    pruned: int = 0  # entries --exclude/--include/--max-depth left out (a directory: with all below it)
     error_samples: list[str] = field(default_factory=list)
 
     def count(self, row: Row) -> None:
@@ -75,7 +77,7 @@ class Tally:
                 self.error_samples.append(f"{row[0]}: {err}")
 
     def add(self, other: Tally) -> None:
-        for name in ("entries", "files", "directories", "symlinks", "other", "bytes", "errors"):
+        for name in ("entries", "files", "directories", "symlinks", "other", "bytes", "errors", "pruned"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         room = 20 - len(self.error_samples)
         if room > 0:
@@ -107,6 +109,8 @@ def walk(
     budget: Budget,
     emit: Callable[[RowBuffer], None],
     flush_rows: int = 200_000,
+    prune: Prune | None = None,
+    on_pruned: Callable[[Row, str], None] | None = None,
 ) -> tuple[Tally, list[DirItem]]:
     """Walk below ``items`` until the budget is spent; return the tally and the unstarted frontier.
 
@@ -114,6 +118,8 @@ def walk(
     the end, so a task's memory is bounded by ``flush_rows`` whatever the directory sizes.
     ``concurrency`` caps the listings in flight: a number, or a callable asked each round
     (the process's auto-tuned limit, ``operators.concurrency.in_flight_cap``).
+    ``prune`` decides, for each listed entry, whether it is kept and whether a directory is entered
+    (``operators.prune``); ``on_pruned(row, decision)`` hears of every entry left out or not entered.
     """
     tally = Tally()
     buf = RowBuffer()
@@ -126,6 +132,33 @@ def walk(
         if tally.entries < budget.max_entries and elapsed < budget.max_seconds:
             return False
         return len(pending) > 1 or bool(inflight) or elapsed >= budget.lone_seconds
+
+    def sift(rows: list[Row], subdirs: list[DirItem]) -> tuple[list[Row], list[DirItem]]:
+        """The rows to keep and the directories to enter, as ``prune`` decides."""
+        if prune is None or not prune.active:
+            return rows, subdirs
+        kept = []
+        for row in rows:
+            decision = prune.decide(row[0], row[_TYPE] == "directory", row[_DEV])
+            if decision == DROP:
+                tally.pruned += 1
+                if on_pruned is not None:
+                    on_pruned(row, decision)
+            else:
+                kept.append(row)
+        enter = []
+        for item in subdirs:
+            seen = item[1]
+            if seen is None or (decision := prune.decide(seen[0], True, seen[_DEV])) == KEEP:  # None: the root
+                enter.append(item)
+                continue
+            if decision == DROP:
+                tally.pruned += 1
+            else:
+                kept.append(seen)  # STOP: its row, not its contents
+            if on_pruned is not None:
+                on_pruned(seen, decision)
+        return kept, enter
 
     def take(rows: list[Row]) -> None:
         for row in rows:
@@ -156,11 +189,12 @@ def walk(
                         if own_row is not None
                         else lister.root_error_row(listing.error)
                     )
-                take(listing.rows + ([own_row] if own_row is not None else []))
-                pending.extend(listing.subdirs)
+                rows, subdirs = sift(listing.rows, listing.subdirs)
+                take(rows + ([own_row] if own_row is not None else []))
+                pending.extend(subdirs)
                 inflight.update(listing.pending)
             else:
-                rows, subdirs = _batch_result(fut)
+                rows, subdirs = sift(*_batch_result(fut))
                 take(rows)
                 pending.extend(subdirs)
     emit(buf)

@@ -16,11 +16,13 @@ from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 from distributed import Client
 
+from dask_pfs.cluster import client_of_scheduler
 from dask_pfs.errors import PfsError
 from dask_pfs.progress import LogProgress
 
 from .. import jobs
 from ..hooks import PfsDaskHook
+from ..lineage import LineageRef
 from ..triggers import PfsJobTrigger
 
 
@@ -63,6 +65,7 @@ class PfsBaseOperator(BaseOperator):
         self.progress_interval = progress_interval
         self.fail_on_errors = self.fail_on_errors_default if fail_on_errors is None else fail_on_errors
         self._client: Client | None = None
+        self._pfs_result: dict | None = None
 
     # --- what a concrete operator provides -------------------------------------------------------
 
@@ -85,6 +88,18 @@ class PfsBaseOperator(BaseOperator):
     def error_samples(self, summary: dict) -> list[str]:
         """A few "path: error" lines from the engine's summary, for the log and the failure message."""
         return [": ".join(map(str, s)) for s in summary.get("samples") or []]
+
+    def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:
+        """(inputs, outputs): the datasets this call read and wrote, from the rendered arguments and
+        its result (``{}`` when it failed before reporting)."""
+        return [], []
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any):
+        """OpenLineage datasets and the ``pfs`` run facet (called by the OpenLineage provider)."""
+        from ..lineage_facets import operator_lineage
+
+        inputs, outputs = self.lineage(self._pfs_result or {})
+        return operator_lineage(self.engine, inputs, outputs, self._pfs_result)
 
     # --- shared machinery ------------------------------------------------------------------------
 
@@ -115,7 +130,7 @@ class PfsBaseOperator(BaseOperator):
             action = jobs.attach_or_submit(client, name, spec, self.progress_interval)
         self.log.info("pfs job %s on %s: %s", name, address, action)
         self.defer(
-            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval),
+            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval, tls=hook.tls_settings()),
             method_name="execute_complete",
         )
 
@@ -124,9 +139,9 @@ class PfsBaseOperator(BaseOperator):
         name, status = event.get("name"), event.get("status")
         if status != jobs.MISSING and name is not None:
             try:
-                with Client(self.hook.scheduler_address(), timeout="30s", set_as_default=False) as client:
+                with client_of_scheduler(self.hook.get_conn()) as client:
                     jobs.forget(client, name)
-            except OSError as exc:
+            except (OSError, PfsError) as exc:
                 self.log.warning("Could not clean up pfs job %s on the scheduler: %s", name, exc)
         if status != jobs.FINISHED:
             detail = event.get("error") or "no result recorded"
@@ -135,6 +150,7 @@ class PfsBaseOperator(BaseOperator):
 
     def _finish(self, context: Context, summary: dict) -> dict:
         result = self.report(summary)
+        self._pfs_result = result
         errors = int(result.get("errors") or 0)
         samples = self.error_samples(summary)
         if errors:

@@ -9,6 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
+from ..lineage import MANIFEST, LineageRef
 from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
 from .base import PfsBaseOperator
 
@@ -98,3 +99,17 @@ class PfsCopyOperator(PfsBaseOperator):
         if self.manifest_out is not None:
             kwargs["manifest_out"] = to_url(self.manifest_out, "manifest_out")[0]
         return JobSpec(self.engine, (src, dst), kwargs)
+
+    def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:
+        inputs = []
+        if self.src is not None or result.get("source"):
+            src, options = to_url(self.src, "src") if self.src is not None else (result["source"], {})
+            inputs.append(LineageRef(src, storage_options=merge_options(options, self.storage_options)))
+        if self.manifest is not None:
+            inputs.append(LineageRef(manifest_url(self.manifest)[0], MANIFEST))
+        dst, dst_options = to_url(self.dst, "dst")
+        stats = {"fileCount": result.get("files"), "size": result.get("bytes")}
+        outputs = [LineageRef(dst, storage_options=merge_options(dst_options, self.dst_storage_options), stats=stats)]
+        if self.manifest_out is not None:
+            outputs.append(LineageRef(to_url(self.manifest_out, "manifest_out")[0], MANIFEST))
+        return inputs, outputs

@@ -9,6 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
+from ..lineage import MANIFEST, LineageRef
 from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
 from .base import PfsBaseOperator
 
@@ -79,6 +80,15 @@ class PfsRemoveOperator(PfsBaseOperator):
             storage_options=merge_options(options, self.storage_options),
         )
         return JobSpec(self.engine, (), kwargs)
+
+    def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:
+        """Reads the manifest (if any); changes the tree, unless it was a dry run."""
+        inputs = [] if self.manifest is None else [LineageRef(manifest_url(self.manifest)[0], MANIFEST)]
+        if result.get("dry_run") or (self.path is None and not result.get("target")):
+            return inputs, []
+        url, carried = to_url(self.path, "path") if self.path is not None else (result["target"], {})
+        options = merge_options(carried, self.storage_options)
+        return inputs, [LineageRef(url, storage_options=options, dropped=self.path is not None)]
 
     def report(self, summary: dict) -> dict:
         result = super().report(summary)

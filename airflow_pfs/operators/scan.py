@@ -9,6 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
+from ..lineage import MANIFEST, LineageRef
 from ..paths import merge_options, to_url
 from .base import PfsBaseOperator
 
@@ -57,3 +58,11 @@ class PfsScanOperator(PfsBaseOperator):
             "threads": self.threads,
         }
         return JobSpec(self.engine, (url, out), kwargs)
+
+    def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:
+        url, options = to_url(self.path, "path")
+        out, out_options = to_url(self.manifest, "manifest")
+        tree = LineageRef(result.get("root") or url, storage_options=merge_options(options, self.storage_options))
+        stats = {"rowCount": result.get("entries")}
+        written = LineageRef(out, MANIFEST, merge_options(out_options, self.out_storage_options), stats)
+        return [tree], [written]

@@ -9,6 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
+from ..lineage import MANIFEST, PLAN, LineageRef
 from ..paths import manifest_urls, merge_options, to_url
 from .base import PfsBaseOperator
 
@@ -81,6 +82,18 @@ class PfsSyncOperator(PfsBaseOperator):
         if self.plan is not None:
             kwargs["plan"] = to_url(self.plan, "plan")[0]
         return JobSpec(self.engine, (src, dst), kwargs)
+
+    def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:
+        src, src_options = to_url(self.src, "src")
+        dst, dst_options = to_url(self.dst, "dst")
+        inputs = [LineageRef(src, storage_options=merge_options(src_options, self.storage_options))]
+        inputs += [LineageRef(url, MANIFEST) for url in manifest_urls(self, "src_manifest", "dst_manifest").values()]
+        outputs = [LineageRef(result["plan"], PLAN)] if result.get("plan") else []
+        if not result.get("dry_run"):
+            stats = {"fileCount": result.get("copied_files"), "size": result.get("copied_bytes")}
+            options = merge_options(dst_options, self.dst_storage_options)
+            outputs.insert(0, LineageRef(dst, storage_options=options, stats=stats))
+        return inputs, outputs
 
     def error_samples(self, summary: dict) -> list[str]:
         samples = super().error_samples(summary)

@@ -9,6 +9,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
 from ..jobs import JobSpec
+from ..lineage import MANIFEST, REPORT, LineageRef
 from ..paths import check_where, manifest_urls, merge_options, to_url
 from .base import PfsBaseOperator
 
@@ -63,3 +64,13 @@ class PfsVerifyOperator(PfsBaseOperator):
         if self.report_path is not None:
             kwargs["report"] = to_url(self.report_path, "report_path")[0]
         return JobSpec(self.engine, (src, dst), kwargs)
+
+    def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:
+        """Reads both sides (trees and/or manifests); writes the report, when asked for one."""
+        inputs = []
+        for tree, options in ((self.src, self.storage_options), (self.dst, self.dst_storage_options)):
+            if tree is not None:
+                url, carried = to_url(tree, "tree")
+                inputs.append(LineageRef(url, storage_options=merge_options(carried, options)))
+        inputs += [LineageRef(url, MANIFEST) for url in manifest_urls(self, "src_manifest", "dst_manifest").values()]
+        return inputs, [LineageRef(result["log"], REPORT)] if result.get("log") else []  # the report

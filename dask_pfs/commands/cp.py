@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..cli import SIZE, SIZES, cli, cluster_options, echo_json
+from ..cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
 from ..copy import copy
 from ..errors import PfsError
 from ..progress import NullProgress, Reporter, describe, human_bytes
@@ -105,6 +105,7 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
 @click.option("--failure-log", help="Parquet file listing failed paths (default: one in the temp dir).")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: only the chunks its journal lacks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@prune_options
 @cluster_options
 def cp_cmd(
     paths,
@@ -127,6 +128,7 @@ def cp_cmd(
     cluster,
     threads,
     progress,
+    prune,
 ) -> None:
     """Copy a tree: pfs cp SRC DST, or pfs cp --manifest DIR [--where SQL] DST.
 
@@ -184,6 +186,7 @@ def cp_cmd(
         manifest_out=manifest_out,
         failure_log=failure_log,
         resume=resume,
+        prune=prune,
     )
     c = result.counts
     if as_json:

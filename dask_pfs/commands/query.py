@@ -211,6 +211,10 @@ def info_cmd(manifest, as_json) -> None:
     click.echo(f"errors    {c.get('errors', 0):,}")
     for e in i.get("errors", [])[:5]:
         click.echo(f"          {e}")
+    prune = (i.get("options") or {}).get("prune")
+    if prune:
+        rules = ", ".join(f"{k} {v}" for k, v in prune.items() if v)
+        click.echo(f"pruned    {c.get('pruned', 0):,} entries left out ({rules})")
     click.echo(
         f"scanned   {i.get('started')} .. {i.get('finished')} ({i.get('seconds')} s, {i.get('tasks')} tasks, "
         f"{i.get('parts')} parts)"

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..cli import cli, cluster_options, echo_json
+from ..cli import cli, cluster_options, echo_json, prune_options
 from ..errors import PfsError
 from ..progress import human_bytes, make_reporter
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: skip the chunks its journal lists.")
 @click.option("--journal", help="Directory for the journal (default: MANIFEST/.pfs-journal-<id>, or the cache).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@prune_options
 @cluster_options
 def rm_cmd(
     url,
@@ -57,6 +58,7 @@ def rm_cmd(
     cluster,
     threads,
     progress,
+    prune,
 ) -> None:
     """Remove a tree (URL), or the entries of a manifest selected by --where.
 
@@ -100,6 +102,7 @@ def rm_cmd(
         resume=resume,
         journal=journal,
         chunk_files=chunk_files,
+        prune=prune,
     )
     if as_json:
         echo_json(result.summary())

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..cli import cli, cluster_options, echo_json
+from ..cli import cli, cluster_options, echo_json, prune_options
 from ..progress import human_bytes, make_reporter
 
 
@@ -25,9 +25,10 @@ from ..progress import human_bytes, make_reporter
     type=click.Choice(["xxh3", "sha256", "md5"]),
     help="Also read every file and store its content hash (xxh3 = xxh3-128, fast) in the checksum column.",
 )
+@prune_options
 @cluster_options
 def scan_cmd(
-    url: str, out: str, overwrite: bool, resume: bool, as_json: bool, checksum, cluster, threads, progress
+    url: str, out: str, overwrite: bool, resume: bool, as_json: bool, checksum, cluster, threads, progress, prune
 ) -> None:
     """Scan URL (a path, a mount, s3://, sftp://...) into a Parquet manifest.
 
@@ -53,6 +54,7 @@ def scan_cmd(
         on_dashboard=show_dashboard,
         checksum=checksum,
         resume=resume,
+        prune=prune,
     )
     c = result.counts
     if as_json:

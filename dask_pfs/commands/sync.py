@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..cli import cli, cluster_options, echo_json
+from ..cli import cli, cluster_options, echo_json, prune_options
 from ..progress import human_bytes
 
 
@@ -29,6 +29,7 @@ from ..progress import human_bytes
 @click.option("--resume", is_flag=True, help="Go on with an interrupted sync: its plan, and only unfinished chunks.")
 @click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per copy task.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@prune_options
 @cluster_options
 def sync_cmd(
     src,
@@ -48,6 +49,7 @@ def sync_cmd(
     cluster,
     threads,
     progress,
+    prune,
 ) -> None:
     """Make DST a mirror of the contents of SRC (like rsync -a SRC/ DST/).
 
@@ -59,6 +61,8 @@ def sync_cmd(
     A destination entry whose type changed (file <-> directory) is removed before the copy.
     --delete removes extras; it is switched off, with a warning, when the source scan
     reported errors (an unreadable directory is not a deleted one). --max-delete caps it.
+    --exclude/--include/--max-depth/-x apply to both scans: what they leave out is neither
+    copied nor deleted.
 
     \b
     Resume: the plan and the copy's journal (DST/.pfs-journal-<id>/, see docs/journal.md)
@@ -95,6 +99,7 @@ def sync_cmd(
         progress=make_reporter(progress),
         chunk_files=chunk_files,
         chunk_bytes=256 * MiB,
+        prune=prune,
     )
     c = result.counts
     if as_json:

@@ -18,6 +18,7 @@ ranges of a big file.  The journal is deleted when a run ends without failures.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -32,10 +33,12 @@ from operators.copy import CopySpec
 from operators.copy_plan import ChunkLimits
 from operators.journal import Journal
 from operators.mounts import is_network
+from operators.prune import Prune
 
 from ..caps import Cap
 from ..cluster import ClusterOptions
 from ..errors import PfsError
+from ..frames import takes_selection
 from ..limits import Limits, concurrency_report
 from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from ..progress import NullProgress, Reporter
@@ -87,6 +90,7 @@ def default_split_size(spec: CopySpec) -> int:
     return NO_SPLIT if local_disks else SPLIT_SIZE
 
 
+@takes_selection("manifest")
 def copy(
     src: str | os.PathLike | None,
     dst: str | os.PathLike,
@@ -115,8 +119,12 @@ def copy(
     journal: str | os.PathLike | bool | None = None,
     limits: Limits | None = None,
     stream: bool = True,
+    prune: Prune | None = None,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst`` (``dask_pfs.copy.target``).
+
+    ``selection``: a frame of manifest rows (Dask, pandas, pyarrow, DuckDB, or a saved Parquet path;
+    ``dask_pfs.frames``) to copy, alone or with ``where``.
 
     ``split_size``: files bigger than this are copied in byte ranges of this size by parallel tasks;
     None picks :func:`default_split_size` (256 MiB, or no split from one local disk to another).
@@ -134,7 +142,8 @@ def copy(
     ``journal``: where to record finished chunks (default: see the module docstring; False: none);
     ``resume`` continues the interrupted run that journal describes.
     ``stream`` copies while scanning where it can (``dask_pfs.copy.streaming``); False keeps the
-    phases strictly one after the other.
+    phases strictly one after the other.  ``prune`` leaves entries out of the scan of ``src``
+    (``operators.prune``: excludes, includes, a maximum depth, one file system).
     """
     t0 = time.monotonic()
     if overwrite and skip_existing:
@@ -144,6 +153,11 @@ def copy(
     selection, cap = selection_options(manifest, where, max_entries)
     where_text = str(selection) if selection else None
     selected = None
+    if prune is not None and manifest is not None:
+        raise PfsError(
+            "--exclude/--include/--max-depth/--one-file-system choose what a scan of SRC keeps; "
+            "with --manifest, select rows with --where"
+        )
     progress = progress or NullProgress()
     # everything that can refuse the request runs before a cluster is started or anything is written
     m: Manifest | None = None
@@ -155,7 +169,7 @@ def copy(
         root = os.fspath(src) if src is not None else m.root
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     live = manifest is None
-    jr = target.journal(journal, src, manifest, where_text)
+    jr = target.journal(journal, src, manifest, where_text if prune is None else json.dumps(prune.describe()))
     prior = jr.job() if jr is not None and resume else {}
     if jr is not None and not resume and jr.exists:
         logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
@@ -228,6 +242,7 @@ def copy(
                 storage_options=storage_options,
                 resume=bool(prior),  # killed while scanning: finish that scan (its own journal)
                 on_parts=streamer.on_parts if streamer else None,
+                prune=prune,
             )
             m = open_manifest(manifest_out)
             phases["scan"] = round(time.monotonic() - t_scan, 3)

@@ -27,7 +27,11 @@ DAG_SOURCES = [
     REPO / "tests" / "airflow_dags" / "pfs_test_dags.py",
     REPO / "examples" / "stage_dataset.py",
     REPO / "examples" / "nightly_purge.py",
+    REPO / "examples" / "landed_data.py",
 ]
+# OpenLineage events of every task go to this file (one JSON event per line): what the
+# lineage tests read.  Emitted in a thread, not a forked child, next to the tasks' Dask clients.
+LINEAGE_LOG = HOME / "openlineage.jsonl"
 LOCAL_CONN = {"conn_type": "pfs_dask", "host": "local", "extra": {"workers": 1, "threads": 8}}
 
 os.environ.update(
@@ -38,6 +42,11 @@ os.environ.update(
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME / 'airflow.db'}",
         "AIRFLOW_CONN_PFS_LOCAL": json.dumps(LOCAL_CONN),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(LINEAGE_LOG), "append": True}
+        ),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "pfs-tests",
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
     }
 )
 os.environ.pop("PFS_SCHEDULER", None)
@@ -74,6 +83,14 @@ def load_dag(filename: str, dag_id: str):
         if getattr(value, "dag_id", None) == dag_id and hasattr(value, "test"):
             return value
     raise LookupError(f"{dag_id} not in {path}")
+
+
+def lineage_events(job: str, event_type: str = "COMPLETE") -> list[dict]:
+    """OpenLineage events the tasks emitted for ``dag_id.task_id``."""
+    if not LINEAGE_LOG.exists():
+        return []
+    events = [json.loads(line) for line in LINEAGE_LOG.read_text().splitlines() if line.strip()]
+    return [e for e in events if e.get("job", {}).get("name") == job and e.get("eventType") == event_type]
 
 
 def run_states(dag_run) -> dict[str, str]:
