@@ -4,6 +4,9 @@ Two modes.  ``local`` (host ``local``, or extra ``{"mode": "local", "workers": N
 starts an embedded LocalCluster inside the task and stops it afterwards.  Otherwise host and
 port name a running Dask scheduler (``tcp://host:8786``; extra ``protocol`` for tls/ws, or
 extra ``scheduler_file``); only that mode can run deferrable jobs, which must outlive the task.
+A secured (``tls://``, mutual TLS) scheduler such as the Helm chart's takes the extras ``tls_ca_file``,
+``tls_cert`` and ``tls_key``: each a path on the Airflow worker or the PEM text itself (the chart's
+connection Secret embeds them); with them the protocol defaults to ``tls``.
 With no ``pfs_dask_default`` connection defined, the default behaves like the CLI:
 ``PFS_SCHEDULER`` if set, else an embedded cluster.
 """
@@ -19,6 +22,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 from distributed import Client
 
 from dask_pfs.cluster import ClusterOptions, connect
+from dask_pfs.errors import PfsError
+from dask_pfs.security import TlsFiles
 
 DEFAULT_PORT = 8786
 LOCAL_HOSTS = ("local", "localcluster", "embedded")
@@ -44,6 +49,10 @@ def options_from_connection(
     host = (host or "").strip()
     workers = _positive_int(extra.get("workers"), "workers")
     threads = _positive_int(extra.get("threads"), "threads")
+    try:
+        tls = TlsFiles.from_values(extra.get("tls_ca_file"), extra.get("tls_cert"), extra.get("tls_key"))
+    except PfsError as exc:
+        raise AirflowException(f"pfs_dask connection: {exc}") from None
     if mode not in ("", "local", "scheduler"):
         raise AirflowException(f"pfs_dask connection: mode must be 'local' or 'scheduler', got {mode!r}")
     if mode == "local" or host.lower() in LOCAL_HOSTS or (not host and not extra.get("scheduler_file")):
@@ -51,13 +60,13 @@ def options_from_connection(
             raise AirflowException("pfs_dask connection: mode 'scheduler' needs a host (or scheduler_file)")
         return ClusterOptions(workers=workers, threads=threads)
     if extra.get("scheduler_file"):
-        return ClusterOptions(scheduler_file=str(extra["scheduler_file"]), threads=threads)
+        return ClusterOptions(scheduler_file=str(extra["scheduler_file"]), threads=threads, security=tls)
     if "://" in host:
         address = host if host.rsplit(":", 1)[-1].isdigit() else f"{host}:{port or DEFAULT_PORT}"
     else:
-        protocol = extra.get("protocol") or schema or "tcp"
+        protocol = extra.get("protocol") or schema or ("tls" if tls else "tcp")
         address = f"{protocol}://{host}:{port or DEFAULT_PORT}"
-    return ClusterOptions(scheduler=address, threads=threads)
+    return ClusterOptions(scheduler=address, threads=threads, security=tls)
 
 
 class PfsDaskHook(BaseHook):
@@ -103,6 +112,11 @@ class PfsDaskHook(BaseHook):
     def is_local(self) -> bool:
         options = self.get_conn()
         return not (options.scheduler or options.scheduler_file)
+
+    def tls_settings(self) -> dict | None:
+        """The connection's client certificates as plain values (for the trigger), or None."""
+        security = self.get_conn().security
+        return security.as_dict() if isinstance(security, TlsFiles) else None
 
     def scheduler_address(self) -> str:
         """The running scheduler's address; an error for the embedded mode (it dies with the task)."""

@@ -17,6 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from distributed import Client, Event, Variable
 
 from dask_pfs.progress import describe
+from dask_pfs.security import TlsFiles
 
 from . import jobs
 
@@ -31,8 +32,10 @@ class PfsJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         progress_interval: float = 30.0,
         connect_timeout: float = 30.0,
+        tls: dict | None = None,
     ) -> None:
         super().__init__()
+        self.tls = tls  # TlsFiles.as_dict() of the connection (paths or PEM text; trigger kwargs are encrypted)
         self.scheduler = scheduler
         self.name = name
         self.poll_interval = poll_interval
@@ -48,14 +51,19 @@ class PfsJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "progress_interval": self.progress_interval,
                 "connect_timeout": self.connect_timeout,
+                "tls": self.tls,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The client is closed before the event is yielded: the generator may never be resumed.
-        async with Client(self.scheduler, asynchronous=True, timeout=self.connect_timeout) as client:
+        async with self._client() as client:
             payload = await self._wait(client)
         yield TriggerEvent(payload)
+
+    def _client(self) -> Client:
+        security = TlsFiles(**self.tls).to_security() if self.tls else None
+        return Client(self.scheduler, asynchronous=True, timeout=self.connect_timeout, security=security)
 
     async def _wait(self, client: Client) -> dict:
         future = None
@@ -87,7 +95,7 @@ class PfsJobTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: stop the job on the cluster."""
-        async with Client(self.scheduler, asynchronous=True, timeout=self.connect_timeout) as client:
+        async with self._client() as client:
             await Event(jobs.cancel_name(self.name), client=client).set()
             if self.name in await client.list_datasets():
                 future = await client.get_dataset(self.name)

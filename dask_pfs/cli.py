@@ -17,6 +17,7 @@ import click
 from . import __version__
 from .cluster import ClusterOptions
 from .errors import PfsError
+from .security import TlsFiles
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -25,16 +26,42 @@ def cli() -> None:
     """Parallel file-system tools: scan trees into Parquet manifests and act on them with Dask."""
 
 
-def cluster_options(func: Callable) -> Callable:
-    """Options shared by every command that runs on a cluster."""
-    opts = [
+def scheduler_options() -> list[Callable]:
+    """How to reach a running scheduler: its address or scheduler file, and the client's TLS certificates."""
+    return [
         click.option(
             "--scheduler",
             envvar="PFS_SCHEDULER",
             metavar="ADDR",
-            help="Dask scheduler (tcp://host:8786). Default: start a local cluster.",
+            help="Dask scheduler (tcp://host:8786, tls://host:8786). Default: start a local cluster.",
         ),
         click.option("--scheduler-file", type=click.Path(), help="Dask scheduler file (batch systems)."),
+        click.option(
+            "--tls-ca-file",
+            envvar="PFS_TLS_CA_FILE",
+            metavar="PEM",
+            help="CA certificate of a tls:// scheduler's cluster (mutual TLS, e.g. the Helm chart's).",
+        ),
+        click.option("--tls-cert", envvar="PFS_TLS_CERT", metavar="PEM", help="This client's TLS certificate."),
+        click.option(
+            "--tls-key", envvar="PFS_TLS_KEY", metavar="PEM", help="This client's TLS key (if not in --tls-cert)."
+        ),
+    ]
+
+
+def pop_scheduler_options(kwargs: dict) -> dict:
+    """ClusterOptions fields from the parsed :func:`scheduler_options` (removed from ``kwargs``)."""
+    return {
+        "scheduler": kwargs.pop("scheduler"),
+        "scheduler_file": kwargs.pop("scheduler_file"),
+        "security": TlsFiles.from_values(kwargs.pop("tls_ca_file"), kwargs.pop("tls_cert"), kwargs.pop("tls_key")),
+    }
+
+
+def cluster_options(func: Callable) -> Callable:
+    """Options shared by every command that runs on a cluster."""
+    opts = [
+        *scheduler_options(),
         click.option("--workers", type=click.IntRange(1), help="Worker processes of the local cluster."),
         click.option(
             "--threads",
@@ -103,8 +130,7 @@ def cluster_options(func: Callable) -> Callable:
             kwargs.pop(key)
         limits = _limits(kwargs.pop("max_ops_per_second"), kwargs.pop("max_bandwidth"))
         kwargs["cluster"] = ClusterOptions(
-            scheduler=kwargs.pop("scheduler"),
-            scheduler_file=kwargs.pop("scheduler_file"),
+            **pop_scheduler_options(kwargs),
             workers=kwargs.pop("workers"),
             threads=kwargs["threads"],
             slurm=slurm,

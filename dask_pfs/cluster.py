@@ -19,8 +19,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .errors import PfsError
+from .security import TlsFiles, check_client_certificate, scheduler_address
+
 if TYPE_CHECKING:
     from distributed import Client
+    from distributed.security import Security
 
     from operators.ratelimit import Limits
 
@@ -47,10 +51,12 @@ class ClusterOptions:
     slurm: dict | None = None  # options for dask_pfs.jobqueue.start_slurm_cluster
     limits: Limits | None = None  # job-wide --max-ops-per-second / --max-bandwidth (dask_pfs.limits)
     dashboard: bool | None = None  # embedded cluster: serve the dashboard (None: PFS_DASHBOARD, else a TTY)
+    # a running tls:// scheduler: the client's certificates (None: PFS_TLS_* via from_env, or Dask's config)
+    security: TlsFiles | Security | None = None
 
     @classmethod
     def from_env(cls, **overrides) -> ClusterOptions:
-        values = {"scheduler": os.environ.get("PFS_SCHEDULER") or None}
+        values = {"scheduler": os.environ.get("PFS_SCHEDULER") or None, "security": TlsFiles.from_env()}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -108,7 +114,7 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
 
     options = options or ClusterOptions.from_env()
     if options.scheduler or options.scheduler_file:
-        client = Client(options.scheduler, scheduler_file=options.scheduler_file, set_as_default=False, timeout="30s")
+        client = client_of_scheduler(options)
         try:
             yield client
         finally:
@@ -145,6 +151,35 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
         finally:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
+
+
+def client_of_scheduler(options: ClusterOptions) -> Client:
+    """A client of the running scheduler ``options`` names; bad settings and an unreachable scheduler are PfsErrors.
+
+    Waits up to Dask's ``distributed.comm.timeouts.connect`` (30 s; the Helm chart's Job sets more).
+    """
+    from distributed import Client
+
+    address = options.scheduler or _address_in(options.scheduler_file)
+    address = scheduler_address(address, secured=options.security is not None)
+    security = options.security
+    if isinstance(security, TlsFiles):
+        security = security.to_security()
+    check_client_certificate(address, security)
+    try:
+        return Client(address, security=security, set_as_default=False)
+    except OSError as exc:  # refused, timed out, TLS handshake rejected
+        raise PfsError(f"cannot reach the Dask scheduler {address}: {exc}") from None
+
+
+def _address_in(scheduler_file: str) -> str:
+    import json
+
+    try:
+        with open(scheduler_file) as f:
+            return json.load(f)["address"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PfsError(f"scheduler file {scheduler_file}: no scheduler address in it ({exc})") from None
 
 
 def dashboard_link(client: Client) -> str | None:

@@ -8,9 +8,14 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from .tls_certs import Issued
 
 REPO = Path(__file__).resolve().parent.parent
 PFS = [sys.executable, "-m", "dask_pfs"]
@@ -38,6 +43,58 @@ def dask_client():
 @pytest.fixture(scope="session")
 def scheduler_address(dask_client) -> str:
     return dask_client.scheduler.address
+
+
+@dataclass(frozen=True)
+class TlsCluster:
+    """A LocalCluster that speaks only mutual TLS, and the PEM files a client needs (and a rogue one)."""
+
+    address: str  # tls://127.0.0.1:PORT
+    ca_file: Path
+    client: Issued  # signed by the cluster's CA
+    rogue: Issued  # signed by another CA
+    rogue_ca_file: Path
+
+    def cli_args(self) -> list[str]:
+        return ["--tls-ca-file", self.ca_file, "--tls-cert", self.client.cert, "--tls-key", self.client.key]
+
+
+@pytest.fixture(scope="session")
+def tls_cluster(tmp_path_factory):
+    """Scheduler and one worker process on tls://127.0.0.1 with certificates made by the test."""
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    from .tls_certs import CertificateAuthority
+
+    certs = tmp_path_factory.mktemp("tls")
+    ca = CertificateAuthority(certs, "pfs")
+    node = ca.issue("node", "pfs-node")
+    client = ca.issue("client", "pfs-client")
+    other = CertificateAuthority(certs, "other")
+    rogue = other.issue("rogue", "pfs-client")
+    security = Security(
+        tls_ca_file=str(ca.ca_file),
+        tls_scheduler_cert=str(node.cert),
+        tls_scheduler_key=str(node.key),
+        tls_worker_cert=str(node.cert),
+        tls_worker_key=str(node.key),
+        tls_client_cert=str(client.cert),
+        tls_client_key=str(client.key),
+        require_encryption=True,
+    )
+    cluster = LocalCluster(
+        n_workers=1,
+        threads_per_worker=2,
+        processes=True,
+        protocol="tls://",
+        host="127.0.0.1",
+        security=security,
+        dashboard_address=":0",
+        env={"PFS_THREADS": "8"},
+    )
+    yield TlsCluster(cluster.scheduler_address, ca.ca_file, client, rogue, other.ca_file)
+    cluster.close()
 
 
 @pytest.fixture(scope="session")

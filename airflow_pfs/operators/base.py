@@ -15,6 +15,7 @@ from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 from distributed import Client
 
+from dask_pfs.cluster import client_of_scheduler
 from dask_pfs.errors import PfsError
 from dask_pfs.progress import LogProgress
 
@@ -106,7 +107,7 @@ class PfsBaseOperator(BaseOperator):
             action = jobs.attach_or_submit(client, name, spec, self.progress_interval)
         self.log.info("pfs job %s on %s: %s", name, address, action)
         self.defer(
-            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval),
+            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval, tls=hook.tls_settings()),
             method_name="execute_complete",
         )
 
@@ -115,9 +116,9 @@ class PfsBaseOperator(BaseOperator):
         name, status = event.get("name"), event.get("status")
         if status != jobs.MISSING:
             try:
-                with Client(self.hook.scheduler_address(), timeout="30s", set_as_default=False) as client:
+                with client_of_scheduler(self.hook.get_conn()) as client:
                     jobs.forget(client, name)
-            except OSError as exc:
+            except (OSError, PfsError) as exc:
                 self.log.warning("Could not clean up pfs job %s on the scheduler: %s", name, exc)
         if status != jobs.FINISHED:
             detail = event.get("error") or "no result recorded"

@@ -1,3 +1,3 @@
 """One module per ``pfs`` subcommand; importing this package registers them all."""
 
-from . import cp, query, rm, scan, sync, verify  # noqa: F401
+from . import cp, query, rm, scan, sync, verify, workers  # noqa: F401
