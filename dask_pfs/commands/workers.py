@@ -6,6 +6,8 @@ before any job is started, and shows how many task slots a job will get.
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..cli import cli, echo_json, pop_scheduler_options, scheduler_options
@@ -46,3 +48,33 @@ def workers_cmd(as_json: bool, **kwargs) -> None:
     for w in workers:
         memory = human_bytes(w["memory_limit"]) if w["memory_limit"] else "no limit"
         click.echo(f"  {w['name']:<24} {w['address']:<28} {w['threads']} threads  {memory}")
+
+
+@cli.command("retire-worker")
+@click.argument("name", envvar="PFS_WORKER_NAME")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=600,
+    show_default=True,
+    help="Seconds to wait for the worker's running tasks.",
+)
+@_with_scheduler_options
+def retire_worker_cmd(name: str, timeout: float, **kwargs) -> None:
+    """Drain worker NAME (default: PFS_WORKER_NAME): no new tasks, wait for its running ones to finish.
+
+    The Helm chart's workers run it as their preStop hook, so a rollout, scale-down or node drain lets
+    running chunks finish. Exit codes: 0 drained; 1 tasks still running at the timeout (the scheduler
+    re-runs them elsewhere once the worker stops); 2 no such worker, or no scheduler.
+    """
+    from ..retire import retire_worker
+
+    options = ClusterOptions(**pop_scheduler_options(kwargs))
+    if not (options.scheduler or options.scheduler_file):
+        raise PfsError("give --scheduler ADDR, --scheduler-file FILE or PFS_SCHEDULER")
+    with client_of_scheduler(options) as client:
+        address, running = retire_worker(client, name, timeout)
+    if running:
+        click.echo(f"worker {name} ({address}): {running} tasks still running after {timeout:g} s", err=True)
+        sys.exit(1)
+    click.echo(f"worker {name} ({address}) retired: no task running")

@@ -64,6 +64,36 @@ def test_connection_modes():
         opts("local", None, None, {"workers": 0})
 
 
+def test_tls_connection_reaches_a_secured_scheduler(tls_cluster):
+    """Extras carry the client's certificates as PEM text (how the chart's connection Secret has them); the
+    protocol becomes tls; the task's client and the deferred task's trigger both get through."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_pfs.hooks import options_from_connection as opts
+    from airflow_pfs.triggers import PfsJobTrigger
+    from dask_pfs.cluster import connect
+    from dask_pfs.security import TlsFiles
+
+    host, port = tls_cluster.address.removeprefix("tls://").rsplit(":", 1)
+    extra = {
+        "tls_ca_file": tls_cluster.ca_file.read_text(),
+        "tls_cert": tls_cluster.client.cert.read_text(),
+        "tls_key": tls_cluster.client.key.read_text(),
+    }
+    options = opts(host, int(port), None, extra)
+    assert options.scheduler == tls_cluster.address
+    assert options.security == TlsFiles(extra["tls_ca_file"], extra["tls_cert"], extra["tls_key"])
+    with connect(options) as client:
+        assert len(client.scheduler_info()["workers"]) == 1
+    with pytest.raises(AirflowException, match="missing: CA file"):
+        opts(host, int(port), None, {"tls_cert": "/c.pem"})
+
+    trigger = PfsJobTrigger(tls_cluster.address, "no-such-job", poll_interval=0.1, tls=options.security.as_dict())
+    classpath, kwargs = trigger.serialize()
+    event = asyncio.run(anext(PfsJobTrigger(**kwargs).run()))
+    assert event.payload["status"] == "missing"  # it connected, read the (absent) job record, and fired
+
+
 def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
     """Scan, a downstream task reading the manifest, the asset event, and bad arguments."""
     src, out = tmp_path / "src", tmp_path / "out"

@@ -66,9 +66,14 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s-scheduler" (include "pfs.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* In-cluster scheduler address, e.g. tcp://rel-pfs-scheduler:8786 */}}
+{{/* Dask protocol: tls (mutual TLS, the default) or tcp. */}}
+{{- define "pfs.protocol" -}}
+{{- ternary "tls" "tcp" (and .Values.tls.enabled true) }}
+{{- end }}
+
+{{/* In-cluster scheduler address, e.g. tls://rel-pfs-scheduler:8786 */}}
 {{- define "pfs.schedulerAddress" -}}
-{{- printf "tcp://%s:%v" (include "pfs.schedulerName" .) .Values.scheduler.service.port }}
+{{- printf "%s://%s:%v" (include "pfs.protocol" .) (include "pfs.schedulerName" .) .Values.scheduler.service.port }}
 {{- end }}
 
 {{- define "pfs.schedulerFQDN" -}}
@@ -176,4 +181,161 @@ labels:
   {{- with $ctx.Values.podLabels }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+{{- end }}
+
+{{/* Job name: the hash of its pod template, so an upgrade that leaves the Job alone leaves its run alone
+     (a Job's template is immutable: any change needs a new Job, which the new name gives). */}}
+{{- define "pfs.jobName" -}}
+{{- printf "%s-job-%s" (include "pfs.fullname" . | trunc 48 | trimSuffix "-") (include "pfs.jobPodTemplate" . | sha256sum | trunc 8) }}
+{{- end }}
+
+{{/* --- TLS: Secrets, volumes and environment (templates/tls-secrets.yaml creates the generated ones) --- */}}
+
+{{/* Secret for the scheduler and workers (keys ca.crt, tls.crt, tls.key). */}}
+{{- define "pfs.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "pfs.fullname" .) | trunc 63 | trimSuffix "-") .Values.tls.existingSecret }}
+{{- end }}
+
+{{/* Secret for clients: the Job, Jupyter, Airflow, your laptop. */}}
+{{- define "pfs.tlsClientSecretName" -}}
+{{- if .Values.tls.existingSecret }}
+{{- default .Values.tls.existingSecret .Values.tls.existingClientSecret }}
+{{- else }}
+{{- printf "%s-tls-client" (include "pfs.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* The generated certificates, made once per render and kept across upgrades: the Secrets in the cluster are
+     looked up and reused; a missing client certificate is re-issued by the kept CA. Sets .Values.tls._generated
+     to a dict of base64 values: ca.crt, ca.key, server.crt, server.key, client.crt, client.key. */}}
+{{- define "pfs.tlsGenerate" -}}
+{{- if not (hasKey .Values.tls "_generated") }}
+{{- $days := int .Values.tls.validityDays }}
+{{- $server := (lookup "v1" "Secret" .Release.Namespace (include "pfs.tlsSecretName" .)).data | default dict }}
+{{- $client := (lookup "v1" "Secret" .Release.Namespace (include "pfs.tlsClientSecretName" .)).data | default dict }}
+{{- $m := dict }}
+{{- $ca := dict }}
+{{- if and (hasKey $server "ca.crt") (hasKey $server "ca.key") (hasKey $server "tls.crt") (hasKey $server "tls.key") }}
+{{- $ca = buildCustomCert (index $server "ca.crt") (index $server "ca.key") }}
+{{- $_ := set $m "server.crt" (index $server "tls.crt") }}
+{{- $_ := set $m "server.key" (index $server "tls.key") }}
+{{- else }}
+{{- $ca = genCA (printf "%s-ca" (include "pfs.fullname" .)) $days }}
+{{- $sched := include "pfs.schedulerName" . }}
+{{- $names := list $sched (printf "%s.%s" $sched .Release.Namespace) (printf "%s.%s.svc" $sched .Release.Namespace) (include "pfs.schedulerFQDN" .) "localhost" }}
+{{- $cert := genSignedCert (printf "%s-cluster" (include "pfs.fullname" .)) (list "127.0.0.1") $names $days $ca }}
+{{- $_ := set $m "server.crt" ($cert.Cert | b64enc) }}
+{{- $_ := set $m "server.key" ($cert.Key | b64enc) }}
+{{- end }}
+{{- $_ := set $m "ca.crt" ($ca.Cert | b64enc) }}
+{{- $_ := set $m "ca.key" ($ca.Key | b64enc) }}
+{{- if and (hasKey $client "tls.crt") (hasKey $client "tls.key") (eq (index $client "ca.crt" | default "") (index $m "ca.crt")) }}
+{{- $_ := set $m "client.crt" (index $client "tls.crt") }}
+{{- $_ := set $m "client.key" (index $client "tls.key") }}
+{{- else }}
+{{- $cert := genSignedCert (printf "%s-client" (include "pfs.fullname" .)) nil nil $days $ca }}
+{{- $_ := set $m "client.crt" ($cert.Cert | b64enc) }}
+{{- $_ := set $m "client.key" ($cert.Key | b64enc) }}
+{{- end }}
+{{- $_ := set .Values.tls "_generated" $m }}
+{{- end }}
+{{- end }}
+
+{{/* The TLS volume of one pod: include "pfs.tlsVolume" (list . "server"|"client") */}}
+{{- define "pfs.tlsVolume" -}}
+{{- $ctx := index . 0 -}}
+{{- if $ctx.Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ ternary (include "pfs.tlsSecretName" $ctx) (include "pfs.tlsClientSecretName" $ctx) (eq (index . 1) "server") }}
+    {{- /* never ca.key: pods get the CA certificate, their own certificate and key */}}
+    items:
+      - key: ca.crt
+        path: ca.crt
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
+{{- end }}
+
+{{- define "pfs.tlsMount" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: {{ .Values.tls.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* `dask scheduler` / `dask worker` arguments: listen and connect with tls:// and this pod's certificate. */}}
+{{- define "pfs.tlsArgs" -}}
+{{- if .Values.tls.enabled }}
+- --tls-ca-file
+- {{ printf "%s/ca.crt" .Values.tls.mountPath | quote }}
+- --tls-cert
+- {{ printf "%s/tls.crt" .Values.tls.mountPath | quote }}
+- --tls-key
+- {{ printf "%s/tls.key" .Values.tls.mountPath | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Dask's client configuration (pfs reads it too when no --tls-* option is given): certificates mounted at
+     tls.mountPath, and no unencrypted connection accepted or made. */}}
+{{- define "pfs.tlsClientEnv" -}}
+{{- if .Values.tls.enabled }}
+- name: DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION
+  value: "True"
+- name: DASK_DISTRIBUTED__COMM__TLS__CA_FILE
+  value: {{ printf "%s/ca.crt" .Values.tls.mountPath | quote }}
+- name: DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT
+  value: {{ printf "%s/tls.crt" .Values.tls.mountPath | quote }}
+- name: DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY
+  value: {{ printf "%s/tls.key" .Values.tls.mountPath | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The Job's pod template; its hash names the Job (pfs.jobName). */}}
+{{- define "pfs.jobPodTemplate" -}}
+{{- $comp := list . "job" -}}
+metadata:
+  {{- with (include "pfs.podMetadata" $comp | trim) }}{{ . | nindent 2 }}{{- end }}
+  {{- with .Values.job.runId }}
+  annotations:
+    pfs.io/run-id: {{ . | quote }}
+  {{- end }}
+spec:
+  restartPolicy: Never
+  {{- with (include "pfs.podCommon" . | trim) }}{{ . | nindent 2 }}{{- end }}
+  {{- with (include "pfs.scheduling" .Values.job | trim) }}{{ . | nindent 2 }}{{- end }}
+  containers:
+    - name: pfs
+      image: {{ include "pfs.image" . }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      command: ["pfs"]
+      args:
+        {{- range .Values.job.args }}
+        - {{ . | quote }}
+        {{- end }}
+      env:
+        - name: PFS_SCHEDULER
+          value: {{ include "pfs.schedulerAddress" . | quote }}
+        - name: DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT
+          value: {{ .Values.job.connectTimeout | quote }}
+        {{- with (include "pfs.commonEnv" . | trim) }}{{ . | nindent 8 }}{{- end }}
+        {{- with (include "pfs.tlsClientEnv" . | trim) }}{{ . | nindent 8 }}{{- end }}
+        {{- with .Values.job.env }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      securityContext:
+        {{- toYaml .Values.securityContext | nindent 8 }}
+      resources:
+        {{- toYaml .Values.job.resources | nindent 8 }}
+      volumeMounts:
+        {{- with (include "pfs.scratchMounts" . | trim) }}{{ . | nindent 8 }}{{- end }}
+        {{- with (include "pfs.tlsMount" . | trim) }}{{ . | nindent 8 }}{{- end }}
+        {{- with (include "pfs.sharedMount" . | trim) }}{{ . | nindent 8 }}{{- end }}
+  volumes:
+    {{- with (include "pfs.scratchVolumes" . | trim) }}{{ . | nindent 4 }}{{- end }}
+    {{- with (include "pfs.tlsVolume" (list . "client") | trim) }}{{ . | nindent 4 }}{{- end }}
+    {{- with (include "pfs.sharedVolume" . | trim) }}{{ . | nindent 4 }}{{- end }}
 {{- end }}
