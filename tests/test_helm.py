@@ -8,6 +8,7 @@ OpenAPI schemas, and bad values must be rejected by values.schema.json with a me
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
 import shutil
@@ -86,6 +87,13 @@ def get(objs: list[dict], kind: str, name_suffix: str) -> dict:
     return hits[0]
 
 
+def get_job(objs: list[dict], release: str) -> dict:
+    """The one Job; its name is <release>-pfs-job-<hash of its pod template>."""
+    (job,) = [o for o in objs if o["kind"] == "Job"]
+    assert job["metadata"]["name"].startswith(f"{release}-pfs-job-"), job["metadata"]["name"]
+    return job
+
+
 def kinds(objs: list[dict]) -> set[tuple[str, str]]:
     return {(o["kind"], o["metadata"]["name"]) for o in objs}
 
@@ -109,6 +117,10 @@ def mounts_of(c: dict) -> dict[str, dict]:
 
 def volumes_of(obj: dict) -> dict[str, dict]:
     return {v["name"]: v for v in pod_spec(obj).get("volumes", [])}
+
+
+def b64(secret: dict) -> dict[str, str]:
+    return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
 
 
 def workloads(objs: list[dict]) -> list[dict]:
@@ -141,9 +153,17 @@ def test_rendered_objects_match_kubernetes_schemas(rendered_text: dict[str, str]
 # --- defaults ---
 
 
-def test_defaults_render_scheduler_and_workers_only(rendered: dict[str, list[dict]]) -> None:
+def test_defaults_render_a_secured_scheduler_and_workers(rendered: dict[str, list[dict]]) -> None:
     objs = rendered["default-values"]
-    assert {k for k, _ in kinds(objs)} == {"ServiceAccount", "Service", "Deployment"}
+    assert {k for k, _ in kinds(objs)} == {
+        "ServiceAccount",
+        "Service",
+        "Deployment",
+        "Secret",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+    }
+    assert {n for k, n in kinds(objs) if k == "Secret"} == {"dflt-pfs-tls", "dflt-pfs-tls-client"}
     svc = get(objs, "Service", "-scheduler")
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"scheduler": 8786, "dashboard": 8787}
     assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "scheduler"
@@ -153,13 +173,18 @@ def test_defaults_render_scheduler_and_workers_only(rendered: dict[str, list[dic
     c = container(sched)
     assert c["command"] == ["dask"]
     assert c["args"][:5] == ["scheduler", "--port", "8786", "--dashboard-address", ":8787"]
+    assert tls_args(c["args"]) == TLS_FILES
+    assert env_of(c)["DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION"] == "True"
+    # HTTP probes: a TCP probe of the tls:// port would log a failed handshake every time
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "dashboard"}
 
     worker = get(objs, "Deployment", "-worker")
     assert worker["spec"]["replicas"] == 2
     c = container(worker)
     assert c["command"] == ["dask"]
     args = c["args"]
-    assert args[:2] == ["worker", "tcp://dflt-pfs-scheduler:8786"]
+    assert args[:2] == ["worker", "tls://dflt-pfs-scheduler:8786"]
+    assert tls_args(args) == TLS_FILES
     assert args[args.index("--nthreads") + 1] == "4"
     assert args[args.index("--nworkers") + 1] == "1"
     assert "--memory-limit" not in args
@@ -167,6 +192,17 @@ def test_defaults_render_scheduler_and_workers_only(rendered: dict[str, list[dic
     assert env_of(c)["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] == "False"  # see dask_pfs/cluster.py
     assert "shared" not in volumes_of(worker)
     assert c["image"] == "ghcr.io/pfs/pfs:0.1.0"
+
+
+TLS_FILES = {
+    "--tls-ca-file": "/etc/pfs/tls/ca.crt",
+    "--tls-cert": "/etc/pfs/tls/tls.crt",
+    "--tls-key": "/etc/pfs/tls/tls.key",
+}
+
+
+def tls_args(args: list[str]) -> dict[str, str]:
+    return {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--tls-")}
 
 
 def test_every_pod_is_locked_down(rendered: dict[str, list[dict]]) -> None:
@@ -188,6 +224,13 @@ def test_every_pod_is_locked_down(rendered: dict[str, list[dict]]) -> None:
                 assert "emptyDir" in vols[mounts["/tmp"]["name"]], where
                 assert "emptyDir" in vols[mounts["/dask-local"]["name"]], where
                 assert env_of(c)["DASK_TEMPORARY_DIRECTORY"] == "/dask-local", where
+                if name == "hostpath-values":  # TLS off there
+                    assert "tls" not in vols and "/etc/pfs/tls" not in mounts, where
+                    continue
+                # every pod holds the CA, its certificate and key, read-only; never the CA's key
+                assert mounts["/etc/pfs/tls"] == {"name": "tls", "mountPath": "/etc/pfs/tls", "readOnly": True}
+                items = vols["tls"]["secret"]["items"]
+                assert sorted(i["key"] for i in items) == ["ca.crt", "tls.crt", "tls.key"], where
 
 
 # --- Lustre through a PVC, Job, NetworkPolicy, Airflow JSON connection ---
@@ -226,7 +269,7 @@ def test_pvc_workers_mount_the_claim(rendered: dict[str, list[dict]]) -> None:
 
 
 def test_pvc_job_runs_pfs_against_the_scheduler(rendered: dict[str, list[dict]]) -> None:
-    job = get(rendered["pvc-values"], "Job", "-job-1")
+    job = get_job(rendered["pvc-values"], "rel")
     spec = pod_spec(job)
     assert spec["restartPolicy"] == "Never"
     assert job["spec"]["activeDeadlineSeconds"] == 86400
@@ -240,8 +283,14 @@ def test_pvc_job_runs_pfs_against_the_scheduler(rendered: dict[str, list[dict]])
         "--no-progress",
     ]
     env = env_of(c)
-    assert env["PFS_SCHEDULER"] == "tcp://rel-pfs-scheduler:8786"
+    assert env["PFS_SCHEDULER"] == "tls://rel-pfs-scheduler:8786"
     assert env["DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"] == "300s"
+    # the client certificate through Dask's configuration, which pfs reads when no --tls-* is given
+    assert env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT"] == "/etc/pfs/tls/tls.crt"
+    assert env["DASK_DISTRIBUTED__COMM__TLS__CA_FILE"] == "/etc/pfs/tls/ca.crt"
+    assert env["DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION"] == "True"
+    assert volumes_of(job)["tls"]["secret"]["secretName"] == "rel-pfs-tls-client"
+    assert "ttlSecondsAfterFinished" not in job["spec"]  # kept: a deleted Job would run again on upgrade
     assert "/lustre/scratch" in mounts_of(c)
     assert volumes_of(job)["shared"]["persistentVolumeClaim"]["claimName"] == "lustre-scratch"
     assert job["metadata"]["labels"]["app.kubernetes.io/component"] == "job"
@@ -267,9 +316,8 @@ def test_pvc_network_policy(rendered: dict[str, list[dict]]) -> None:
     dash_ns = dash_rule["from"][0]["namespaceSelector"]["matchLabels"]
     assert dash_ns == {"kubernetes.io/metadata.name": "monitoring"}
     # The selected pods carry the labels the policy matches on.
-    for suffix, comp in (("-worker", "worker"), ("-job-1", "job")):
-        kind = "Job" if comp == "job" else "Deployment"
-        labels = get(objs, kind, suffix)["spec"]["template"]["metadata"]["labels"]
+    for obj, comp in ((get(objs, "Deployment", "-worker"), "worker"), (get_job(objs, "rel"), "job")):
+        labels = obj["spec"]["template"]["metadata"]["labels"]
         assert labels["app.kubernetes.io/component"] == comp and labels["app.kubernetes.io/instance"] == "rel"
     wpol = get(objs, "NetworkPolicy", "-worker")
     assert wpol["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
@@ -281,12 +329,16 @@ def test_pvc_airflow_connection_json(rendered: dict[str, list[dict]]) -> None:
     (key,) = secret["stringData"]
     assert key == "AIRFLOW_CONN_PFS_DASK_DEFAULT"
     conn = json.loads(secret["stringData"][key])
-    assert conn == {
-        "conn_type": "pfs_dask",
-        "host": "rel-pfs-scheduler.pfs.svc.cluster.local",
-        "port": 8786,
-        "extra": {"threads": 128},
-    }
+    extra = conn.pop("extra")
+    assert conn == {"conn_type": "pfs_dask", "host": "rel-pfs-scheduler.pfs.svc.cluster.local", "port": 8786}
+    assert extra["threads"] == 128 and extra["protocol"] == "tls"
+    # the generated client certificate, inline: the Secret alone is enough for Airflow
+    client = b64(get(rendered["pvc-values"], "Secret", "rel-pfs-tls-client"))
+    assert (extra["tls_ca_file"], extra["tls_cert"], extra["tls_key"]) == (
+        client["ca.crt"],
+        client["tls.crt"],
+        client["tls.key"],
+    )
 
 
 # --- hostPath, read-only, Jupyter, Airflow URI connection ---
@@ -313,7 +365,8 @@ def test_hostpath_jupyter(rendered: dict[str, list[dict]]) -> None:
     assert c["image"] == "ghcr.io/pfs/pfs-jupyter:0.1.0"
     assert c["command"] == ["jupyter"] and c["args"][0] == "lab"
     assert "--ServerApp.root_dir=/lustre" in c["args"]
-    assert env_of(c)["PFS_SCHEDULER"] == "tcp://hpc-pfs-scheduler:8786"
+    assert env_of(c)["PFS_SCHEDULER"] == "tcp://hpc-pfs-scheduler:8786"  # TLS off in this values file
+    assert not [e for e in env_of(c) if "__TLS__" in e or "REQUIRE_ENCRYPTION" in e]
     token_ref = next(e for e in c["env"] if e["name"] == "JUPYTER_TOKEN")["valueFrom"]["secretKeyRef"]
     secret = get(objs, "Secret", "hpc-pfs-jupyter")
     assert token_ref == {"name": "hpc-pfs-jupyter", "key": "token"}
@@ -323,6 +376,8 @@ def test_hostpath_jupyter(rendered: dict[str, list[dict]]) -> None:
     assert svc["spec"]["ports"][0]["port"] == 8888
     assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "jupyter"
     assert not [o for o in objs if o["kind"] in ("Job", "NetworkPolicy")]
+    worker = container(get(objs, "Deployment", "hpc-pfs-worker"))
+    assert worker["args"][1] == "tcp://hpc-pfs-scheduler:8786" and not tls_args(worker["args"])
 
 
 def test_hostpath_airflow_connection_uri(rendered: dict[str, list[dict]]) -> None:
@@ -353,13 +408,165 @@ def test_port_and_generated_jupyter_token(helm: str) -> None:
         )
     )
     worker = container(get(objs, "Deployment", "-worker"))
-    assert worker["args"][1] == "tcp://x-pfs-scheduler:9786"
-    job = get(objs, "Job", "-job-1")
-    assert env_of(container(job))["PFS_SCHEDULER"] == "tcp://x-pfs-scheduler:9786"
+    assert worker["args"][1] == "tls://x-pfs-scheduler:9786"
+    job = get_job(objs, "x")
+    assert env_of(container(job))["PFS_SCHEDULER"] == "tls://x-pfs-scheduler:9786"
     assert "ttlSecondsAfterFinished" not in job["spec"]
     token = base64.b64decode(get(objs, "Secret", "-jupyter")["data"]["token"]).decode()
     assert len(token) == 32 and token.isalnum()
     assert "shared" not in volumes_of(get(objs, "Deployment", "-jupyter"))
+
+
+# --- TLS ---
+
+
+def test_generated_certificates_secure_a_real_dask_cluster(rendered: dict[str, list[dict]], tmp_path: Path) -> None:
+    """The chart's CA and certificates (sprig's genCA/genSignedCert) run a Dask scheduler and worker on tls://
+    with the files the pods mount; the Airflow connection's certificate gets in, another CA's does not."""
+    from cryptography import x509
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    from dask_pfs import ClusterOptions, PfsError, connect
+    from dask_pfs.security import TlsFiles
+
+    from .tls_certs import CertificateAuthority
+
+    objs = rendered["pvc-values"]
+    server, client = b64(get(objs, "Secret", "rel-pfs-tls")), b64(get(objs, "Secret", "rel-pfs-tls-client"))
+    assert get(objs, "Secret", "rel-pfs-tls")["type"] == "kubernetes.io/tls"
+    assert server["ca.crt"] == client["ca.crt"] and "ca.key" not in client
+    cert = x509.load_pem_x509_certificate(server["tls.crt"].encode())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "rel-pfs-scheduler.pfs.svc.cluster.local" in names
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    assert lifetime > datetime.timedelta(days=3600)  # tls.validityDays 3650
+
+    for key, text in server.items():
+        (tmp_path / key).write_text(text)
+    files = {k: str(tmp_path / k) for k in server}
+    node = {"tls_ca_file": files["ca.crt"]}
+    for role in ("scheduler", "worker", "client"):  # client: the LocalCluster object's own connection
+        node |= {f"tls_{role}_cert": files["tls.crt"], f"tls_{role}_key": files["tls.key"]}
+    conn = json.loads(get(objs, "Secret", "-airflow-connection")["stringData"]["AIRFLOW_CONN_PFS_DASK_DEFAULT"])
+    extra = conn["extra"]
+    as_airflow = TlsFiles(extra["tls_ca_file"], extra["tls_cert"], extra["tls_key"])
+    rogue = CertificateAuthority(tmp_path / "rogue", "rogue").issue("c", "pfs-client")
+    with LocalCluster(
+        n_workers=1,
+        processes=False,
+        protocol="tls://",
+        host="127.0.0.1",
+        security=Security(**node, require_encryption=True),
+        dashboard_address=":0",
+    ) as cluster:
+        with connect(ClusterOptions(scheduler=cluster.scheduler_address, security=as_airflow)) as dask:
+            assert dask.submit(len, "pfs", pure=False).result() == 3
+        with dask_config({"distributed.comm.timeouts.connect": "5s"}), pytest.raises(PfsError, match="cannot reach"):
+            bad = TlsFiles(files["ca.crt"], str(rogue.cert), str(rogue.key))
+            with connect(ClusterOptions(scheduler=cluster.scheduler_address, security=bad)):
+                pass
+
+
+def dask_config(values: dict):
+    import dask
+
+    return dask.config.set(values)
+
+
+def test_existing_tls_secret(helm: str) -> None:
+    """Certificates from cert-manager or a site CA: nothing generated, the Secrets named are mounted, and the
+    Airflow connection names files where Airflow mounts the client Secret."""
+    objs = parse(
+        render(
+            helm,
+            "ext",
+            "--set",
+            "tls.existingSecret=site-pfs-cluster",
+            "--set",
+            "tls.existingClientSecret=site-pfs-client",
+            "--set",
+            "job.enabled=true",
+            "--set",
+            "airflowConnection.enabled=true",
+        )
+    )
+    assert not [o for o in objs if o["kind"] == "Secret" and "tls" in o["metadata"]["name"]]
+    for suffix in ("-scheduler", "-worker"):
+        assert volumes_of(get(objs, "Deployment", suffix))["tls"]["secret"]["secretName"] == "site-pfs-cluster"
+    assert volumes_of(get_job(objs, "ext"))["tls"]["secret"]["secretName"] == "site-pfs-client"
+    conn = json.loads(get(objs, "Secret", "-airflow-connection")["stringData"]["AIRFLOW_CONN_PFS_DASK_DEFAULT"])
+    assert conn["extra"] == {
+        "protocol": "tls",
+        "tls_ca_file": "/etc/pfs/tls/ca.crt",
+        "tls_cert": "/etc/pfs/tls/tls.crt",
+        "tls_key": "/etc/pfs/tls/tls.key",
+    }
+
+
+# --- operations: Job names, probes, disruption budget, drain, autoscaling ---
+
+
+def test_job_name_survives_upgrades_that_leave_the_job_alone(helm: str) -> None:
+    def job_name(*sets: str) -> str:
+        args = [a for kv in ("job.enabled=true", *sets) for a in ("--set", kv)]
+        return get_job(parse(render(helm, "up", *args, "--show-only", "templates/job.yaml")), "up")["metadata"]["name"]
+
+    first = job_name()
+    assert job_name("worker.replicas=7", "worker.threads=8", "scheduler.service.dashboardPort=9999") == first
+    changed = {job_name("job.args={scan,/data/other,-o,/data/m}"), job_name("job.runId=2"), job_name("image.tag=v9")}
+    assert first not in changed and len(changed) == 3
+
+
+def test_workers_have_probes_a_budget_and_drain_before_stopping(rendered: dict[str, list[dict]]) -> None:
+    objs = rendered["pvc-values"]
+    worker = get(objs, "Deployment", "-worker")
+    spec, c = pod_spec(worker), container(worker)
+    assert c["ports"] == [{"name": "http", "containerPort": 8788, "protocol": "TCP"}]
+    assert c["args"][c["args"].index("--dashboard-address") + 1] == ":8788"  # the worker's HTTP server
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe
+    assert c["livenessProbe"]["failureThreshold"] * c["livenessProbe"]["periodSeconds"] >= 120  # busy workers
+    # preStop: no new tasks, running ones finish; then SIGTERM and 20 s for `dask worker` to close
+    assert spec["terminationGracePeriodSeconds"] == 600
+    assert c["lifecycle"]["preStop"]["exec"]["command"] == ["pfs", "retire-worker", "--timeout", "580"]
+    env = env_of(c)
+    assert env["PFS_WORKER_NAME"] == "$(POD_NAME)" and env["PFS_SCHEDULER"] == "tls://rel-pfs-scheduler:8786"
+    assert env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT"] == "/etc/pfs/tls/tls.crt"  # for the preStop client
+    pdb = get(objs, "PodDisruptionBudget", "-worker")
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= worker["spec"]["template"]["metadata"]["labels"].items()
+    assert pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
+
+
+def test_autoscaling_and_budget_options(helm: str) -> None:
+    objs = parse(
+        render(
+            helm,
+            "hpa",
+            "--set",
+            "worker.autoscaling.enabled=true",
+            "--set",
+            "worker.autoscaling.maxReplicas=40",
+            "--set-string",
+            "worker.podDisruptionBudget.minAvailable=50%",
+            "--set",
+            "worker.drainOnStop=false",
+            "--set",
+            "worker.terminationGracePeriodSeconds=60",
+        )
+    )
+    worker = get(objs, "Deployment", "-worker")
+    assert "replicas" not in worker["spec"]  # the HPA owns it; an upgrade must not reset it
+    assert "lifecycle" not in container(worker) and pod_spec(worker)["terminationGracePeriodSeconds"] == 60
+    hpa = get(objs, "HorizontalPodAutoscaler", "-worker")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "hpa-pfs-worker"}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 40)
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 600
+    assert get(objs, "PodDisruptionBudget", "-worker")["spec"] == {
+        "minAvailable": "50%",
+        "selector": {"matchLabels": worker["spec"]["selector"]["matchLabels"]},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -387,13 +594,24 @@ def test_notes_explain_how_to_connect(helm: str, notes_chart: Path, case: str) -
     )
     notes = yaml.safe_load(out)["data"]["notes"]
     assert "kubectl --namespace pfs port-forward svc/" in notes
-    assert "pfs info --scheduler tcp://localhost:8786" in notes
     if case == "default-values":
         assert "WARNING: sharedStorage.enabled is false" in notes
+    if case in ("default-values", "pvc-values"):
+        secret = f"{CASES[case]}-pfs-tls-client"
+        assert "pfs workers --scheduler tls://localhost:8786" in notes
+        assert f"get secret {secret} -o jsonpath='{{.data.tls\\.key}}' | base64 -d > pfs-tls.key" in notes
+        assert "export PFS_TLS_CA_FILE=$PWD/pfs-ca.crt PFS_TLS_CERT=$PWD/pfs-tls.crt" in notes
+        assert "WARNING" not in notes.replace("WARNING: sharedStorage", "")
     if case == "pvc-values":
-        assert "AIRFLOW_CONN_PFS_DASK_DEFAULT" in notes and "logs -f job/rel-pfs-job-1" in notes
+        job = get_job(parse(render(helm, "rel", "-f", str(CI / "pvc-values.yaml"))), "rel")["metadata"]["name"]
+        assert "AIRFLOW_CONN_PFS_DASK_DEFAULT" in notes and f"logs -f job/{job}" in notes
+        assert "exec -it deploy/rel-pfs-worker -- \\\n     pfs scan /lustre/scratch/project" in notes
+        assert "Its extras carry the client certificate and key" in notes
     if case == "hostpath-values":
         assert "read-only" in notes and "hpc-pfs-jupyter" in notes and 'conn_id="lustre_pfs"' in notes
+        assert "pfs workers --scheduler tcp://localhost:8786" in notes and "PFS_TLS" not in notes
+        assert "WARNING: tls.enabled is false: whoever reaches port 8786 runs code" in notes
+        assert "WARNING: networkPolicy.enabled is false" in notes
 
 
 # --- values rejected by values.schema.json ---
@@ -423,6 +641,16 @@ BAD_VALUES = {
     "bad-conn-id": (["--set", "airflowConnection.connId=pfs-dask"], ["/airflowConnection/connId"]),
     "bad-pull-policy": (["--set", "image.pullPolicy=Sometimes"], ["/image/pullPolicy"]),
     "job-without-args": (["--set", "job.enabled=true", "--set-json", "job.args=[]"], ["/job/args"]),
+    "client-secret-alone": (["--set", "tls.existingClientSecret=c"], ["/tls/existingClientSecret"]),
+    "tls-relative-mount": (["--set", "tls.mountPath=certs"], ["/tls/mountPath"]),
+    "short-grace-period": (
+        ["--set", "worker.terminationGracePeriodSeconds=5"],
+        ["/worker/terminationGracePeriodSeconds"],
+    ),
+    "hpa-without-metrics": (
+        ["--set", "worker.autoscaling.enabled=true", "--set-json", "worker.autoscaling.metrics=[]"],
+        ["/worker/autoscaling/metrics"],
+    ),
 }
 
 

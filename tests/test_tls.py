@@ -86,10 +86,13 @@ def test_a_client_without_a_certificate_is_refused_by_the_scheduler(tls_cluster)
     host, port = tls_cluster.address.removeprefix("tls://").rsplit(":", 1)
     ctx = ssl.create_default_context(cafile=str(tls_cluster.ca_file))
     ctx.check_hostname = False
-    with socket.create_connection((host, int(port)), timeout=10) as raw, pytest.raises(ssl.SSLError) as err:
-        with ctx.wrap_socket(raw) as conn:
-            conn.sendall(b"\0" * 8)
-            conn.recv(1)  # TLS 1.3: the server's verdict on the (missing) certificate arrives here
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        pytest.raises(ssl.SSLError) as err,
+        ctx.wrap_socket(raw) as conn,
+    ):
+        conn.sendall(b"\0" * 8)
+        conn.recv(1)  # TLS 1.3: the server's verdict on the (missing) certificate arrives here
     assert "CERTIFICATE_REQUIRED" in str(err.value).upper(), err.value
 
 
@@ -118,6 +121,8 @@ def test_missing_or_partial_certificates_are_bad_input(tls_cluster, tmp_path, ar
 
 def test_plain_tcp_with_certificates_is_refused_before_connecting(tls_cluster):
     plain = tls_cluster.address.replace("tls://", "tcp://")
-    with pytest.raises(PfsError, match="is not encrypted, but TLS certificates were given: use tls://"):
-        with connect(ClusterOptions(scheduler=plain, security=TlsFiles("ca", "cert"))):
-            pass
+    with (
+        pytest.raises(PfsError, match="is not encrypted, but TLS certificates were given: use tls://"),
+        connect(ClusterOptions(scheduler=plain, security=TlsFiles("ca", "cert"))),
+    ):
+        pass

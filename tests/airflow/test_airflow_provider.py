@@ -89,7 +89,7 @@ def test_tls_connection_reaches_a_secured_scheduler(tls_cluster):
         opts(host, int(port), None, {"tls_cert": "/c.pem"})
 
     trigger = PfsJobTrigger(tls_cluster.address, "no-such-job", poll_interval=0.1, tls=options.security.as_dict())
-    classpath, kwargs = trigger.serialize()
+    _, kwargs = trigger.serialize()
     event = asyncio.run(anext(PfsJobTrigger(**kwargs).run()))
     assert event.payload["status"] == "missing"  # it connected, read the (absent) job record, and fired
 

@@ -12,25 +12,46 @@ WARNING: sharedStorage.enabled is false: workers see no shared file system, only
 {{- end }}
 
 In-cluster scheduler address: {{ include "pfs.schedulerAddress" . }}
-                   (FQDN):   tcp://{{ include "pfs.schedulerFQDN" . }}:{{ .Values.scheduler.service.port }}
+                   (FQDN):   {{ include "pfs.protocol" . }}://{{ include "pfs.schedulerFQDN" . }}:{{ .Values.scheduler.service.port }}
+{{- $ns := .Release.Namespace }}
+{{- $worker := printf "%s-worker" (include "pfs.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- if .Values.tls.enabled }}
 
-1. Connect from your machine:
+TLS: the scheduler accepts only clients with a certificate signed by the cluster's CA (mutual TLS).
+{{- if .Values.tls.existingSecret }}
+Client certificate: Secret {{ include "pfs.tlsClientSecretName" . }} (yours: tls.existingSecret).
+{{- else }}
+Client certificate: Secret {{ include "pfs.tlsClientSecretName" . }} (generated, kept across upgrades).
+{{- end }}
+{{- end }}
 
-   kubectl --namespace {{ .Release.Namespace }} port-forward svc/{{ include "pfs.schedulerName" . }} {{ .Values.scheduler.service.port }}:{{ .Values.scheduler.service.port }} {{ .Values.scheduler.service.dashboardPort }}:{{ .Values.scheduler.service.dashboardPort }}
-   pfs info --scheduler tcp://localhost:{{ .Values.scheduler.service.port }}
+1. Check the connection from your machine:
+{{- if .Values.tls.enabled }}
+{{- $get := printf "kubectl --namespace %s get secret %s -o jsonpath=" $ns (include "pfs.tlsClientSecretName" .) }}
+
+   {{ $get }}'{.data.ca\.crt}' | base64 -d > pfs-ca.crt
+   {{ $get }}'{.data.tls\.crt}' | base64 -d > pfs-tls.crt
+   {{ $get }}'{.data.tls\.key}' | base64 -d > pfs-tls.key
+   chmod 600 pfs-tls.key
+   export PFS_TLS_CA_FILE=$PWD/pfs-ca.crt PFS_TLS_CERT=$PWD/pfs-tls.crt PFS_TLS_KEY=$PWD/pfs-tls.key
+{{- end }}
+
+   kubectl --namespace {{ $ns }} port-forward svc/{{ include "pfs.schedulerName" . }} {{ .Values.scheduler.service.port }}:{{ .Values.scheduler.service.port }} {{ .Values.scheduler.service.dashboardPort }}:{{ .Values.scheduler.service.dashboardPort }}
+   pfs workers --scheduler {{ include "pfs.protocol" . }}://localhost:{{ .Values.scheduler.service.port }}
    Dashboard: http://localhost:{{ .Values.scheduler.service.dashboardPort }}/status
 
-   Paths are resolved on the workers: pass paths as the workers see them (e.g. {{ .Values.sharedStorage.mountPath }}/...).
+   pfs commands read the tree and write manifests where they run: run them where the file system is
+   mounted (paths as the workers see them, e.g. {{ .Values.sharedStorage.mountPath }}/...), as below.
 
-2. Run a command inside the cluster:
+2. Run a command inside the cluster, in a worker pod (it mounts the file system and holds a certificate):
 
-   kubectl --namespace {{ .Release.Namespace }} run pfs-client --rm -it --restart=Never \
-     --image={{ include "pfs.image" . }} --env=PFS_SCHEDULER={{ include "pfs.schedulerAddress" . }} -- \
+   kubectl --namespace {{ $ns }} exec -it deploy/{{ $worker }} -- \
      pfs scan {{ .Values.sharedStorage.mountPath }}/project -o {{ .Values.sharedStorage.mountPath }}/.pfs/manifests/project --no-progress
 {{- if .Values.job.enabled }}
 
 3. The Job runs: pfs {{ join " " .Values.job.args }}
-   kubectl --namespace {{ .Release.Namespace }} logs -f job/{{ printf "%s-job-%d" (include "pfs.fullname" . | trunc 50 | trimSuffix "-") .Release.Revision }}
+   kubectl --namespace {{ $ns }} logs -f job/{{ include "pfs.jobName" . }}
+   `helm upgrade` keeps it unless the Job changes; set job.runId to run the same arguments again.
 {{- end }}
 {{- if .Values.jupyter.enabled }}
 
@@ -47,10 +68,21 @@ official Airflow chart:
      - secretRef:
          name: {{ printf "%s-airflow-connection" (include "pfs.fullname" .) | trunc 63 | trimSuffix "-" }}
 Tasks then use conn_id="{{ .Values.airflowConnection.connId }}".
+{{- if and .Values.tls.enabled .Values.tls.existingSecret }}
+Its extras name certificate files under {{ .Values.airflowConnection.tlsMountPath }}: mount Secret {{ include "pfs.tlsClientSecretName" . }} there.
+{{- else if .Values.tls.enabled }}
+Its extras carry the client certificate and key (protocol tls): treat the Secret as a credential.
+{{- end }}
 {{- end }}
 {{- if .Values.networkPolicy.enabled }}
 
 NetworkPolicy: only this release's workers, Job and Jupyter{{ if .Values.networkPolicy.extraIngress }} and networkPolicy.extraIngress peers{{ end }} reach the scheduler.
-Clients outside that list (e.g. Airflow) must be added to networkPolicy.extraIngress.
+Clients outside that list (e.g. Airflow) must be added to networkPolicy.extraIngress; `kubectl port-forward` works regardless.
+{{- else }}
+
+WARNING: networkPolicy.enabled is false: any pod in the cluster can reach the scheduler{{ if not .Values.tls.enabled }} and, without TLS, run code on the workers{{ end }}.
+{{- end }}
+{{- if not .Values.tls.enabled }}
+WARNING: tls.enabled is false: whoever reaches port {{ .Values.scheduler.service.port }} runs code as the data owner on the workers.
 {{- end }}
 {{- end }}
