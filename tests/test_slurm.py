@@ -166,3 +166,36 @@ def test_real_slurm_job_runs_a_scan(tmp_path: Path) -> None:
             assert counts["files"] == 6 and counts["directories"] == 2 and counts["errors"] == 0
     finally:
         cluster.close()
+
+
+SBATCH = Path(__file__).resolve().parents[1] / "examples" / "slurm" / "pfs-scan.sbatch"
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_two_sbatch_recipes_share_a_node(tmp_path: Path) -> None:
+    """examples/slurm/pfs-scan.sbatch twice at once on one node: each scheduler takes a free port (a fixed 8786
+    made the second fail with "Address already in use") and speaks TLS with its job's own certificate."""
+    if not slurm_available():
+        pytest.skip("no reachable Slurm with an idle node (see examples/slurm/single-node-slurm.sh)")
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    for i in range(4):
+        (tree / "a" / f"f{i}").write_text("x" * i)
+    bindir = str(Path(sys.executable).parent)  # dask and pfs for the job (sbatch exports this environment)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(SBATCH.parents[2])}
+    sbatch = ["sbatch", "--wait", "--nodes=1", "--cpus-per-task=1", "--mem=1G", str(SBATCH), str(tree)]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    jobs = [subprocess.Popen([*sbatch, str(tmp_path / f"m{i}")], cwd=tmp_path, env=env, **pipes) for i in range(2)]
+    outs = [job.communicate(timeout=280) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], outs
+    addresses = set()
+    for i, (stdout, _) in enumerate(outs):
+        job_id = stdout.split()[-1]
+        log = (tmp_path / f"pfs-scan-{job_id}.out").read_text()
+        summary = json.loads(log[log.index("{\n") : log.index("\n}\n") + 2])
+        assert summary["manifest"] == str(tmp_path / f"m{i}") and summary["counts"]["files"] == 4, log
+        (line,) = [x for x in log.splitlines() if "Scheduler at:" in x]
+        addresses.add(line.split()[-1])
+    assert len(addresses) == 2 and all(a.startswith("tls://") for a in addresses), addresses
+    assert not list(tmp_path.glob(".pfs-*")), "scheduler files and certificates are removed at the end"
