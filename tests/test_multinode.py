@@ -85,10 +85,12 @@ def _rows(manifest: str) -> list[tuple]:
         return con.execute(f"SELECT path, type, size, epoch_ns(mtime) FROM {rel} ORDER BY path").fetchall()
 
 
-def test_each_host_has_its_own_network_and_mount(cluster):
+def test_each_host_has_its_own_network_and_mount(cluster, source_tree):
+    """Every host sees the tree through its own mount; ``source_tree`` makes the tree, so this test passes
+    alone or first (it used to expect a directory only a later test's fixture created)."""
     _, client, workers = cluster
 
-    def probe(mnt: str = MNT) -> dict:
+    def probe(mnt: str = MNT, tree: str = source_tree) -> dict:
         with open("/proc/self/mountinfo") as f:
             mounts = [line.split(" - ")[1].split()[0] for line in f if line.split()[4] == mnt]
         return {
@@ -96,7 +98,7 @@ def test_each_host_has_its_own_network_and_mount(cluster):
             "mntns": os.stat("/proc/self/ns/mnt").st_ino,
             "dev": os.stat(mnt).st_dev,
             "fstype": mounts[-1] if mounts else None,
-            "sees_tree": os.path.isdir(f"{mnt}/mn-src"),
+            "sees_tree": os.path.isdir(tree),
         }
 
     seen = client.run(probe)
