@@ -468,6 +468,97 @@ def test_generated_certificates_secure_a_real_dask_cluster(rendered: dict[str, l
                 pass
 
 
+def test_rendered_containers_run_a_secured_cluster(rendered: dict[str, list[dict]], tmp_path: Path) -> None:
+    """The scheduler's, a worker's and the Job's commands and environment exactly as rendered, run as local
+    processes (container paths, names and ports mapped to this machine): the probes' /health answers, the Job's
+    scan gets through with the client Secret, and the worker's preStop hook drains it."""
+    import socket
+    import time
+    import urllib.request
+
+    from .conftest import make_tree
+
+    objs = rendered["pvc-values"]
+
+    def free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    ports = {"sched": free_port(), "dash": free_port(), "http": free_port()}
+    address = f"tls://127.0.0.1:{ports['sched']}"
+    tree = make_tree(tmp_path / "data" / "project", {"a/one": "1", "a/two": "22", "b/three": "333"})
+    (tmp_path / "local").mkdir()
+    for secret in ("rel-pfs-tls", "rel-pfs-tls-client"):
+        (tmp_path / secret).mkdir()
+        for key, text in b64(get(objs, "Secret", secret)).items():
+            (tmp_path / secret / key).write_text(text)
+
+    def localize(text: str, secret: str) -> str:
+        for container_path, here in (
+            ("tls://rel-pfs-scheduler:8786", address),
+            ("/etc/pfs/tls", str(tmp_path / secret)),
+            ("/dask-local", str(tmp_path / "local")),
+            ("/lustre/scratch/.pfs/manifests/project", str(tmp_path / "manifest")),
+            ("/lustre/scratch/project", str(tree)),
+            ("$(POD_NAME)", "worker-a"),
+            (":8787", f":{ports['dash']}"),
+            (":8788", f":{ports['http']}"),
+        ):
+            text = text.replace(container_path, here)
+        return str(ports["sched"]) if text == "8786" else text
+
+    def command(c: dict, secret: str) -> tuple[list[str], dict[str, str]]:
+        exe = {"dask": [sys.executable, "-m", "dask"], "pfs": [sys.executable, "-m", "dask_pfs"]}[c["command"][0]]
+        args = [localize(a, secret) for a in c.get("args", [])]
+        env = {k: localize(v, secret) for k, v in env_of(c).items() if v is not None}
+        return exe + args, {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), **env}
+
+    def health(port: int, proc: subprocess.Popen) -> str:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
+                    return resp.read().decode()
+            except OSError:
+                assert time.monotonic() < deadline, f"no /health on {port}"
+                time.sleep(0.2)
+
+    sched_c, worker_c = container(get(objs, "Deployment", "-scheduler")), container(get(objs, "Deployment", "-worker"))
+    logs = {name: (tmp_path / f"{name}.log").open("w") for name in ("scheduler", "worker")}
+    procs = []
+    try:
+        cmd, env = command(sched_c, "rel-pfs-tls")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=logs["scheduler"], stderr=subprocess.STDOUT))
+        assert health(ports["dash"], procs[0]) == "ok"  # the scheduler's probes
+        cmd, env = command(worker_c, "rel-pfs-tls")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=logs["worker"], stderr=subprocess.STDOUT))
+        assert health(ports["http"], procs[1]) == "ok"  # the worker's probes
+
+        cmd, env = command(container(get_job(objs, "rel")), "rel-pfs-tls-client")
+        job = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True, timeout=180)
+        assert job.returncode == 0, job.stderr
+        assert json.loads(job.stdout)["counts"]["files"] == 3
+        no_cert = {k: v for k, v in env.items() if "__TLS__" not in k}
+        refused = subprocess.run(
+            [sys.executable, "-m", "dask_pfs", "workers"], env=no_cert, capture_output=True, text=True, timeout=120
+        )
+        assert refused.returncode == 2 and "requires TLS" in refused.stderr, refused.stderr
+
+        pre_stop = worker_c["lifecycle"]["preStop"]["exec"]["command"]
+        cmd, env = command({"command": pre_stop[:1], "args": pre_stop[1:], "env": worker_c["env"]}, "rel-pfs-tls")
+        drained = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        assert drained.returncode == 0, drained.stderr
+        assert "worker worker-a (tls://" in drained.stdout and "retired: no task running" in drained.stdout
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(timeout=60)
+        for log in logs.values():
+            log.close()
+
+
 def dask_config(values: dict):
     import dask
 
