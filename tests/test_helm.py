@@ -414,7 +414,12 @@ def test_port_and_generated_jupyter_token(helm: str) -> None:
     assert "ttlSecondsAfterFinished" not in job["spec"]
     token = base64.b64decode(get(objs, "Secret", "-jupyter")["data"]["token"]).decode()
     assert len(token) == 32 and token.isalnum()
-    assert "shared" not in volumes_of(get(objs, "Deployment", "-jupyter"))
+    jupyter = get(objs, "Deployment", "-jupyter")
+    assert "shared" not in volumes_of(jupyter)
+    assert volumes_of(jupyter)["tls"]["secret"]["secretName"] == "x-pfs-tls-client"
+    env = env_of(container(jupyter))  # a plain distributed.Client(DASK_SCHEDULER_ADDRESS) works in a notebook
+    assert env["DASK_SCHEDULER_ADDRESS"] == "tls://x-pfs-scheduler:9786"
+    assert env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"] == "/etc/pfs/tls/tls.key"
 
 
 # --- TLS ---
