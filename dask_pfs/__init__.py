@@ -5,6 +5,11 @@ Public API::
     from dask_pfs import scan, copy, remove, open_manifest, connect
     result = scan("/lustre/project", "/lustre/manifests/project")
 
+    # on a secured (mutual TLS) scheduler, e.g. the Helm chart's
+    from dask_pfs import ClusterOptions, TlsFiles
+    tls = TlsFiles("ca.crt", "tls.crt", "tls.key")
+    result = scan("/data/project", "/data/m", cluster=ClusterOptions(scheduler="tls://sched:8786", security=tls))
+
 The engine functions share their names with their modules (``dask_pfs.scan`` the module,
 ``dask_pfs.scan`` the function): they are imported eagerly here so the package attribute is
 always the function, whatever was imported first.
@@ -20,6 +25,7 @@ from .errors import IncompleteManifestError, PfsError
 from .manifest import Manifest, open_manifest
 from .remove import RemoveResult, remove
 from .scan import ScanResult, scan
+from .security import TlsFiles
 from .sync import SyncResult, sync
 from .verify import VerifyResult, verify
 
@@ -32,6 +38,7 @@ __all__ = [
     "RemoveResult",
     "ScanResult",
     "SyncResult",
+    "TlsFiles",
     "VerifyResult",
     "__version__",
     "connect",
