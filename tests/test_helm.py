@@ -603,12 +603,18 @@ def test_existing_tls_secret(helm: str) -> None:
 # --- operations: Job names, probes, disruption budget, drain, autoscaling ---
 
 
-def test_job_name_survives_upgrades_that_leave_the_job_alone(helm: str) -> None:
+def test_job_and_scheduler_survive_upgrades_that_leave_them_alone(helm: str) -> None:
     def job_name(*sets: str) -> str:
         args = [a for kv in ("job.enabled=true", *sets) for a in ("--set", kv)]
         return get_job(parse(render(helm, "up", *args, "--show-only", "templates/job.yaml")), "up")["metadata"]["name"]
 
     first = job_name()
+    # the scheduler's pod is not touched by worker tuning either (Recreate: a new pod would drop every job)
+    sched = [
+        get(parse(render(helm, "up", *sets, "--show-only", "templates/scheduler.yaml")), "Deployment", "-scheduler")
+        for sets in ([], ["--set", "worker.pfsThreads=16", "--set", "worker.replicas=9", "--set", "worker.threads=2"])
+    ]
+    assert sched[0]["spec"]["template"] == sched[1]["spec"]["template"]
     assert job_name("worker.replicas=7", "worker.threads=8", "scheduler.service.dashboardPort=9999") == first
     changed = {job_name("job.args={scan,/data/other,-o,/data/m}"), job_name("job.runId=2"), job_name("image.tag=v9")}
     assert first not in changed and len(changed) == 3

@@ -93,17 +93,23 @@ securityContext:
 {{- end }}
 
 {{/* Environment shared by every pfs/dask container. */}}
-{{- define "pfs.commonEnv" -}}
+{{- define "pfs.baseEnv" -}}
 - name: HOME
   value: /tmp
 - name: DASK_TEMPORARY_DIRECTORY
   value: {{ .Values.scratch.localDirectory | quote }}
-- name: PFS_THREADS
-  value: {{ .Values.worker.pfsThreads | quote }}
 {{- /* Dask's profiler samples every thread 100 times a second: CPU the storage client needs,
        and a worker deadlock on CPython < 3.11.9 (gh-106883); see dask_pfs/cluster.py. */}}
 - name: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED
   value: "False"
+{{- end }}
+
+{{/* ... plus pfs's I/O threads, for the containers that run pfs code (not the scheduler: tuning the workers
+     must not change, and so restart, the scheduler's pod). */}}
+{{- define "pfs.commonEnv" -}}
+{{ include "pfs.baseEnv" . }}
+- name: PFS_THREADS
+  value: {{ .Values.worker.pfsThreads | quote }}
 {{- end }}
 
 {{/* Scratch volumes (read-only root file system). */}}
