@@ -116,14 +116,6 @@ securityContext:
   value: {{ .Values.worker.pfsThreads | quote }}
 {{- end }}
 
-{{/* ... plus pfs's I/O threads, for the containers that run pfs code (not the scheduler: tuning the workers
-     must not change, and so restart, the scheduler's pod). */}}
-{{- define "pfs.commonEnv" -}}
-{{ include "pfs.baseEnv" . }}
-- name: PFS_THREADS
-  value: {{ .Values.worker.pfsThreads | quote }}
-{{- end }}
-
 {{/* Scratch volumes (read-only root file system). */}}
 {{- define "pfs.scratchVolumes" -}}
 {{- $ed := dict }}
