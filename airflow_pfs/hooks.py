@@ -160,8 +160,8 @@ class PfsDaskHook(BaseHook):
                 info = client.scheduler_info(n_workers=-1)
         except AirflowException as exc:
             return False, str(exc)
-        except PfsError as exc:
-            return False, f"pfs_dask connection: {exc}"
+        except PfsError as exc:  # dask_pfs.connect's own words: unreachable, refused, unreadable certificates
+            return False, str(exc)
         except (OSError, TimeoutError, ValueError, KeyError) as exc:
             return False, f"cannot reach {where}: {type(exc).__name__}: {exc}"
         return True, describe_cluster(info)

@@ -81,8 +81,10 @@ def test_connect_takes_pem_text_or_a_security_object(tls_cluster):
             assert client.submit(sum, [1, 2, 3], pure=False).result() == 6
 
 
-def test_a_client_without_a_certificate_is_refused_by_the_scheduler(tls_cluster):
-    """The server side: a TLS client that trusts the CA but shows no certificate gets no session."""
+def test_a_client_without_a_certificate_is_refused_by_the_scheduler(tls_cluster, caplog):
+    """The server side: a TLS client that trusts the CA but shows no certificate gets no session (TLS 1.3
+    sends the verdict after the handshake: the client sees the alert, or under load only the closed socket,
+    while the scheduler logs why it refused)."""
     host, port = tls_cluster.address.removeprefix("tls://").rsplit(":", 1)
     ctx = ssl.create_default_context(cafile=str(tls_cluster.ca_file))
     ctx.check_hostname = False
@@ -93,7 +95,10 @@ def test_a_client_without_a_certificate_is_refused_by_the_scheduler(tls_cluster)
     ):
         conn.sendall(b"\0" * 8)
         conn.recv(1)  # TLS 1.3: the server's verdict on the (missing) certificate arrives here
-    assert "CERTIFICATE_REQUIRED" in str(err.value).upper(), err.value
+    refused = "CERTIFICATE_REQUIRED" in str(err.value).upper() or (
+        isinstance(err.value, ssl.SSLEOFError) and "PEER_DID_NOT_RETURN_A_CERTIFICATE" in caplog.text
+    )
+    assert refused, (err.value, caplog.text)
 
 
 def test_a_certificate_from_another_ca_is_refused(tls_cluster):

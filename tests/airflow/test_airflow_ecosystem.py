@@ -301,7 +301,7 @@ def test_hook_test_connection(dask_processes, tmp_path, monkeypatch):
     assert ok and message.startswith(f"Dask scheduler {dask_processes}: 1 workers, 4 threads"), message
     down = _free_port()
     ok, message = test("t_down", host="127.0.0.1", port=down)
-    assert not ok and message.startswith(f"cannot reach tcp://127.0.0.1:{down}: "), message
+    assert not ok and message.startswith(f"cannot reach the Dask scheduler tcp://127.0.0.1:{down}"), message
 
     security = Security.temporary()
     files = {}
@@ -326,7 +326,7 @@ def test_hook_test_connection(dask_processes, tmp_path, monkeypatch):
         missing_key = {**files, "tls_key": str(tmp_path / "no-such-key.pem")}
         assert test("t_tls_nokey", host="127.0.0.1", port=tls_port, extra=missing_key) == (
             False,
-            f"pfs_dask connection: TLS key {missing_key['tls_key']}: not a readable file",
+            f"TLS key {missing_key['tls_key']}: not a readable file",
         )
         ok, message = test(
             "t_tls_partial", host="127.0.0.1", port=tls_port, extra={"tls_ca_file": files["tls_ca_file"]}
