@@ -18,9 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dask_pfs.runtime import WalkTuning, next_slice
-
 from benchmarks.simfs import Tree, TreeSpec
+from dask_pfs.runtime import WalkTuning, next_slice
 
 
 def child(rel: str, i: int) -> str:
