@@ -106,9 +106,17 @@ def test_local_copy_is_exact(tmp_path, dask_client, stream):
     assert os.path.exists(os.path.join(os.fsencode(dst), NON_UTF8))
 
 
-def test_streamed_copy_starts_before_the_scan_ends(tmp_path, dask_client):
+def test_streamed_copy_starts_before_the_scan_ends(tmp_path, dask_client, monkeypatch):
     """The first files land while the walk is still listing: their change times come before the
     manifest's finish time (the scan took several tasks)."""
+    import functools
+    import sys
+
+    from dask_pfs.frontier import WalkTuning
+
+    # scan tasks of 500 entries: on an idle host one default task's budget walks this whole tree
+    small = functools.partial(WalkTuning, max_entries=500, max_dirs_per_task=4)
+    monkeypatch.setattr(sys.modules["dask_pfs.scan"], "ScanTuning", small)
     src = tmp_path / "src"
     make_balanced(src, dirs=400, files_per_dir=25)
     result = copy(src, tmp_path / "dst", client=dask_client, manifest_out=tmp_path / "m")
