@@ -112,11 +112,11 @@ def test_streamed_copy_starts_before_the_scan_ends(tmp_path, dask_client, monkey
     import functools
     import sys
 
-    from dask_pfs.frontier import WalkTuning
+    from dask_pfs.runtime import WalkTuning
 
     # scan tasks of 500 entries: on an idle host one default task's budget walks this whole tree
     small = functools.partial(WalkTuning, max_entries=500, max_dirs_per_task=4)
-    monkeypatch.setattr(sys.modules["dask_pfs.scan"], "ScanTuning", small)
+    monkeypatch.setattr(sys.modules["dask_pfs.scanning"], "ScanTuning", small)  # the engine cp scans with
     src = tmp_path / "src"
     make_balanced(src, dirs=400, files_per_dir=25)
     result = copy(src, tmp_path / "dst", client=dask_client, manifest_out=tmp_path / "m")
