@@ -42,12 +42,15 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=20_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "pfs-paired")
+    ap.add_argument("--threads", type=int, default=0, help="fixed I/O threads per worker (0: auto-tuned)")
     ap.add_argument("--python", default=sys.executable)
     a = ap.parse_args()
     tree = a.dir / "tree"
     if not tree.exists():
         subprocess.run([a.python, MKTREE, str(tree), "--files", str(a.files), "--shape", "balanced"], check=True)
     common = ["--workers", str(a.workers), "--no-progress"]
+    if a.threads:
+        common += ["--threads", str(a.threads)]
     rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for i in range(a.runs):
         for label, checkout in (("A", a.a.resolve()), ("B", a.b.resolve())):
