@@ -1,0 +1,204 @@
+"""Remote driving: ``pfs --scheduler`` from a host that does not mount the data (``dask_pfs.remote``).
+
+A real ``dask scheduler`` and a one-thread ``dask worker`` (so a driver that held its slot would
+deadlock) see a tree under ``DATA``; every ``pfs`` client runs in its own mount namespace with an
+empty tmpfs over ``DATA`` (``unshare -m``), so the paths it is given do not exist for it.  The
+probes, the journal, the marker and the work happen on the worker; the client prints the result
+and exits as a local run would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1) for a mount namespace"
+)
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    """(scheduler file, DATA): a scheduler and a worker process that see DATA."""
+    base = tmp_path_factory.mktemp("remote")
+    data = base / "data"
+    data.mkdir()
+    sched = base / "scheduler.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_THREADS": "4", "XDG_CACHE_HOME": str(data / ".cache")}
+    logs = [open(base / f"{n}.log", "wb") for n in ("scheduler", "worker")]  # noqa: SIM115
+    procs = [
+        subprocess.Popen(
+            [BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
+             "--scheduler-file", sched, "--no-show"],  # fmt: skip
+            env=env,
+            stdout=logs[0],
+            stderr=subprocess.STDOUT,
+        )
+    ]
+    deadline = time.monotonic() + 60
+    while not sched.exists():
+        assert time.monotonic() < deadline, (base / "scheduler.log").read_text()
+        time.sleep(0.1)
+    procs.append(
+        subprocess.Popen(
+            [BIN / "dask", "worker", "--scheduler-file", sched, "--nworkers", "1", "--nthreads", "1",
+             "--dashboard-address", ":0", "--no-nanny"],  # fmt: skip
+            env=env,
+            stdout=logs[1],
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    )
+    from distributed import Client
+
+    try:
+        with Client(scheduler_file=str(sched), timeout="60s") as client:
+            client.wait_for_workers(1, timeout=60)
+        yield sched, data
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+        for f in logs:
+            f.close()
+
+
+def pfs_argv(remote, *args: str) -> list[str]:
+    """``pfs ARGS --scheduler-file F`` in a mount namespace where DATA is an empty tmpfs."""
+    sched, data = remote
+    cmd = shlex.join([str(BIN / "pfs"), *args, "--scheduler-file", str(sched)])
+    return ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {shlex.quote(str(data))} && exec {cmd}"]
+
+
+def pfs(remote, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_CLEAN_EXIT": "0"}
+    return subprocess.run(pfs_argv(remote, *args), capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def make_tree(root: Path, files: int = 20) -> None:
+    for i in range(files):
+        d = root / f"d{i % 4}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.txt").write_text(f"file {i}\n" * (i + 1))
+    (root / "link").symlink_to("d0")
+
+
+def test_client_cannot_see_the_data(remote):
+    """The premise: in the client's namespace DATA is empty, and a local driver fails on it."""
+    _, data = remote
+    make_tree(data / "premise", 3)
+    r = pfs(remote, "scan", str(data / "premise"), "-o", str(data / "premise.m"), "--driver", "local")
+    assert r.returncode == 2, r.stderr
+    assert "pfs: error:" in r.stderr and "no such" in r.stderr.lower()
+    assert not (data / "premise.m").exists()
+
+
+def test_scan_on_the_cluster(remote):
+    _, data = remote
+    make_tree(data / "tree")
+    r = pfs(remote, "scan", str(data / "tree"), "-o", str(data / "tree.m"))
+    assert r.returncode == 0, r.stderr
+    assert f"scanned {data / 'tree'}: 25 entries (20 files, 4 directories, 1 symlinks" in r.stdout
+    marker = json.loads((data / "tree.m" / "_manifest.json").read_text())  # written by the worker
+    assert marker["counts"]["files"] == 20
+    again = pfs(remote, "scan", str(data / "tree"), "-o", str(data / "tree.m"), "--json")
+    assert again.returncode == 2 and "--overwrite" in again.stderr  # the worker's refusal, as a local one
+
+
+def test_missing_root_is_refused_like_a_local_run(remote, tmp_path):
+    _, data = remote
+    r = pfs(remote, "scan", str(data / "nope"), "-o", str(data / "nope.m"))
+    assert r.returncode == 2
+    local = subprocess.run(
+        [BIN / "pfs", "scan", str(data / "nope"), "-o", str(data / "nope.m")], capture_output=True, text=True
+    )
+    assert local.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == local.stderr.strip().splitlines()[-1]
+    assert "no such" in r.stderr.lower() and str(data / "nope") in r.stderr
+    assert not (data / "nope.m").exists()
+    forced = pfs(remote, "scan", str(tmp_path), "-o", str(data / "x.m"), "--driver", "cluster")
+    assert forced.returncode == 0, forced.stderr  # tmp_path is visible to the worker as well
+
+
+def test_cp_rm_on_the_cluster(remote):
+    _, data = remote
+    src = data / "cpsrc"
+    make_tree(src)
+    r = pfs(remote, "cp", str(src), str(data / "cpdst"))
+    assert r.returncode == 0, r.stderr
+    assert "20 files" in r.stdout
+    assert (data / "cpdst" / "d1" / "f5.txt").read_text() == (src / "d1" / "f5.txt").read_text()
+    assert os.readlink(data / "cpdst" / "link") == "d0"
+
+    r = pfs(remote, "rm", str(data / "cpdst"), "-y")
+    assert r.returncode == 0, r.stderr
+    assert "removed 21 entries and 5 directories" in r.stdout
+    assert not (data / "cpdst").exists() and (src / "d1" / "f5.txt").exists()
+
+    scan = pfs(remote, "scan", str(src), "-o", str(data / "cpsrc.m"))
+    assert scan.returncode == 0, scan.stderr
+    r = pfs(remote, "rm", "--manifest", str(data / "cpsrc.m"), "--where", "name LIKE 'f1%'", "-y")
+    assert r.returncode == 0, r.stderr
+    assert "removed 11 entries" in r.stdout  # f1, f10..f19
+    assert not (src / "d2" / "f10.txt").exists() and (src / "d2" / "f2.txt").exists()
+
+
+def test_sync_and_verify_on_the_cluster(remote):
+    _, data = remote
+    src, dst = data / "syncsrc", data / "syncdst"
+    make_tree(src)
+    dst.mkdir()
+    (dst / "extra.txt").write_text("x")
+    r = pfs(remote, "sync", str(src), str(dst), "--delete", "--plan", str(data / "sync.plan"))
+    assert r.returncode == 0, r.stderr
+    assert "25 new" in r.stdout and "1 extra (deleted)" in r.stdout
+    assert not (dst / "extra.txt").exists() and (dst / "d3" / "f7.txt").read_text() == "file 7\n" * 8
+
+    r = pfs(remote, "verify", str(src), str(dst), "--report", str(data / "verify.parquet"))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "25 same, 0 missing" in r.stdout
+    (dst / "d3" / "f7.txt").write_text("changed\n")
+    r = pfs(remote, "verify", str(src), str(dst), "--report", str(data / "verify.parquet"))
+    assert r.returncode == 1
+    assert "1 different" in r.stdout and "d3/f7.txt" in r.stdout
+
+
+def test_ctrl_c_stops_the_driver_and_resume_finishes(remote):
+    """SIGINT to the client: the driver on the cluster stops and keeps its journal (exit 130, like
+    a local run); the same command with --resume walks only what is left."""
+    _, data = remote
+    tree, out = data / "slow", data / "slow.m"
+    for i in range(40):
+        (tree / f"d{i}").mkdir(parents=True)
+        for j in range(5):
+            (tree / f"d{i}" / f"f{j}").write_text("x")
+    args = ("scan", str(tree), "-o", str(out), "--max-ops-per-second", "40", "--progress")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_CLEAN_EXIT": "0"}
+    proc = subprocess.Popen(pfs_argv(remote, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 60
+    while not list(out.glob(".pfs-journal-*/*")):
+        assert time.monotonic() < deadline and proc.poll() is None, "the scan did not start"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert b"stopping the driver on the cluster" in stderr and b"scan" in stderr  # and the progress showed
+    assert not (out / "_manifest.json").exists() and list(out.glob(".pfs-journal-*"))
+
+    r = pfs(remote, "scan", str(tree), "-o", str(out), "--resume")
+    assert r.returncode == 0, r.stderr
+    assert "done before)" in r.stdout and "240 entries" in r.stdout
+    assert not list(out.glob(".pfs-journal-*"))
