@@ -40,8 +40,19 @@ def remote(tmp_path_factory):
     logs = [open(base / f"{n}.log", "wb") for n in ("scheduler", "worker")]  # noqa: SIM115
     procs = [
         subprocess.Popen(
-            [BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", ":0",
-             "--scheduler-file", sched, "--no-show"],  # fmt: skip
+            [
+                BIN / "dask",
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--dashboard-address",
+                ":0",
+                "--scheduler-file",
+                sched,
+                "--no-show",
+            ],
             env=env,
             stdout=logs[0],
             stderr=subprocess.STDOUT,
@@ -53,8 +64,19 @@ def remote(tmp_path_factory):
         time.sleep(0.1)
     procs.append(
         subprocess.Popen(
-            [BIN / "dask", "worker", "--scheduler-file", sched, "--nworkers", "1", "--nthreads", "1",
-             "--dashboard-address", ":0", "--no-nanny"],  # fmt: skip
+            [
+                BIN / "dask",
+                "worker",
+                "--scheduler-file",
+                sched,
+                "--nworkers",
+                "1",
+                "--nthreads",
+                "1",
+                "--dashboard-address",
+                ":0",
+                "--no-nanny",
+            ],
             env=env,
             stdout=logs[1],
             stderr=subprocess.STDOUT,
@@ -193,7 +215,7 @@ def test_ctrl_c_stops_the_driver_and_resume_finishes(remote):
         time.sleep(0.1)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert b"stopping the driver on the cluster" in stderr and b"scan" in stderr  # and the progress showed
     assert not (out / "_manifest.json").exists() and list(out.glob(".pfs-journal-*"))
