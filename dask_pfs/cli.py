@@ -191,6 +191,20 @@ def cluster_options(func: Callable) -> Callable:
     return wrapper
 
 
+def reader_options(func: Callable) -> Callable:
+    """How a command that only reads a manifest (query, info) reaches one only the workers see:
+    :func:`scheduler_options` and ``--driver`` -> ``cluster`` (``ClusterOptions``)."""
+    for opt in reversed([*scheduler_options(), driver_option()]):
+        func = opt(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        kwargs["cluster"] = ClusterOptions(**pop_scheduler_options(kwargs), driver=kwargs.pop("driver"))
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
 def prune_options(func: Callable) -> Callable:
     """``--exclude``, ``--include``, ``--max-depth``, ``--one-file-system`` -> ``prune`` (``operators.prune.Prune``)."""
     opts = [

@@ -117,8 +117,16 @@ def jsonable(value: Any) -> Any:
 
 
 def summarize(result: Any) -> dict:
-    """An engine result (dataclass with counts and ``exit_code``) as a JSON-able dict."""
-    summary = result.summary() if hasattr(result, "summary") else dataclasses.asdict(result)
+    """An engine result (dataclass with counts and ``exit_code``, or a dict) as a JSON-able dict;
+    anything else (rows for ``pfs query``) only by its type."""
+    if hasattr(result, "summary"):
+        summary = result.summary()
+    elif dataclasses.is_dataclass(result) and not isinstance(result, type):
+        summary = dataclasses.asdict(result)
+    elif isinstance(result, dict):
+        summary = dict(result)
+    else:
+        summary = {"type": type(result).__name__}
     summary.setdefault("exit_code", getattr(result, "exit_code", 0))
     return jsonable(summary)
 

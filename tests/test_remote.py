@@ -224,3 +224,36 @@ def test_ctrl_c_stops_the_driver_and_resume_finishes(remote):
     assert r.returncode == 0, r.stderr
     assert "done before)" in r.stdout and "240 entries" in r.stdout
     assert not list(out.glob(".pfs-journal-*"))
+
+
+def test_reading_commands_on_the_cluster(remote):
+    """du, info, query and diff read manifests and trees only the workers see; query's -o is
+    written by the client (outside DATA, where it can write)."""
+    sched, data = remote
+    tree = data / "read"
+    make_tree(tree)
+    assert pfs(remote, "scan", str(tree), "-o", str(data / "read.m")).returncode == 0
+
+    r = pfs(remote, "info", str(data / "read.m"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["counts"]["files"] == 20
+
+    r = pfs(remote, "du", str(data / "read.m"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["total"] == {"entries": 25, "files": 20, "bytes": 1630, "errors": 0}
+    r = pfs(remote, "du", str(tree), "--by", "type")  # a tree: scanned on the cluster first
+    assert r.returncode == 0, r.stderr
+    assert "total: 1.6 KiB in 20 files, 25 entries" in r.stdout
+
+    out = sched.parent / "rows.csv"
+    r = pfs(remote, "query", str(data / "read.m"), "--where", "size > 60", "--select", "name, size",
+            "--order-by", "size", "--format", "csv", "-o", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().splitlines() == ["name,size"] + [f"f{i},{8 * (i + 1)}" for i in range(7, 20)]
+    r = pfs(remote, "query", str(data / "read.m"), "--where", "size >", "--format", "json")
+    assert r.returncode == 2 and "--where" in r.stderr  # refused on the worker, said by the client
+
+    (tree / "d0" / "f4.txt").write_text("changed")
+    r = pfs(remote, "diff", str(data / "read.m"), str(tree), "--show", "5")
+    assert r.returncode == 1, r.stderr
+    assert "1 changed" in r.stdout and "d0/f4.txt" in r.stdout
