@@ -75,7 +75,9 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
     if remote_driver(cluster, [manifest]):
         spec = JobSpec(f"{__name__}:select_rows", (manifest, where, select, order, limit, allow_incomplete))
         con = duckdb.connect()
-        con.register("selected", run_job(spec, cluster, NullProgress(), inputs=[manifest]))
+        con.register("rows", run_job(spec, cluster, NullProgress(), inputs=[manifest]))
+        con.execute("CREATE TABLE selected AS SELECT * FROM rows")  # a table: cursors see it, not a view
+        con.unregister("rows")
         sql = "SELECT * FROM selected"
     else:
         m = open_manifest(manifest, allow_incomplete=allow_incomplete)
