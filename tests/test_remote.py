@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import shlex
 import shutil
 import signal
@@ -258,3 +259,55 @@ def test_reading_commands_on_the_cluster(remote):
     r = pfs(remote, "diff", str(data / "read.m"), str(tree), "--show", "5")
     assert r.returncode == 1, r.stderr
     assert "1 changed" in r.stdout and "d0/f4.txt" in r.stdout
+
+
+def test_rm_asks_on_the_clients_terminal(remote):
+    """On a terminal, rm's question comes from the driver on the cluster and the client's answer goes back."""
+    _, data = remote
+    tree = data / "ask"
+    make_tree(tree, 4)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_CLEAN_EXIT": "0"}
+    for answer, code in (("n", 2), ("y", 0)):
+        master, slave = pty.openpty()
+        os.write(master, f"{answer}\n".encode())  # waits in the terminal until the prompt reads it
+        try:
+            r = subprocess.run(pfs_argv(remote, "rm", str(tree)), stdin=slave, capture_output=True, text=True,
+                               env=env, timeout=120)  # fmt: skip
+        finally:
+            os.close(slave)
+            os.close(master)
+        assert r.returncode == code, r.stderr
+        assert str(tree) in r.stderr and "[y/N]" in r.stderr
+        assert tree.exists() == (answer == "n")
+
+
+def test_killed_client_stops_the_driver(remote):
+    """kill -9 of the client: the scheduler releases the driver task, which stops at its next progress
+    report (no task left on the cluster, the journal kept for --resume)."""
+    sched, data = remote
+    tree, out = data / "orphan", data / "orphan.m"
+    for i in range(40):
+        (tree / f"d{i}").mkdir(parents=True)
+        for j in range(5):
+            (tree / f"d{i}" / f"f{j}").write_text("x")
+    args = ("scan", str(tree), "-o", str(out), "--max-ops-per-second", "20")
+    proc = subprocess.Popen(pfs_argv(remote, *args), env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 60
+    while not list(out.glob(".pfs-journal-*/done.jsonl")):
+        assert time.monotonic() < deadline and proc.poll() is None, "the scan did not start"
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    from distributed import Client
+
+    with Client(scheduler_file=str(sched), timeout="30s") as client:
+        deadline = time.monotonic() + 30
+        while client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)):
+            assert time.monotonic() < deadline, "the driver kept running"
+            time.sleep(0.2)
+    parts = sorted(out.glob("part-*"))
+    time.sleep(2)
+    assert sorted(out.glob("part-*")) == parts and not (out / "_manifest.json").exists()
+    r = pfs(remote, "scan", str(tree), "-o", str(out), "--resume")
+    assert r.returncode == 0, r.stderr
+    assert "240 entries" in r.stdout and "done before)" in r.stdout
