@@ -223,7 +223,8 @@ def drive(spec: JobSpec, name: str, interval: float) -> dict:
         try:
             if Event(cancel_name(name), client=client).is_set():
                 raise JobCancelled(f"{name}: cancelled before it started")
-            value = spec.call(client, JobProgress(name, key, client, interval))
+            progress = JobProgress(name, key, client, interval)
+            value = spec.call(client, progress)
         except JobCancelled as exc:
             outcome = {"key": key, "state": CANCELLED, "error": str(exc)}
             record.set(outcome)
@@ -233,7 +234,9 @@ def drive(spec: JobSpec, name: str, interval: float) -> dict:
             raise
         finished: dict[str, Any] = {"key": key, "state": FINISHED, "result": summarize(value)}
         record.set(finished)
-        return {**finished, "value": value}
+        # the last counters (the record had them only every ``interval``), for the client's progress bar
+        last = {"title": progress.title, "counters": jsonable(progress.logger.counters)}
+        return {**finished, "value": value, **last}
 
 
 def describe_error(exc: BaseException) -> str:
@@ -403,12 +406,7 @@ def follow(
         while future.status == "pending":
             record = read_record(client, name)
             if record.get("state") == RUNNING and record.get("title"):
-                if record["title"] != shown:
-                    if shown is not None:
-                        progress.stop()
-                    shown = record["title"]
-                    progress.start(shown)
-                progress.update(record.get("counters") or {})
+                shown = _show(progress, shown, record)
             elif record.get("state") == ASKING and record.get("asked") != answered and confirm is not None:
                 answered = record["asked"]
                 yes = confirm(record.get("question", ""))
@@ -416,6 +414,8 @@ def follow(
             with contextlib.suppress(TimeoutError):
                 future.exception(timeout=POLL)  # returns when the driver ends
         outcome = future.result()
+        if outcome.get("title"):  # the last counters (a short job may have ended before the first poll)
+            shown = _show(progress, shown, outcome)
     except KeyboardInterrupt:
         _stop(client, name, future)
         raise
@@ -429,6 +429,16 @@ def follow(
     if "value" not in outcome:  # a recomputed task found the record of its first run
         raise PfsError(f"the driver on the cluster finished but its result was lost: {outcome.get('result')}")
     return outcome["value"]
+
+
+def _show(progress: Reporter, shown: str | None, record: dict) -> str:
+    """Show a record's title and counters on the client's reporter; return the title shown."""
+    if record["title"] != shown:
+        if shown is not None:
+            progress.stop()
+        progress.start(record["title"])
+    progress.update(record.get("counters") or {})
+    return record["title"]
 
 
 def _stop(client: Client, name: str, future) -> None:

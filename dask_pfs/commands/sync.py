@@ -100,7 +100,7 @@ def sync_cmd(
             "prune": prune,
         },
     )
-    result = run_job(spec, cluster, make_reporter(progress), inputs=[src, src_manifest], confirm=confirm)
+    result = run_job(spec, cluster, make_reporter(progress), inputs=[src], confirm=confirm)
     c = result.counts
     if as_json:
         echo_json(result.summary())
