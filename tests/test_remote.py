@@ -36,6 +36,10 @@ def remote(tmp_path_factory):
     base = tmp_path_factory.mktemp("remote")
     data = base / "data"
     data.mkdir()
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {shlex.quote(str(data))}"],
+                           capture_output=True, text=True)  # fmt: skip
+    if probe.returncode:
+        pytest.skip(f"no mount namespace here: {probe.stderr.strip()}")
     sched = base / "scheduler.json"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_THREADS": "4", "XDG_CACHE_HOME": str(data / ".cache")}
     logs = [open(base / f"{n}.log", "wb") for n in ("scheduler", "worker")]  # noqa: SIM115
