@@ -259,6 +259,8 @@ def test_reading_commands_on_the_cluster(remote):
     assert out.read_text().splitlines() == ["name,size"] + [f"{n},{size}" for size, n in sizes if size > 60]
     r = pfs(remote, "query", str(data / "read.m"), "--where", "size >", "--format", "json")
     assert r.returncode == 2 and "--where" in r.stderr  # refused on the worker, said by the client
+    r = pfs(remote, "query", str(data / "read.m"), "--where", "nosuch > 1")
+    assert r.returncode == 2 and 'query failed: Binder Error: Referenced column "nosuch" not found' in r.stderr
 
     (tree / "d0" / "f4.txt").write_text("changed")
     r = pfs(remote, "diff", str(data / "read.m"), str(tree), "--show", "5")
