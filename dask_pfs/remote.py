@@ -364,12 +364,15 @@ def run_job(
     progress: Reporter,
     *,
     inputs: Iterable[str | os.PathLike | None],
+    outputs: Iterable[str | os.PathLike | None] = (),
     confirm: Callable[[str], bool] | None = None,
     on_dashboard: Callable[[str], None] | None = None,
 ) -> Any:
     """Run ``spec`` here (driving ``cluster``) or as a task on it (see :func:`remote_driver`);
-    return the engine's result object either way.  ``confirm`` and ``on_dashboard`` are passed to
-    a local engine; a remote one asks its questions through this client."""
+    return the engine's result object either way.  ``inputs`` are the paths the job reads (they
+    decide ``auto``), ``outputs`` the others it is given: on the cluster every one must be absolute.
+    ``confirm`` and ``on_dashboard`` are passed to a local engine; a remote one asks through this client."""
+    inputs = list(inputs)
     if not remote_driver(cluster, inputs):
         extra: dict[str, Any] = {"cluster": cluster}
         if confirm is not None:
@@ -377,6 +380,12 @@ def run_job(
         if on_dashboard is not None:
             extra["on_dashboard"] = on_dashboard
         return spec.call(None, progress, **extra)
+    relative = [p for p in local_paths([*inputs, *outputs]) if not os.path.isabs(p)]
+    if relative:
+        raise PfsError(
+            f"{relative[0]}: the driver runs on the cluster (--driver {cluster.driver}), where this host's "
+            "directory means nothing: give absolute paths, as the workers see them"
+        )
     with connect(cluster) as client:
         link = dashboard_link(client)
         if link and on_dashboard is not None:

@@ -156,6 +156,9 @@ def test_missing_root_is_refused_like_a_local_run(remote, tmp_path):
     assert r.stderr.strip().splitlines()[-1] == local.stderr.strip().splitlines()[-1]
     assert "no such" in r.stderr.lower() and str(data / "nope") in r.stderr
     assert not (data / "nope.m").exists()
+    relative = pfs(remote, "scan", "nope/tree", "-o", str(data / "nope.m"))
+    assert relative.returncode == 2 and "nope/tree: the driver runs on the cluster" in relative.stderr
+    assert "give absolute paths" in relative.stderr
     forced = pfs(remote, "scan", str(tmp_path), "-o", str(data / "x.m"), "--driver", "cluster")
     assert forced.returncode == 0, forced.stderr  # tmp_path is visible to the worker as well
 

@@ -189,7 +189,9 @@ def cp_cmd(
             "prune": prune,
         },
     )
-    result: CopyResult = run_job(spec, cluster, make_copy_reporter(progress), inputs=[src, manifest])
+    result: CopyResult = run_job(
+        spec, cluster, make_copy_reporter(progress), inputs=[src, manifest], outputs=[dst, manifest_out, failure_log]
+    )
     c = result.counts
     if as_json:
         echo_json(result.summary())

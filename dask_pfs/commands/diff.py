@@ -43,7 +43,7 @@ def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, thre
         (old, new, out),
         {"compare_mtime": not ignore_mtime, "checksum": checksum, "threads": threads, "samples": show},
     )
-    result = run_job(spec, cluster, make_reporter(progress), inputs=[old, new])
+    result = run_job(spec, cluster, make_reporter(progress), inputs=[old, new], outputs=[out])
     c, b = result.counts, result.bytes
     if as_json:
         echo_json(result.summary())

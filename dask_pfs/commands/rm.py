@@ -104,7 +104,9 @@ def rm_cmd(
             "prune": prune,
         },
     )
-    result: RemoveResult = run_job(spec, cluster, make_reporter(progress), inputs=[url, manifest], confirm=confirm)
+    result: RemoveResult = run_job(
+        spec, cluster, make_reporter(progress), inputs=[url, manifest], outputs=[log, journal], confirm=confirm
+    )
     if as_json:
         echo_json(result.summary())
     else:

@@ -49,7 +49,7 @@ def scan_cmd(
         (url, out),
         {"threads": threads, "overwrite": overwrite, "checksum": checksum, "resume": resume, "prune": prune},
     )
-    result = run_job(spec, cluster, make_reporter(progress), inputs=[url], on_dashboard=show_dashboard)
+    result = run_job(spec, cluster, make_reporter(progress), inputs=[url], outputs=[out], on_dashboard=show_dashboard)
     c = result.counts
     if as_json:
         echo_json(result.summary())

@@ -100,7 +100,8 @@ def sync_cmd(
             "prune": prune,
         },
     )
-    result = run_job(spec, cluster, make_reporter(progress), inputs=[src], confirm=confirm)
+    paths = [dst, src_manifest, dst_manifest, plan]
+    result = run_job(spec, cluster, make_reporter(progress), inputs=[src], outputs=paths, confirm=confirm)
     c = result.counts
     if as_json:
         echo_json(result.summary())

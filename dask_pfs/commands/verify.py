@@ -70,7 +70,7 @@ def verify_cmd(
         },
     )
     inputs = [src, dst, src_manifest, dst_manifest]
-    result = run_job(spec, cluster, make_reporter(progress), inputs=inputs)
+    result = run_job(spec, cluster, make_reporter(progress), inputs=inputs, outputs=[report])
     c = result.counts
     if as_json:
         echo_json(result.summary())
