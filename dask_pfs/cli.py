@@ -21,6 +21,7 @@ from .errors import PfsError
 from .security import TlsFiles
 from .version import __version__
 
+DRIVERS = ("auto", "local", "cluster")  # where a driver runs: dask_pfs.remote.remote_driver
 SIZES = "256M = 256*10^6 bytes, 256MiB = 256*2^20 (as dask.utils.parse_bytes)"
 
 
@@ -79,10 +80,24 @@ def pop_scheduler_options(kwargs: dict) -> dict:
     }
 
 
+def driver_option() -> Callable:
+    """``--driver``: where the job's driver runs when a scheduler is given (``dask_pfs.remote``)."""
+    return click.option(
+        "--driver",
+        type=click.Choice(DRIVERS),
+        default="auto",
+        envvar="PFS_DRIVER",
+        show_default=True,
+        help="With a scheduler: run the job's driver here (local), or as a task on the cluster for a host "
+        "that does not mount the data (cluster); auto: on the cluster when an input path is not here.",
+    )
+
+
 def cluster_options(func: Callable) -> Callable:
     """Options shared by every command that runs on a cluster."""
     opts = [
         *scheduler_options(),
+        driver_option(),
         click.option("--workers", type=click.IntRange(1), help="Worker processes of the local cluster."),
         click.option(
             "--threads",
@@ -163,6 +178,7 @@ def cluster_options(func: Callable) -> Callable:
         limits = _limits(kwargs.pop("max_ops_per_second"), kwargs.pop("max_bandwidth"))
         kwargs["cluster"] = ClusterOptions(
             **pop_scheduler_options(kwargs),
+            driver=kwargs.pop("driver"),
             workers=kwargs.pop("workers"),
             threads=kwargs["threads"],
             slurm=slurm,
@@ -170,6 +186,20 @@ def cluster_options(func: Callable) -> Callable:
             limits=limits,
             dashboard=kwargs.pop("dashboard"),
         )
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def reader_options(func: Callable) -> Callable:
+    """How a command that only reads a manifest (query, info) reaches one only the workers see:
+    :func:`scheduler_options` and ``--driver`` -> ``cluster`` (``ClusterOptions``)."""
+    for opt in reversed([*scheduler_options(), driver_option()]):
+        func = opt(func)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        kwargs["cluster"] = ClusterOptions(**pop_scheduler_options(kwargs), driver=kwargs.pop("driver"))
         return func(*args, **kwargs)
 
     return wrapper

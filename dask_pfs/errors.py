@@ -20,3 +20,8 @@ class QueryError(PfsError):
     def __init__(self, detail: str, option: str | None = None) -> None:
         super().__init__(f"{option}: {detail}" if option else f"query failed: {detail}")
         self.detail = detail
+        self.option = option
+
+    def __reduce__(self):
+        """Pickled as its arguments (a remote driver's error reaches the client with the same message)."""
+        return type(self), (self.detail, self.option)

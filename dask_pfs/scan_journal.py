@@ -75,10 +75,13 @@ def load(jr: Journal, url: str, checksum: str | None, root: DirItem, prune: dict
         res.tasks += 1
         res.parts.extend(rec["parts"])
         res.tally.add(Tally(**rec["tally"], error_samples=rec.get("errors", [])))
-        given.update(_dec(g) for g in rec["given"])
+        handed_back = set()
         for enc in rec["frontier"]:
             item = decode_item(enc)
             owed[item[0]] = item
+            handed_back.add(item[0])
+        # a task whose budget ran out hands back the given directories it did not start: still owed
+        given.update(key for key in map(_dec, rec["given"]) if key not in handed_back)
     res.frontier = [item for key, item in owed.items() if key not in given]
     jr.rewrite_job({**job, "attempt": res.attempt})
     return res

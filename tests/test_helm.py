@@ -255,6 +255,7 @@ def test_pvc_workers_mount_the_claim(rendered: dict[str, list[dict]]) -> None:
     assert args[args.index("--nthreads") + 1] == "4"
     assert args[args.index("--memory-limit") + 1] == "6GiB"
     assert env_of(c)["PFS_THREADS"] == "128"
+    assert env_of(c)["XDG_CACHE_HOME"] == "/lustre/scratch/.pfs/cache"  # remote drivers' journals, shared
     assert c["image"] == "registry.example.org/hpc/pfs:0.1.0"
     assert c["imagePullPolicy"] == "Always"
     assert c["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
@@ -354,6 +355,7 @@ def test_hostpath_read_only_mount(rendered: dict[str, list[dict]]) -> None:
     assert "--no-nanny" in c["args"]
     env = env_of(c)
     assert env["PFS_THREADS"] == "32" and env["EXTRA"] == "1"
+    assert "XDG_CACHE_HOME" not in env  # not on a read-only mount
     assert volumes_of(worker)["tmp"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "512Mi"}
     assert pod_spec(worker)["securityContext"]["runAsUser"] == 12345
 
@@ -708,6 +710,9 @@ def test_notes_explain_how_to_connect(helm: str, notes_chart: Path, case: str) -
         job = get_job(parse(render(helm, "rel", "-f", str(CI / "pvc-values.yaml"))), "rel")["metadata"]["name"]
         assert "AIRFLOW_CONN_PFS_DASK_DEFAULT" in notes and f"logs -f job/{job}" in notes
         assert "exec -it deploy/rel-pfs-worker -- \\\n     pfs scan /lustre/scratch/project" in notes
+        # the port-forwarded client runs commands itself: their drivers run on the cluster
+        remote = "export PFS_SCHEDULER=tls://localhost:8786\n   pfs scan /lustre/scratch/project -o "
+        assert remote + "/lustre/scratch/.pfs/manifests/project" in notes
         assert "Its extras carry the client certificate and key" in notes
     if case == "hostpath-values":
         assert "read-only" in notes and "hpc-pfs-jupyter" in notes and 'conn_id="lustre_pfs"' in notes

@@ -211,6 +211,23 @@ def test_scan_frontier_items_roundtrip_through_json():
 # ---------------------------------------------------------------- scan
 
 
+def test_scan_resume_walks_directories_a_task_handed_back(tmp_path):
+    """A task whose budget ran out returns the given directories it did not start as frontier:
+    a resumed scan still owes them (it used to count them as walked and leave them out)."""
+    from dask_pfs import scan_journal as sj
+    from operators.scan_task import ChunkResult
+    from operators.walk import Tally
+
+    jr = Journal(str(tmp_path / "journal"))
+    sj.start(jr, "file:///t", str(tmp_path / "m"), None)
+    root = (b"", None)
+    sj.record(jr, "0000000", [b""], ChunkResult("0000000", [], Tally(), [(b"a", None), (b"b", None)], 0.1))
+    sj.record(jr, "0000001", [b"a", b"b"], ChunkResult("0000001", ["p1"], Tally(), [(b"b", None), (b"a/x", None)], 0.1))
+    resumed = sj.load(jr, "file:///t", None, root)
+    assert resumed is not None
+    assert sorted(key for key, _ in resumed.frontier) == [b"a/x", b"b"]
+
+
 def test_scan_driver_killed_then_resume_completes(tmp_path, dask_client):
     src, out = tmp_path / "src", tmp_path / "m"
     make_balanced(src, dirs=40, files_per_dir=100, size=10)

@@ -10,9 +10,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
-from ..copy import copy
+from ..copy import CopyResult
 from ..errors import PfsError
 from ..progress import NullProgress, Reporter, describe, human_bytes
+from ..remote import JobSpec, run_job
 
 
 class CopyProgress:
@@ -165,28 +166,31 @@ def cp_cmd(
         if len(paths) != 2:
             raise PfsError("usage: pfs cp SRC DST (or pfs cp --manifest DIR DST)")
         src, dst = paths
-    result = copy(
-        src,
-        dst,
-        manifest=manifest,
-        where=where,
-        max_entries=max_entries,
-        cluster=cluster,
-        overwrite=overwrite,
-        skip_existing=skip_existing,
-        follow_symlinks=follow,
-        preserve=preserve,
-        inplace=inplace,
-        stream=stream,
-        threads=threads,
-        progress=make_copy_reporter(progress),
-        chunk_files=chunk_files,
-        chunk_bytes=chunk_bytes,
-        split_size=max(split_size, 1024) if split_size else None,
-        manifest_out=manifest_out,
-        failure_log=failure_log,
-        resume=resume,
-        prune=prune,
+    spec = JobSpec(
+        "copy",
+        (src, dst),
+        {
+            "manifest": manifest,
+            "where": where,
+            "max_entries": max_entries,
+            "overwrite": overwrite,
+            "skip_existing": skip_existing,
+            "follow_symlinks": follow,
+            "preserve": preserve,
+            "inplace": inplace,
+            "stream": stream,
+            "threads": threads,
+            "chunk_files": chunk_files,
+            "chunk_bytes": chunk_bytes,
+            "split_size": max(split_size, 1024) if split_size else None,
+            "manifest_out": manifest_out,
+            "failure_log": failure_log,
+            "resume": resume,
+            "prune": prune,
+        },
+    )
+    result: CopyResult = run_job(
+        spec, cluster, make_copy_reporter(progress), inputs=[src, manifest], outputs=[dst, manifest_out, failure_log]
     )
     c = result.counts
     if as_json:

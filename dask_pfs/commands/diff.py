@@ -36,19 +36,14 @@ def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, thre
     Exit codes (like diff): 0 the same; 1 different; 2 trouble (bad input, or entries that
     either side could not read: those are listed as "error", never as removed or added).
     """
-    from ..diff import diff
+    from ..remote import JobSpec, run_job
 
-    result = diff(
-        old,
-        new,
-        out,
-        compare_mtime=not ignore_mtime,
-        checksum=checksum,
-        cluster=cluster,
-        threads=threads,
-        progress=make_reporter(progress),
-        samples=show,
+    spec = JobSpec(
+        "diff",
+        (old, new, out),
+        {"compare_mtime": not ignore_mtime, "checksum": checksum, "threads": threads, "samples": show},
     )
+    result = run_job(spec, cluster, make_reporter(progress), inputs=[old, new], outputs=[out])
     c, b = result.counts, result.bytes
     if as_json:
         echo_json(result.summary())

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import tempfile
+from typing import TYPE_CHECKING, Any
 
 import click
 import duckdb
@@ -13,12 +14,19 @@ import fsspec
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import cli, cluster_options, echo_json
+from ..cli import cli, cluster_options, echo_json, reader_options
 from ..errors import PfsError
 from ..manifest import has_marker, open_manifest
-from ..progress import human_bytes, make_reporter
+from ..progress import NullProgress, human_bytes, make_reporter
 from ..query import BY_CHOICES, du_sql, run_query, select_sql
-from ..sql import check_where, connect, write_parquet
+from ..sql import arrow_reader, check_where, connect, write_parquet
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from distributed import Client
+
+    from ..cluster import ClusterOptions
+    from ..progress import Reporter
 
 
 def _print_table(columns: list[str], rows: list[tuple], title: str | None = None) -> None:
@@ -49,18 +57,32 @@ def _print_table(columns: list[str], rows: list[tuple], title: str | None = None
 )
 @click.option("-o", "--output", help="Write to this file instead of stdout (required for parquet).")
 @click.option("--allow-incomplete", is_flag=True, help="Read a manifest without a completion marker.")
-def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomplete) -> None:
+@reader_options
+def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomplete, cluster) -> None:
     """Select rows of a manifest with SQL (DuckDB).
 
     The clauses may only filter and shape the manifest's rows: each is parsed as one
     expression (or one list), never a statement, and runs on a DuckDB connection that can
     read nothing but the manifest. A refused clause exits 2 and says why.
+
+    With --scheduler and a manifest only the workers see, the query runs on a worker and its
+    rows come back through the scheduler (use --limit); -o is written here.
     """
-    m = open_manifest(manifest, allow_incomplete=allow_incomplete)
-    sql = select_sql(m, where, select, order, limit)
+    from ..remote import JobSpec, remote_driver, run_job
+
     if fmt == "parquet" and not output:
         raise PfsError("--format parquet needs -o FILE")
-    con = connect(m)
+    if remote_driver(cluster, [manifest]):
+        spec = JobSpec(f"{__name__}:select_rows", (manifest, where, select, order, limit, allow_incomplete))
+        con = duckdb.connect()
+        con.register("rows", run_job(spec, cluster, NullProgress(), inputs=[manifest]))
+        con.execute("CREATE TABLE selected AS SELECT * FROM rows")  # a table: cursors see it, not a view
+        con.unregister("rows")
+        sql = "SELECT * FROM selected"
+    else:
+        m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+        sql = select_sql(m, where, select, order, limit)
+        con = connect(m)
     if fmt == "parquet":
         write_parquet(con, sql, output)  # pyarrow writes: the locked connection cannot
         return
@@ -78,6 +100,35 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
             _write_rows(cur, fmt, f)
     else:
         _write_rows(cur, fmt, sys.stdout)
+
+
+def select_rows(
+    manifest: str,
+    where: str | None,
+    select: str | None,
+    order: str | None,
+    limit: int | None,
+    allow_incomplete: bool = False,
+    *,
+    client: Client | None = None,
+    progress: Reporter | None = None,
+    cluster: ClusterOptions | None = None,
+) -> pa.Table:
+    """The rows ``pfs query`` selects, as one Arrow table (run on a worker that sees the manifest)."""
+    m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+    return arrow_reader(connect(m), select_sql(m, where, select, order, limit)).read_all()
+
+
+def marker(
+    manifest: str,
+    *,
+    client: Client | None = None,
+    progress: Reporter | None = None,
+    cluster: ClusterOptions | None = None,
+) -> tuple[str, dict]:
+    """(URL, completion marker) of a manifest, for ``pfs info`` (run where the manifest is seen)."""
+    m = open_manifest(manifest)
+    return m.url, m.info
 
 
 def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
@@ -123,39 +174,16 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
     if by == "parent" and depth is None:
         depth = 1
     check_where(where)  # refused before any scan
-    tmp = None
-    if not has_marker(target) and not (os.path.isdir(target) and _looks_like_manifest(target)):
-        from ..scan import scan
+    from ..remote import JobSpec, run_job
 
-        tmp = tempfile.TemporaryDirectory(prefix="pfs-du-")
-        scan(
-            target,
-            os.path.join(tmp.name, "m"),
-            cluster=cluster,
-            threads=threads,
-            progress=make_reporter(progress),
-        )
-        target = os.path.join(tmp.name, "m")
-    try:
-        m = open_manifest(target)
-        rows_sql, total_sql = du_sql(m, by, depth if by == "parent" else None, where), du_sql(m, "type", None, where)
-        con = connect(m)
-        rows = run_query(con, rows_sql).fetchall()
-        total = run_query(con, total_sql).fetchall()
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
-    totals = {
-        "entries": sum(r[1] for r in total),
-        "files": sum(r[2] for r in total),
-        "bytes": sum(r[3] for r in total),
-        "errors": sum(r[4] for r in total),
-    }
+    spec = JobSpec(f"{__name__}:du_rows", (target, by, depth, where), {"threads": threads})
+    report = run_job(spec, cluster, make_reporter(progress), inputs=[target])
+    rows, totals = report["rows"], report["totals"]
     if as_json:
         keys = ("key", "entries", "files", "bytes", "errors")
         echo_json(
             {
-                "root": m.root,
+                "root": report["root"],
                 "by": by,
                 "depth": depth,
                 "total": totals,
@@ -177,7 +205,7 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
             )
             for r in shown
         ],
-        title=f"{m.root} by {by}" + (f" at depth {depth}" if by == "parent" else ""),
+        title=f"{report['root']} by {by}" + (f" at depth {depth}" if by == "parent" else ""),
     )
     more = len(rows) - len(shown)
     click.echo(
@@ -187,6 +215,43 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
     )
 
 
+def du_rows(
+    target: str,
+    by: str,
+    depth: int | None,
+    where: str | None,
+    *,
+    client: Client | None = None,
+    cluster: ClusterOptions | None = None,
+    threads: int | None = None,
+    progress: Reporter | None = None,
+) -> dict[str, Any]:
+    """``pfs du``'s groups and totals: ``{"root", "rows", "totals"}`` (run where the target is seen)."""
+    tmp = None
+    if not has_marker(target) and not (os.path.isdir(target) and _looks_like_manifest(target)):
+        from ..scan import scan
+
+        tmp = tempfile.TemporaryDirectory(prefix="pfs-du-")
+        scan(target, os.path.join(tmp.name, "m"), client, cluster=cluster, threads=threads, progress=progress)
+        target = os.path.join(tmp.name, "m")
+    try:
+        m = open_manifest(target)
+        rows_sql, total_sql = du_sql(m, by, depth if by == "parent" else None, where), du_sql(m, "type", None, where)
+        con = connect(m)
+        rows = run_query(con, rows_sql).fetchall()
+        total = run_query(con, total_sql).fetchall()
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    totals = {
+        "entries": sum(r[1] for r in total),
+        "files": sum(r[2] for r in total),
+        "bytes": sum(r[3] for r in total),
+        "errors": sum(r[4] for r in total),
+    }
+    return {"root": m.root, "rows": rows, "totals": totals}
+
+
 def _looks_like_manifest(path: str) -> bool:
     return any(n.startswith("part-") and n.endswith(".parquet") for n in os.listdir(path))
 
@@ -194,14 +259,17 @@ def _looks_like_manifest(path: str) -> bool:
 @cli.command("info")
 @click.argument("manifest")
 @click.option("--json", "as_json", is_flag=True)
-def info_cmd(manifest, as_json) -> None:
+@reader_options
+def info_cmd(manifest, as_json, cluster) -> None:
     """Show a manifest's completion marker: root, counts, errors, timings."""
-    m = open_manifest(manifest)
+    from ..remote import JobSpec, run_job
+
+    url, i = run_job(JobSpec(f"{__name__}:marker", (manifest,)), cluster, NullProgress(), inputs=[manifest])
     if as_json:
-        echo_json(m.info)
+        echo_json(i)
         return
-    i, c = m.info, m.info.get("counts", {})
-    click.echo(f"manifest  {m.url}  (schema v{i['schema_version']}, pfs {i.get('pfs_version')})")
+    c = i.get("counts", {})
+    click.echo(f"manifest  {url}  (schema v{i['schema_version']}, pfs {i.get('pfs_version')})")
     click.echo(f"root      {i['root']}")
     click.echo(
         f"entries   {c.get('entries', 0):,}: {c.get('files', 0):,} files, {c.get('directories', 0):,} "

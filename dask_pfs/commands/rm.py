@@ -83,26 +83,29 @@ def rm_cmd(
         def confirm(message: str) -> bool:
             return click.confirm(message, default=False, err=True)
 
-    from ..remove import remove
+    from ..remote import JobSpec, run_job
 
-    result = remove(
-        url,
-        manifest=manifest,
-        where=where,
-        max_entries=max_entries,
-        cluster=cluster,
-        dry_run=dry_run,
-        force=force,
-        ignore_changes=ignore_changes,
-        threads=threads,
-        progress=make_reporter(progress),
-        log=log,
-        confirm=confirm,
-        show=show,
-        resume=resume,
-        journal=journal,
-        chunk_files=chunk_files,
-        prune=prune,
+    spec = JobSpec(
+        "remove",
+        (url,),
+        {
+            "manifest": manifest,
+            "where": where,
+            "max_entries": max_entries,
+            "dry_run": dry_run,
+            "force": force,
+            "ignore_changes": ignore_changes,
+            "threads": threads,
+            "log": log,
+            "show": show,
+            "resume": resume,
+            "journal": journal,
+            "chunk_files": chunk_files,
+            "prune": prune,
+        },
+    )
+    result: RemoveResult = run_job(
+        spec, cluster, make_reporter(progress), inputs=[url, manifest], outputs=[log, journal], confirm=confirm
     )
     if as_json:
         echo_json(result.summary())

@@ -42,20 +42,14 @@ def scan_cmd(
         if not as_json:
             click.echo(f"dashboard: {link}", err=True)
 
-    from ..scan import scan
+    from ..remote import JobSpec, run_job
 
-    result = scan(
-        url,
-        out,
-        cluster=cluster,
-        threads=threads,
-        overwrite=overwrite,
-        progress=make_reporter(progress),
-        on_dashboard=show_dashboard,
-        checksum=checksum,
-        resume=resume,
-        prune=prune,
+    spec = JobSpec(
+        "scan",
+        (url, out),
+        {"threads": threads, "overwrite": overwrite, "checksum": checksum, "resume": resume, "prune": prune},
     )
+    result = run_job(spec, cluster, make_reporter(progress), inputs=[url], outputs=[out], on_dashboard=show_dashboard)
     c = result.counts
     if as_json:
         echo_json(result.summary())

@@ -79,28 +79,29 @@ def sync_cmd(
 
     from ..copy import MiB
     from ..progress import make_reporter
-    from ..sync import sync
+    from ..remote import JobSpec, run_job
 
-    result = sync(
-        src,
-        dst,
-        src_manifest=src_manifest,
-        dst_manifest=dst_manifest,
-        plan=plan,
-        checksum=checksum,
-        delete=delete,
-        max_delete=max_delete,
-        dry_run=dry_run,
-        update_dst_manifest=update_dst_manifest,
-        resume=resume,
-        confirm=confirm,
-        cluster=cluster,
-        threads=threads,
-        progress=make_reporter(progress),
-        chunk_files=chunk_files,
-        chunk_bytes=256 * MiB,
-        prune=prune,
+    spec = JobSpec(
+        "sync",
+        (src, dst),
+        {
+            "src_manifest": src_manifest,
+            "dst_manifest": dst_manifest,
+            "plan": plan,
+            "checksum": checksum,
+            "delete": delete,
+            "max_delete": max_delete,
+            "dry_run": dry_run,
+            "update_dst_manifest": update_dst_manifest,
+            "resume": resume,
+            "threads": threads,
+            "chunk_files": chunk_files,
+            "chunk_bytes": 256 * MiB,
+            "prune": prune,
+        },
     )
+    paths = [dst, src_manifest, dst_manifest, plan]
+    result = run_job(spec, cluster, make_reporter(progress), inputs=[src], outputs=paths, confirm=confirm)
     c = result.counts
     if as_json:
         echo_json(result.summary())

@@ -54,21 +54,23 @@ def verify_cmd(
             src = paths[0]
         else:
             raise PfsError("with both manifests, give no paths (or both SRC and DST)")
-    from ..verify import verify
+    from ..remote import JobSpec, run_job
 
-    result = verify(
-        src,
-        dst,
-        src_manifest=src_manifest,
-        dst_manifest=dst_manifest,
-        where=where,
-        checksum=checksum,
-        report=report,
-        cluster=cluster,
-        threads=threads,
-        progress=make_reporter(progress),
-        samples=show,
+    spec = JobSpec(
+        "verify",
+        (src, dst),
+        {
+            "src_manifest": src_manifest,
+            "dst_manifest": dst_manifest,
+            "where": where,
+            "checksum": checksum,
+            "report": report,
+            "threads": threads,
+            "samples": show,
+        },
     )
+    inputs = [src, dst, src_manifest, dst_manifest]
+    result = run_job(spec, cluster, make_reporter(progress), inputs=inputs, outputs=[report])
     c = result.counts
     if as_json:
         echo_json(result.summary())

@@ -40,10 +40,15 @@ Client certificate: Secret {{ include "pfs.tlsClientSecretName" . }} (generated,
    pfs workers --scheduler {{ include "pfs.protocol" . }}://localhost:{{ .Values.scheduler.service.port }}
    Dashboard: http://localhost:{{ .Values.scheduler.service.dashboardPort }}/status
 
-   pfs commands read the tree and write manifests where they run: run them where the file system is
-   mounted (paths as the workers see them, e.g. {{ .Values.sharedStorage.mountPath }}/...), as below.
+2. Run pfs from here with the paths as the workers see them: a path that does not exist on this
+   machine makes the command's driver run on the cluster (--driver auto), and pfs shows its progress
+   and result here (docs/deploy.md, "Remote driving"):
 
-2. Run a command inside the cluster, in a worker pod (it mounts the file system and holds a certificate):
+   export PFS_SCHEDULER={{ include "pfs.protocol" . }}://localhost:{{ .Values.scheduler.service.port }}
+   pfs scan {{ .Values.sharedStorage.mountPath }}/project -o {{ .Values.sharedStorage.mountPath }}/.pfs/manifests/project
+   pfs du {{ .Values.sharedStorage.mountPath }}/.pfs/manifests/project --by user
+
+   Or inside the cluster, in a worker pod (it mounts the file system and holds a certificate):
 
    kubectl --namespace {{ $ns }} exec -it deploy/{{ $worker }} -- \
      pfs scan {{ .Values.sharedStorage.mountPath }}/project -o {{ .Values.sharedStorage.mountPath }}/.pfs/manifests/project --no-progress

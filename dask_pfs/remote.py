@@ -1,0 +1,459 @@
+"""Remote driving: a whole driver (scan, cp, rm, sync, verify, diff, du...) as one Dask task.
+
+A client that does not mount the data (a laptop behind ``kubectl port-forward``, a ``kubectl run``
+pod, an Airflow worker) cannot probe the root, read a manifest, keep a journal or write the
+completion marker itself.  So the driver runs on a worker: :func:`drive` is the task, which
+secedes (``worker_client``) and submits the engine's own tasks from there, so it holds no worker
+thread and a one-worker cluster does not deadlock.
+
+The driver keeps a state record (a Dask ``Variable``: the progress title and counters while
+running, a question while it waits for a confirmation, then the outcome) and stops when the job's
+cancel ``Event`` is set or nobody wants its result any more (the client went away).  Two users:
+
+* the CLI (:func:`run_job`): ``--driver auto|local|cluster``; it follows the record with the same
+  progress bar as a local run, answers ``rm``/``sync`` confirmations on its terminal, turns
+  Ctrl-C into a cancel (the journal is kept for ``--resume``) and gets the engine's result object
+  back, so it prints and exits exactly as a local run;
+* the Airflow provider (``airflow_pfs.jobs``): the driver is *published* under a deterministic
+  name, so it outlives the Airflow worker and a retry re-attaches to it; a trigger polls the record.
+
+No Airflow imports here: this module is unpickled on Dask workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from distributed import Client, Event, Variable, get_worker, worker_client
+
+from .cluster import ClusterOptions, connect, dashboard_link
+from .errors import PfsError
+from .progress import LogProgress, Reporter
+
+log = logging.getLogger("pfs.job")
+
+# engine name -> "module:function"; any other "module:function" works as well
+ENGINES = {
+    "scan": "dask_pfs.scan:scan",
+    "copy": "dask_pfs.copy:copy",
+    "remove": "dask_pfs.remove:remove",
+    "sync": "dask_pfs.sync:sync",
+    "verify": "dask_pfs.verify:verify",
+    "diff": "dask_pfs.diff:diff",
+}
+RUNNING, FINISHED, MISSING, ERROR, CANCELLED = "running", "finished", "missing", "error", "cancelled"
+ASKING = "asking"  # the driver waits for the client's answer to a confirmation
+DONE = (FINISHED, ERROR, CANCELLED)
+RECORD_TIMEOUT = 0.3  # seconds to wait for a state record that may not exist
+MAX_SAMPLES = 20
+POLL = 0.2  # seconds between the CLI's reads of the state record
+CANCEL_GRACE = 60.0  # seconds the CLI waits, after Ctrl-C, for the driver to stop and keep its journal
+
+
+class JobCancelled(Exception):
+    """Raised inside the driver when the job's cancel event is set or its client is gone."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One engine call: ``ENGINES[engine](*args, client=..., progress=..., **kwargs)``.
+
+    ``engine`` may also be ``"module:function"`` for an engine outside the table.
+    """
+
+    engine: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def function(self) -> Callable[..., Any]:
+        module, _, name = ENGINES.get(self.engine, self.engine).partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def call(self, client: Client | None, progress: Reporter, **extra: Any) -> Any:
+        """Run the engine; ``extra`` keyword arguments go with the spec's."""
+        return self.function()(*self.args, client=client, progress=progress, **self.kwargs, **extra)
+
+
+def state_name(name: str) -> str:
+    return f"{name}-state"
+
+
+def cancel_name(name: str) -> str:
+    return f"{name}-cancel"
+
+
+def answer_name(name: str) -> str:
+    return f"{name}-answer"
+
+
+def jsonable(value: Any) -> Any:
+    """Make an engine result fit XCom and trigger payloads (JSON, small)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v) for v in list(value)[:MAX_SAMPLES]]
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def summarize(result: Any) -> dict:
+    """An engine result (dataclass with counts and ``exit_code``, or a dict) as a JSON-able dict;
+    anything else (rows for ``pfs query``) only by its type."""
+    if hasattr(result, "summary"):
+        summary = result.summary()
+    elif dataclasses.is_dataclass(result) and not isinstance(result, type):
+        summary = dataclasses.asdict(result)
+    elif isinstance(result, dict):
+        summary = dict(result)
+    else:
+        summary = {"type": type(result).__name__}
+    summary.setdefault("exit_code", getattr(result, "exit_code", 0))
+    return jsonable(summary)
+
+
+def run_engine(spec: JobSpec, client: Client, progress: Reporter) -> dict:
+    """Call the engine with an existing client; return its summary."""
+    return summarize(spec.call(client, progress))
+
+
+def orphaned(key: str) -> bool:
+    """True when the scheduler released this driver task: no client holds it any more (Ctrl-C'd,
+    killed, disconnected) and it is not published.  Dask cannot stop a running task; the driver asks."""
+    try:
+        ts = get_worker().state.tasks.get(key)
+    except (ValueError, AttributeError):  # not on a worker, or another worker state API
+        return False
+    return ts is None or ts.state in ("cancelled", "released", "forgotten")
+
+
+class JobProgress:
+    """Driver-side reporter: worker log lines, counters into the state record, the cancel check."""
+
+    def __init__(self, name: str, key: str, client: Client, interval: float) -> None:
+        self.logger = LogProgress(log, interval)
+        self.record = Variable(state_name(name), client=client)
+        self.cancel = Event(cancel_name(name), client=client)
+        self.key = key
+        self.interval = interval
+        self.last = 0.0
+        self.title = ""
+
+    def start(self, title: str) -> None:
+        self.title = title
+        self.logger.start(title)
+        self._publish({}, force=True)
+
+    def update(self, counters: dict) -> None:
+        self.logger.update(counters)
+        if self._publish(counters) and (self.cancel.is_set() or orphaned(self.key)):
+            raise JobCancelled(f"{self.title}: cancelled")
+
+    def stop(self) -> None:
+        self.logger.stop()
+
+    def _publish(self, counters: dict, force: bool = False) -> bool:
+        now = time.monotonic()
+        if not force and now - self.last < self.interval:
+            return False
+        self.last = now
+        self.record.set({"key": self.key, "state": RUNNING, "title": self.title, "counters": jsonable(counters)})
+        return True
+
+
+@dataclass(frozen=True)
+class RemoteConfirm:
+    """The ``confirm`` callback of a remote driver: the question goes into the state record, the
+    client asks its user and answers through a Variable; a cancel or a vanished client stops it."""
+
+    name: str
+    key: str
+
+    def __call__(self, message: str) -> bool:
+        with worker_client() as client:
+            asked = uuid.uuid4().hex
+            Variable(state_name(self.name), client=client).set(
+                {"key": self.key, "state": ASKING, "question": message, "asked": asked}
+            )
+            answer = Variable(answer_name(self.name), client=client)
+            cancel = Event(cancel_name(self.name), client=client)
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    reply = answer.get(timeout=1) or {}
+                    if reply.get("asked") == asked:
+                        answer.delete()
+                        return bool(reply.get("yes"))
+                if cancel.is_set() or orphaned(self.key):
+                    raise JobCancelled("cancelled while asking for confirmation")
+
+
+def drive(spec: JobSpec, name: str, interval: float) -> dict:
+    """The Dask task that runs a whole engine call; seceded, so it holds no worker thread.
+
+    The outcome goes into the job's state record before the task ends, so the result survives
+    the task being released, and a recomputation of this same task (its worker died after it
+    finished) sees the record and does not run the engine a second time.  The returned dict is
+    the record plus ``value``, the engine's result object (for the CLI, which prints it).
+    """
+    key = str(get_worker().get_current_task())
+    with worker_client() as client:
+        record = Variable(state_name(name), client=client)
+        previous = read_record(client, name)
+        if previous.get("key") == key and previous.get("state") in DONE:
+            return previous
+        try:
+            if Event(cancel_name(name), client=client).is_set():
+                raise JobCancelled(f"{name}: cancelled before it started")
+            progress = JobProgress(name, key, client, interval)
+            value = spec.call(client, progress)
+        except JobCancelled as exc:
+            outcome = {"key": key, "state": CANCELLED, "error": str(exc)}
+            record.set(outcome)
+            return outcome
+        except Exception as exc:
+            record.set({"key": key, "state": ERROR, "error": describe_error(exc)})
+            raise
+        finished: dict[str, Any] = {"key": key, "state": FINISHED, "result": summarize(value)}
+        record.set(finished)
+        # the last counters (the record had them only every ``interval``), for the client's progress bar
+        last = {"title": progress.title, "counters": jsonable(progress.logger.counters)}
+        return {**finished, "value": value, **last}
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, PfsError) else f"{type(exc).__name__}: {text}"
+
+
+def read_record(client: Client, name: str) -> dict:
+    """The job's state record, or ``{}`` when there is none (never submitted, or forgotten)."""
+    try:
+        return Variable(state_name(name), client=client).get(timeout=RECORD_TIMEOUT) or {}
+    except TimeoutError:
+        return {}
+
+
+def decide(record: dict, future_status: str | None) -> str:
+    """Job state from the record the driver keeps and the published future (None: unpublished)."""
+    if record.get("state") in DONE:
+        return record["state"]
+    if future_status is None:
+        return MISSING
+    if future_status == "pending":
+        return RUNNING
+    return ERROR  # the driver died without writing its outcome (killed worker, cancelled task)
+
+
+def status(client: Client, name: str, wait_seconds: float = 1.0) -> tuple[str, dict]:
+    """(state, record): state is ``missing``, ``running``, ``finished``, ``error`` or ``cancelled``."""
+    record = read_record(client, name)
+    future_status = None
+    if name in client.list_datasets():
+        future = client.get_dataset(name)
+        with contextlib.suppress(TimeoutError):  # the scheduler reports a finished/erred key shortly
+            future.exception(timeout=wait_seconds)
+        future_status = future.status
+        if future_status not in ("pending", "finished"):
+            record = {"error": f"driver task {future_status}", **record}
+    return decide(record, future_status), record
+
+
+def start(client: Client, name: str, spec: JobSpec, interval: float, key: str | None = None):
+    """Start the driver under ``key`` (default: a fresh one); return its future (held by this client only)."""
+    Event(cancel_name(name), client=client).clear()
+    key = key or f"{name}-{uuid.uuid4().hex[:8]}"
+    Variable(state_name(name), client=client).set({"key": key, "state": "submitted"})
+    return client.submit(drive, spec, name, interval, key=key, pure=False, retries=0)
+
+
+def submit(client: Client, name: str, spec: JobSpec, interval: float) -> str:
+    """Start the driver and publish it under ``name`` (it outlives this client); return its key."""
+    future = start(client, name, spec, interval)
+    client.publish_dataset(future, name=name, override=True)
+    return str(future.key)
+
+
+def attach_or_submit(client: Client, name: str, spec: JobSpec, interval: float) -> str:
+    """Re-attach to a running or finished job of this name, else (re)start it; say which."""
+    state, _ = status(client, name)
+    if state in (RUNNING, FINISHED):
+        return f"attached ({state})"
+    if state != MISSING:
+        forget(client, name)
+    submit(client, name, spec, interval)
+    return "submitted"
+
+
+def release(client: Client, name: str) -> None:
+    """Unpublish the driver task: its outcome is in the record, and a held result would be
+    recomputed (re-running the engine) if the worker holding it died."""
+    if name in client.list_datasets():
+        client.unpublish_dataset(name)
+
+
+def forget(client: Client, name: str) -> None:
+    """Drop everything the job left on the scheduler (after its result was reported)."""
+    release(client, name)
+    Variable(state_name(name), client=client).delete()
+    Variable(answer_name(name), client=client).delete()
+
+
+def cancel(client: Client, name: str) -> bool:
+    """Ask the driver to stop and cancel its task; True if there was a job."""
+    Event(cancel_name(name), client=client).set()
+    if name not in client.list_datasets():
+        return False
+    client.cancel([client.get_dataset(name)], force=True)
+    forget(client, name)
+    return True
+
+
+# --- the CLI's side ------------------------------------------------------------------------------
+
+
+def local_paths(locations: Iterable[str | os.PathLike | None]) -> list[str]:
+    """The plain paths (and ``file://`` URLs) among a command's inputs: what a client may not see."""
+    paths = []
+    for loc in locations:
+        if loc is None:
+            continue
+        text = os.fspath(loc)
+        if text.startswith("file://"):
+            paths.append(text[len("file://") :])
+        elif "://" not in text:
+            paths.append(text)
+    return paths
+
+
+def remote_driver(cluster: ClusterOptions, inputs: Iterable[str | os.PathLike | None]) -> bool:
+    """Run the driver on the cluster?  ``cluster.driver``: ``local`` never; ``cluster`` always (a
+    scheduler is needed); ``auto`` when a scheduler is given and one of the command's input paths is
+    not there on this host (the data is mounted on the workers only)."""
+    given = bool(cluster.scheduler or cluster.scheduler_file)
+    if cluster.driver == "local":
+        return False
+    if cluster.driver == "cluster":
+        if not given:
+            raise PfsError("--driver cluster needs a running cluster: --scheduler, --scheduler-file or PFS_SCHEDULER")
+        return True
+    return given and not all(os.path.lexists(p) for p in local_paths(inputs))
+
+
+def run_job(
+    spec: JobSpec,
+    cluster: ClusterOptions,
+    progress: Reporter,
+    *,
+    inputs: Iterable[str | os.PathLike | None],
+    outputs: Iterable[str | os.PathLike | None] = (),
+    confirm: Callable[[str], bool] | None = None,
+    on_dashboard: Callable[[str], None] | None = None,
+) -> Any:
+    """Run ``spec`` here (driving ``cluster``) or as a task on it (see :func:`remote_driver`);
+    return the engine's result object either way.  ``inputs`` are the paths the job reads (they
+    decide ``auto``), ``outputs`` the others it is given: on the cluster every one must be absolute.
+    ``confirm`` and ``on_dashboard`` are passed to a local engine; a remote one asks through this client."""
+    inputs = list(inputs)
+    if not remote_driver(cluster, inputs):
+        extra: dict[str, Any] = {"cluster": cluster}
+        if confirm is not None:
+            extra["confirm"] = confirm
+        if on_dashboard is not None:
+            extra["on_dashboard"] = on_dashboard
+        return spec.call(None, progress, **extra)
+    relative = [p for p in local_paths([*inputs, *outputs]) if not os.path.isabs(p)]
+    if relative:
+        raise PfsError(
+            f"{relative[0]}: the driver runs on the cluster (--driver {cluster.driver}), where this host's "
+            "directory means nothing: give absolute paths, as the workers see them"
+        )
+    with connect(cluster) as client:
+        link = dashboard_link(client)
+        if link and on_dashboard is not None:
+            on_dashboard(link)
+        return follow(client, spec, cluster, progress, confirm)
+
+
+def follow(
+    client: Client,
+    spec: JobSpec,
+    cluster: ClusterOptions,
+    progress: Reporter,
+    confirm: Callable[[str], bool] | None,
+) -> Any:
+    """Start the driver on the cluster, show its progress, answer its questions, return its result."""
+    name = f"pfs-cli-{spec.engine.replace(':', '.')}-{uuid.uuid4().hex[:12]}"
+    key = f"{name}-driver"
+    kwargs = dict(spec.kwargs)
+    # on the worker the job-wide caps and threads still apply; the client's own settings do not
+    kwargs["cluster"] = ClusterOptions(threads=cluster.threads, limits=cluster.limits)
+    if confirm is not None:
+        kwargs["confirm"] = RemoteConfirm(name, key)
+    future = start(client, name, dataclasses.replace(spec, kwargs=kwargs), POLL, key)
+    shown = None
+    answered = None
+    try:
+        while future.status == "pending":
+            record = read_record(client, name)
+            if record.get("state") == RUNNING and record.get("title"):
+                shown = _show(progress, shown, record)
+            elif record.get("state") == ASKING and record.get("asked") != answered and confirm is not None:
+                answered = record["asked"]
+                yes = confirm(record.get("question", ""))
+                Variable(answer_name(name), client=client).set({"asked": answered, "yes": yes})
+            with contextlib.suppress(TimeoutError):
+                future.exception(timeout=POLL)  # returns when the driver ends
+        outcome = future.result()
+        if outcome.get("title"):  # the last counters (a short job may have ended before the first poll)
+            shown = _show(progress, shown, outcome)
+    except KeyboardInterrupt:
+        _stop(client, name, future)
+        raise
+    finally:
+        if shown is not None:
+            progress.stop()
+        with contextlib.suppress(Exception):
+            forget(client, name)
+    if outcome.get("state") == CANCELLED:
+        raise KeyboardInterrupt(outcome.get("error"))
+    if "value" not in outcome:  # a recomputed task found the record of its first run
+        raise PfsError(f"the driver on the cluster finished but its result was lost: {outcome.get('result')}")
+    return outcome["value"]
+
+
+def _show(progress: Reporter, shown: str | None, record: dict) -> str:
+    """Show a record's title and counters on the client's reporter; return the title shown."""
+    if record["title"] != shown:
+        if shown is not None:
+            progress.stop()
+        progress.start(record["title"])
+    progress.update(record.get("counters") or {})
+    return record["title"]
+
+
+def _stop(client: Client, name: str, future) -> None:
+    """Ctrl-C: ask the driver to stop, and wait (a second Ctrl-C does not) until it has, so its
+    journal is consistent for ``--resume``."""
+    print("pfs: stopping the driver on the cluster (Ctrl-C again to leave it)...", file=sys.stderr, flush=True)
+    Event(cancel_name(name), client=client).set()
+    with contextlib.suppress(Exception):
+        future.exception(timeout=CANCEL_GRACE)
