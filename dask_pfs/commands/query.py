@@ -16,6 +16,7 @@ from rich.table import Table
 from ..cli import cli, cluster_options, echo_json
 from ..errors import PfsError
 from ..manifest import has_marker, open_manifest
+from ..manifest_check import check_parts
 from ..progress import human_bytes, make_reporter
 from ..query import BY_CHOICES, du_sql, run_query, select_sql
 from ..sql import check_where, connect, write_parquet
@@ -57,6 +58,7 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
     read nothing but the manifest. A refused clause exits 2 and says why.
     """
     m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+    check_parts(m)  # a damaged part: exit 2 naming it, not rows read wrong
     sql = select_sql(m, where, select, order, limit)
     if fmt == "parquet" and not output:
         raise PfsError("--format parquet needs -o FILE")

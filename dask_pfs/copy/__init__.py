@@ -42,6 +42,7 @@ from ..frames import takes_selection
 from ..limits import Limits, concurrency_report
 from ..locking import writer_lock
 from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
+from ..manifest_check import check_parts
 from ..progress import NullProgress, Reporter
 from ..results import JobResult
 from ..runtime import job_client
@@ -166,6 +167,7 @@ def copy(
         target = live_target(os.fspath(src), os.fspath(dst), storage_options, dst_storage_options, resume)  # type: ignore[arg-type]
     else:
         m = open_manifest(manifest, storage_options=storage_options)
+        check_parts(m)  # a damaged part: exit 2 before anything is copied
         selected = _selected(m, selection, cap)
         root = os.fspath(src) if src is not None else m.root
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
