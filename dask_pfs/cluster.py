@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import PfsError
 from .security import TlsFiles, check_client_certificate, scheduler_address
+from .stall import worker_ttl
 from .worker_config import DRIVER_CONFIG, TASKS_PER_WORKER, WORKER_CONFIG
 
 if TYPE_CHECKING:
@@ -129,7 +130,9 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             env = {"PFS_THREADS": str(options.threads)} if options.threads else {}
             # Set for the whole run, not just the start: a nanny restarting a killed worker reads it again.
             method = start_method()
-            stack.enter_context(dask.config.set({"distributed.worker.multiprocessing-method": method, **WORKER_CONFIG}))
+            config = {"distributed.worker.multiprocessing-method": method, **WORKER_CONFIG}
+            config["distributed.scheduler.worker-ttl"] = worker_ttl()  # a hung worker's tasks go elsewhere
+            stack.enter_context(dask.config.set(config))
             if method == "fork":
                 preload_for_fork()
             dashboard = wants_dashboard(options.dashboard)
