@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import PfsError
 from .security import TlsFiles, check_client_certificate, scheduler_address
-from .stall import worker_ttl
+from .stall import abandon_stuck_workers, worker_ttl
 from .worker_config import DRIVER_CONFIG, TASKS_PER_WORKER, WORKER_CONFIG
 
 if TYPE_CHECKING:
@@ -152,6 +152,7 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
         finally:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
+            abandon_stuck_workers()  # workers stuck on hung storage must not hold the driver's exit
 
 
 def client_of_scheduler(options: ClusterOptions) -> Client:

@@ -29,11 +29,12 @@ from typing import Any
 
 from distributed import Client, Future, as_completed
 
+from operators.root_guard import RootChangedError
 from operators.walk import Budget, DirItem
 
 from .cluster import ClusterOptions, connect, total_task_slots
 from .limits import Limits, job_limits
-from .stall import Watch
+from .stall import Watch, storage_gone
 
 RETRIES = 2
 PER_SLOT = 2  # tasks in flight per worker thread: one running, one queued behind it
@@ -126,6 +127,8 @@ class Submitter:
             result = fut.result()
         except Exception as exc:
             if failed is None:
+                if isinstance(exc, RootChangedError):  # the storage went away under the job
+                    raise storage_gone(exc) from exc
                 raise
             fut.release()
             failed(exc)

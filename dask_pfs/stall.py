@@ -14,6 +14,7 @@ Two bounds, so that a hang never holds a job for ever:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -24,6 +25,18 @@ from .errors import PfsError
 
 STALL_TIMEOUT = 600.0
 WORKER_TTL = "60s"
+
+
+class StorageGoneError(PfsError):
+    """The tree's storage was unmounted or replaced while the job ran (exit code 1, journal kept)."""
+
+    exit_code = 1
+
+
+def storage_gone(exc: BaseException) -> StorageGoneError:
+    return StorageGoneError(
+        f"{exc}; stopped. What finished is journaled: rerun the same command with --resume once it is mounted again"
+    )
 
 
 class StalledError(PfsError):
@@ -75,6 +88,28 @@ class Watch:
                 raise stalled(self.timeout, inflight)
             self._event.wait(min(left, self.TICK))
             self._event.clear()
+
+
+def abandon_stuck_workers() -> int:
+    """Kill the embedded cluster's worker processes still there after it closed, and never wait for them.
+
+    A worker thread blocked on hung storage (a FUSE or hard NFS request already taken by a
+    server that no longer answers) cannot end until the server does, even after SIGKILL, so its
+    process cannot be reaped; ``multiprocessing`` would join it at interpreter exit, for ever.
+    The kernel reaps it once the storage answers or is aborted (``/sys/fs/fuse/connections/N/abort``,
+    ``umount -f``).  Returns how many were left behind.
+    """
+    import multiprocessing
+    import multiprocessing.process as mp_process
+
+    left = 0
+    for p in multiprocessing.active_children():
+        if p.name.startswith("Dask Worker process"):
+            with contextlib.suppress(OSError):
+                p.kill()
+            mp_process._children.discard(p)  # type: ignore[attr-defined]
+            left += 1
+    return left
 
 
 def stalled(seconds: float, inflight: int) -> StalledError:
