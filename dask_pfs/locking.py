@@ -2,12 +2,14 @@
 destination, or a second ``pfs scan`` into the same output, refuse at once (exit 2) instead of
 mixing their work (docs/reliability.md).
 
-The lock is an ``flock`` on a file in the user's cache directory (``~/.cache/pfs/locks/<hash>``)
-keyed by what the job writes (the destination's real path, or its URL), never a file inside the
-destination: nothing is left in the copied tree or the manifest, and a lock file of a killed run
-needs no cleaning (the kernel drops a dead process's ``flock``).  It guards jobs driven from one
-host (or hosts sharing a home directory on a file system with working ``flock``).  Re-entrant
-within a process: ``sync`` holds its destination while the copy it runs takes the same lock.
+The lock is an ``flock`` on a file in a per-user lock directory (:func:`lock_dir`: ``PFS_LOCK_DIR``,
+else ``$XDG_RUNTIME_DIR/pfs-locks``, else ``/tmp/pfs-<uid>/locks``) keyed by what the job writes
+(the destination's real path, or its URL), never a file inside the destination or the home
+directory: nothing is left in the copied tree or the manifest, and a lock file of a killed run
+needs no cleaning (the kernel drops a dead process's ``flock``).  It guards the jobs one user drives
+from one host; ``PFS_LOCK_DIR`` on a shared file system with working ``flock`` (NFSv4, Lustre)
+widens that to every host and user that sets it.  Re-entrant within a process: ``sync`` holds its
+destination while the copy it runs takes the same lock.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 
 from .errors import PfsError
-from .journals import ident, pfs_cache
+from .journals import ident
 from .urls import Location
 
 
@@ -37,8 +41,24 @@ def lock_key(loc: Location) -> str:
     return os.path.realpath(loc.path) if loc.is_local else loc.url
 
 
+def lock_dir() -> str:
+    """Where lock files live (see the module docstring)."""
+    explicit = os.environ.get("PFS_LOCK_DIR")
+    if explicit:
+        return explicit
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return os.path.join(runtime, "pfs-locks")
+    mine = os.path.join(tempfile.gettempdir(), f"pfs-{os.getuid()}")
+    os.makedirs(mine, 0o700, exist_ok=True)
+    s = os.lstat(mine)
+    if not stat.S_ISDIR(s.st_mode) or s.st_uid != os.getuid():
+        raise PfsError(f"{mine}: not a directory of this user; set PFS_LOCK_DIR to a directory of yours")
+    return os.path.join(mine, "locks")
+
+
 def lock_path(key: str) -> str:
-    return pfs_cache("locks", ident(key) + ".lock")
+    return os.path.join(lock_dir(), ident(key) + ".lock")
 
 
 @contextlib.contextmanager
