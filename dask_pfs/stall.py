@@ -7,7 +7,7 @@ Two bounds, so that a hang never holds a job for ever:
   pfs task is idempotent).  The embedded cluster sets it to ``PFS_WORKER_TTL`` (60 s; Dask's own
   default, kept on a remote cluster unless its configuration says otherwise, is 5 minutes).
 * **hung storage** (an NFS server gone with a hard mount, a FUSE daemon stopped): every worker still
-  answers, but no task ends.  When no task has finished for ``PFS_STALL_TIMEOUT`` seconds (600;
+  answers, but no task ends.  When no task has finished for ``PFS_STALL_TIMEOUT`` seconds (3600;
   ``0`` waits for ever) while tasks are in flight, the driver gives up with :class:`StalledError`
   (exit code 1).  The journal keeps what finished, so ``--resume`` goes on once the storage is back.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 from .errors import PfsError
 
-STALL_TIMEOUT = 600.0
+STALL_TIMEOUT = 3600.0  # a task may legitimately be long: one checksum of a huge file, a 256 MiB range on a slow link
 WORKER_TTL = "60s"
 
 
