@@ -6,6 +6,7 @@ once the storage is back must give the complete result."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -49,9 +50,12 @@ class Latfs:
         args = [str(self.binary), "--rtt-us", str(rtt_us), "--run-dir", str(self.run), str(self.backing), str(self.mnt)]
         subprocess.run(args, check=True)
         deadline = time.monotonic() + 20
-        while not (self.run / "pid").exists() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):  # not there yet, or still being written
+                self.pid = int((self.run / "pid").read_text())
+                return
             time.sleep(0.05)
-        self.pid = int((self.run / "pid").read_text())
+        raise AssertionError(f"latfs did not start on {self.mnt}")
 
     def unmount(self) -> None:
         try:
