@@ -143,7 +143,10 @@ def test_cp_when_the_source_goes(tmp_path, nas, fault):
     dst = tmp_path / "dst"
     args = ["cp", f"{nas.mnt}/", dst, "--no-progress", "--chunk-files", "20"]
     out, took = fail_mid_job(args, f"{dst}/.pfs-journal-*/done.jsonl", nas, fault, tmp_path)
-    assert ("no task finished for" if fault is hang else "was it unmounted?") in out, out
+    if fault is hang:
+        assert "no task finished for" in out, out
+    else:  # unmounted while the walk went on (the scan's root check), or after it (the files are gone)
+        assert "was it unmounted?" in out or "entries failed" in out, out
     assert took < BOUND
     assert glob.glob(f"{dst}/.pfs-journal-*/job.json"), "no journal to resume"
     back(nas, fault)
