@@ -58,11 +58,9 @@ class Latfs:
         raise AssertionError(f"latfs did not start on {self.mnt}")
 
     def unmount(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            return
-        subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)
+        subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)  # whatever state it is in
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
