@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import PfsError
 from .security import TlsFiles, check_client_certificate, scheduler_address
+from .stall import abandon_stuck_workers, worker_ttl
 from .worker_config import DRIVER_CONFIG, TASKS_PER_WORKER, WORKER_CONFIG
 
 if TYPE_CHECKING:
@@ -131,7 +132,9 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             env = {"PFS_THREADS": str(options.threads)} if options.threads else {}
             # Set for the whole run, not just the start: a nanny restarting a killed worker reads it again.
             method = start_method()
-            stack.enter_context(dask.config.set({"distributed.worker.multiprocessing-method": method, **WORKER_CONFIG}))
+            config = {"distributed.worker.multiprocessing-method": method, **WORKER_CONFIG}
+            config["distributed.scheduler.worker-ttl"] = worker_ttl()  # a hung worker's tasks go elsewhere
+            stack.enter_context(dask.config.set(config))
             if method == "fork":
                 preload_for_fork()
             dashboard = wants_dashboard(options.dashboard)
@@ -151,6 +154,7 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
         finally:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
+            abandon_stuck_workers()  # workers stuck on hung storage must not hold the driver's exit
 
 
 def client_of_scheduler(options: ClusterOptions) -> Client:

@@ -36,6 +36,7 @@ from .caps import Cap
 from .errors import PfsError
 from .journals import same_job
 from .manifest import Selection, open_manifest
+from .manifest_check import check_parts
 from .progress import Reporter, human_bytes
 from .results import JobResult, ProblemLog
 from .runtime import Submitter, WalkTuning, new_run_id, walk_frontier
@@ -194,6 +195,7 @@ class Removal:
     ) -> bool:
         """Check the manifest's root, count the selection (refused over ``cap``) and freeze it into the journal."""
         m = open_manifest(url, storage_options=storage_options)
+        check_parts(m)  # a damaged part: exit 2 before anything is removed
         loc = resolve(m.root, storage_options)
         found = probe(loc)
         if not found.exists:

@@ -29,10 +29,12 @@ from typing import Any
 
 from distributed import Client, Future, as_completed
 
+from operators.root_guard import RootChangedError
 from operators.walk import Budget, DirItem
 
 from .cluster import ClusterOptions, connect, total_task_slots
 from .limits import Limits, job_limits
+from .stall import Watch, storage_gone
 
 RETRIES = 2
 PER_SLOT = 2  # tasks in flight per worker thread: one running, one queued behind it
@@ -73,6 +75,7 @@ class Submitter:
         self.inflight = 0  # weight in flight
         self._ac = as_completed(loop=client.loop)
         self._then: dict[Hashable, tuple[int, Callable[[Any], None], Callable[[BaseException], None] | None]] = {}
+        self.watch = Watch()  # no task back within the stall timeout: StalledError (dask_pfs.stall)
 
     def __enter__(self) -> Submitter:
         return self
@@ -106,6 +109,7 @@ class Submitter:
         fut = self.future(fn, *args, kind=kind)
         self.inflight += weight
         self._then[fut.key] = (weight, then, failed)
+        fut.add_done_callback(self.watch.back)
         self._ac.add(fut)
 
     def make_room(self, weight: int) -> None:
@@ -113,7 +117,9 @@ class Submitter:
             self.take()
 
     def take(self) -> None:
-        """Wait for the next task to finish and fold its result in."""
+        """Wait for the next task to finish and fold its result in; :class:`~dask_pfs.stall.StalledError`
+        when none finishes within the stall timeout."""
+        self.watch.until(self._ac.has_ready, self.inflight)
         fut = next(self._ac)
         weight, then, failed = self._then.pop(fut.key)
         self.inflight -= weight
@@ -121,6 +127,8 @@ class Submitter:
             result = fut.result()
         except Exception as exc:
             if failed is None:
+                if isinstance(exc, RootChangedError):  # the storage went away under the job
+                    raise storage_gone(exc) from exc
                 raise
             fut.release()
             failed(exc)

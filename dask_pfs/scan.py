@@ -11,9 +11,11 @@ from operators.prune import Prune
 
 from .cluster import ClusterOptions
 from .limits import Limits
+from .locking import writer_lock
 from .progress import Reporter
 from .runtime import job_client
 from .scanning import ScanResult, ScanTuning, TreeScan
+from .urls import resolve
 
 
 def scan(
@@ -53,22 +55,23 @@ def scan(
     ``prune`` leaves entries out of the walk (``operators.prune``: gitignore-style excludes and
     includes, a maximum depth, one file system); directories it leaves out are never listed.
     """
-    job = TreeScan(
-        url,
-        out,
-        threads=threads,
-        overwrite=overwrite,
-        storage_options=storage_options,
-        out_storage_options=out_storage_options,
-        checksum=checksum,
-        resume=resume,
-        prune=prune,
-    )
-    if job.done is not None:
-        return job.done
-    limits = limits or (cluster.limits if cluster else None)
-    with job_client(client, cluster, threads, limits) as c:
-        return job.run(c, progress, tuning, on_dashboard, limits, on_parts)
+    with writer_lock(resolve(os.fspath(out), out_storage_options), "scan into"):  # dask_pfs.locking
+        job = TreeScan(
+            url,
+            out,
+            threads=threads,
+            overwrite=overwrite,
+            storage_options=storage_options,
+            out_storage_options=out_storage_options,
+            checksum=checksum,
+            resume=resume,
+            prune=prune,
+        )
+        if job.done is not None:
+            return job.done
+        limits = limits or (cluster.limits if cluster else None)
+        with job_client(client, cluster, threads, limits) as c:
+            return job.run(c, progress, tuning, on_dashboard, limits, on_parts)
 
 
 __all__ = ["ScanResult", "ScanTuning", "scan"]

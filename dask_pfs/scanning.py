@@ -28,6 +28,7 @@ from distributed import Client
 from operators.checksum import check_algorithm, checksum_local, checksum_remote, fill_rows
 from operators.parts import part_name, write_part
 from operators.prune import Prune
+from operators.root_guard import root_id
 from operators.rows import Row, row_from_info, row_from_stat, rows_to_table
 from operators.scan_task import ChunkResult, ScanSpec, scan_chunk
 from operators.walk import Budget, DirItem, Tally
@@ -127,6 +128,7 @@ class TreeScan:
             threads=threads,
             checksum=checksum,
             prune=prune,
+            root_id=root_id(loc.path) if loc.is_local else None,  # a task on an unmounted root fails
         )
 
     def run(

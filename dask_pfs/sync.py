@@ -40,6 +40,7 @@ from .cluster import ClusterOptions
 from .copy import MiB, copy
 from .errors import PfsError
 from .journals import ident, pfs_cache
+from .locking import writer_lock
 from .manifest import connection, has_marker, open_manifest, prepare_output, remove_manifest_files, write_marker
 from .plan import COPY_ACTIONS, Plan, read_plan, write_plan
 from .progress import NullProgress, Reporter
@@ -124,7 +125,7 @@ def sync(
     plan_dir = (
         os.fspath(plan) if plan else (f"{dst_m.rstrip('/')}.plan" if dst_manifest else os.path.join(work, "plan"))
     )
-    with job_client(client, cluster, threads) as client:
+    with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
             sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]

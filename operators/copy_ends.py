@@ -18,7 +18,7 @@ import contextlib
 import os
 import shutil
 import stat as st
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 
 import fsspec
@@ -251,9 +251,38 @@ class LocalDestination(_Destination):
 
     def __init__(self, spec: CopySpec) -> None:
         self.spec = spec
+        self._held: OpenDirs | None = None  # a chunk's destination directories (existing destinations)
 
     def path(self, rel: bytes) -> bytes:
         return local_path(self.spec.dst_root, rel)
+
+    def copy_batch(self, src: Source, entries: list[Entry], pool: Executor) -> list[str | BaseException]:
+        """Into an existing destination, every entry is written through its parent directory opened
+        down from the root with ``O_NOFOLLOW`` (:meth:`_pinned`), held for the whole chunk."""
+        if not self.spec.check_existing:
+            return super().copy_batch(src, entries, pool)
+        self._held = OpenDirs(os.fsencode(self.spec.dst_root))
+        try:
+            return super().copy_batch(src, entries, pool)
+        finally:
+            self._held.close()
+            self._held = None
+
+    @contextlib.contextmanager
+    def _pinned(self, rel: bytes) -> Iterator[bytes]:
+        """The path to write ``rel`` through: ``/proc/self/fd/<parent>/<name>``, its parent opened one
+        component at a time without following symlinks (``ELOOP`` when one was planted or swapped in
+        after the chunk's ancestor check), and kept open while the caller writes, renames and sets
+        times there; the plain path where nothing is held (a fresh destination, a top-level entry)."""
+        parent_rel, _, name = rel.rpartition(b"/")
+        if self._held is None or not parent_rel:
+            yield self.path(rel)
+            return
+        parent = self._held.handle(parent_rel)
+        try:
+            yield b"/proc/self/fd/%d/%s" % (parent.fd, name)
+        finally:
+            parent.release()
 
     def temp(self, rel: bytes) -> bytes:
         return temp_of(self.path(rel), self.spec.token)
@@ -317,24 +346,25 @@ class LocalDestination(_Destination):
         return True
 
     def write_file(self, src: Source, e: Entry, dirs: OpenDirs | None) -> None:
-        dst = self.path(e.out_rel)
-        tmp = dst if self.spec.inplace else self.temp(e.out_rel)
-        try:
-            e = src.fill(self, e, tmp, dirs)
-            if e.mtime_ns is not None:
-                os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns))  # after close: NFS flushes on close
-            if tmp != dst:
-                os.rename(tmp, dst)
-        except BaseException:
-            unlink_quietly(tmp)
-            raise
+        with self._pinned(e.out_rel) as dst:
+            tmp = dst if self.spec.inplace else temp_of(dst, self.spec.token)
+            try:
+                e = src.fill(self, e, tmp, dirs)
+                if e.mtime_ns is not None:
+                    os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns))  # after close: NFS flushes on close
+                if tmp != dst:
+                    os.rename(tmp, dst)
+            except BaseException:
+                unlink_quietly(tmp)
+                raise
 
     def symlink(self, src: Source, e: Entry) -> str:
         e = src.fresh(e)
-        tmp = self.temp(e.out_rel)
-        unlink_quietly(tmp)
-        os.symlink(e.link_target or b"", tmp)
-        self._into_place(tmp, e, lambda: self._own(tmp, e, link=True))
+        with self._pinned(e.out_rel) as dst:
+            tmp = temp_of(dst, self.spec.token)
+            unlink_quietly(tmp)
+            os.symlink(e.link_target or b"", tmp)
+            self._into_place(tmp, e, lambda: self._own(tmp, e, link=True), dst)
         return "symlink"
 
     def special(self, src: Source, e: Entry) -> str | BaseException:
@@ -356,13 +386,13 @@ class LocalDestination(_Destination):
         self._into_place(tmp, e, lambda: os.chmod(tmp, st.S_IMODE(mode)))
         return "file"
 
-    def _into_place(self, tmp: bytes, e: Entry, meta: Callable[[], None]) -> None:
-        """Metadata and times on ``tmp`` (never following it), then the rename to ``e``'s name."""
+    def _into_place(self, tmp: bytes, e: Entry, meta: Callable[[], None], dst: bytes | None = None) -> None:
+        """Metadata and times on ``tmp`` (never following it), then the rename to ``e``'s name (``dst``)."""
         try:
             meta()
             if e.mtime_ns is not None:
                 os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns), follow_symlinks=False)
-            os.rename(tmp, self.path(e.out_rel))
+            os.rename(tmp, dst or self.path(e.out_rel))
         except BaseException:
             unlink_quietly(tmp)
             raise

@@ -18,6 +18,10 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .schema import PART_PREFIX, PART_SUFFIX
 
+# Page checksums (CRC32) let a reader tell a part damaged on disk from one it can trust
+# (``dask_pfs.manifest_check`` verifies them before a job acts on a manifest).
+WRITE_OPTIONS = {"compression": "zstd", "row_group_size": 128 * 1024, "write_page_checksum": True}
+
 
 def part_name(task_id: str, seq: int) -> str:
     return f"{PART_PREFIX}{task_id}-{seq:04d}{PART_SUFFIX}"
@@ -29,9 +33,9 @@ def write_part(table: pa.Table, out_url: str, name: str, storage_options: dict |
     final = f"{out.rstrip('/')}/{name}"
     if isinstance(fs, LocalFileSystem):
         tmp = f"{out.rstrip('/')}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        pq.write_table(table, tmp, compression="zstd", row_group_size=128 * 1024)
+        pq.write_table(table, tmp, **WRITE_OPTIONS)
         os.replace(tmp, final)
     else:  # object stores: a PUT is atomic, there is no rename
         with fs.open(final, "wb") as f:
-            pq.write_table(table, f, compression="zstd", row_group_size=128 * 1024)
+            pq.write_table(table, f, **WRITE_OPTIONS)
     return name

@@ -9,12 +9,16 @@ core can replace); :class:`FsspecRemover` deletes through fsspec, in bulk reques
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat as st
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from .dirfd import OpenDirs
 from .local_scan import LocalLister
 from .names import decode, join, to_bytes
 from .prune import DROP
@@ -33,6 +37,7 @@ BATCH = 64  # entries per pool job: a few syscalls each, so jobs stay cheap to s
 S3_BATCH = 1000  # keys per bulk delete request
 
 P = TypeVar("P", bytes, str)  # where an entry is: a local path, or a URL
+T = TypeVar("T")
 
 # one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns)
 Entry = tuple[str, bytes | None, str, int | None, int | None]
@@ -85,33 +90,50 @@ class _Remover(Generic[P]):
 
 
 class LocalRemover(_Remover[bytes]):
-    """Removing on a local or mounted file system; symlinks are never followed."""
+    """Removing on a local or mounted file system; symlinks are never followed.
+
+    Every manifest row is reached relative to its parent directory, opened down from the root one
+    component at a time with ``O_NOFOLLOW`` (``operators.dirfd``): a directory swapped for a symlink
+    after the scan (even after the driver's safety check) makes its rows fail, never leads the
+    ``unlink``/``rmdir`` out of the tree.
+    """
 
     def __init__(self, spec: RemoveSpec) -> None:
         self.spec = spec
+        self._local = threading.local()  # one OpenDirs per batch: batches run on the pool at once
 
     def tree_lister(self) -> LocalTreeRemover:
         return LocalTreeRemover(self.spec.root_bytes, self.spec.dry_run, self.spec.prune)
 
-    def locate(self, rel: bytes) -> bytes:
-        return resolve_under(self.spec.root_bytes, rel)
+    def unlink(self, entries: list[Entry]) -> RmCounts:
+        with self._opened():
+            return super().unlink(entries)
 
-    def look(self, path: bytes) -> tuple[str, int | None, int | None]:
-        s = os.lstat(path)
+    def locate(self, rel: bytes) -> bytes:
+        resolve_under(self.spec.root_bytes, rel)  # a relative path, no ".."
+        return rel
+
+    def look(self, rel: bytes) -> tuple[str, int | None, int | None]:
+        s = self._at(rel, _lstat_at)
         return type_of_mode(s.st_mode), s.st_size, s.st_mtime_ns
 
     def unlink_now(self, found: list[tuple[bytes, bytes, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
-        return [(rel, size) for rel, path, size in found if counts.tried(rel, os.unlink, path)[0]]
+        return [(rel, size) for rel, where, size in found if counts.tried(rel, self._at, where, _unlink_at)[0]]
 
     def rmdirs(self, rels: list[bytes], check: bool) -> RmCounts:
         """Remove a batch of directories of one depth level; ``check``: only if still directories."""
+        with self._opened():
+            return self._rmdirs(rels, check)
+
+    def _rmdirs(self, rels: list[bytes], check: bool) -> RmCounts:
         spec = self.spec
         counts = RmCounts()
         root = spec.root_bytes
         for rel in rels:
-            full = resolve_under(root, rel) if rel else root
+            if rel:
+                resolve_under(root, rel)
             if check and not spec.ignore_changes:
-                _, s = counts.tried(rel, os.lstat, full)
+                _, s = counts.tried(rel, self._at, rel, _lstat_at) if rel else counts.tried(rel, os.lstat, root)
                 if s is None:
                     continue
                 if not st.S_ISDIR(s.st_mode):
@@ -122,7 +144,10 @@ class LocalRemover(_Remover[bytes]):
                 counts.sample(rel, spec.sample_limit)
                 continue
             try:
-                os.rmdir(full)
+                if rel:
+                    self._at(rel, _rmdir_at)
+                else:
+                    os.rmdir(root)
                 counts.removed_dirs += 1
             except FileNotFoundError:
                 counts.skipped_missing += 1
@@ -134,6 +159,43 @@ class LocalRemover(_Remover[bytes]):
                 else:
                     counts.problem(rel, FAILED, exc)
         return counts
+
+    @contextlib.contextmanager
+    def _opened(self) -> Iterator[None]:
+        self._local.dirs = OpenDirs(self.spec.root_bytes)
+        try:
+            yield
+        finally:
+            self._local.dirs.close()
+            self._local.dirs = None
+
+    def _at(self, rel: bytes, fn: Callable[[bytes, int], T]) -> T:
+        """``fn(name, parent_fd)`` for ``rel``; a parent reached through a symlink is refused."""
+        parent_rel, _, name = rel.rpartition(b"/")
+        try:
+            parent = self._local.dirs.handle(parent_rel)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise OSError(
+                    exc.errno, "a directory above it is no longer a directory (a symlink?): left alone"
+                ) from None
+            raise
+        try:
+            return fn(name, parent.fd)
+        finally:
+            parent.release()
+
+
+def _lstat_at(name: bytes, fd: int) -> os.stat_result:
+    return os.stat(name, dir_fd=fd, follow_symlinks=False)
+
+
+def _unlink_at(name: bytes, fd: int) -> None:
+    os.unlink(name, dir_fd=fd)
+
+
+def _rmdir_at(name: bytes, fd: int) -> None:
+    os.rmdir(name, dir_fd=fd)
 
 
 class FsspecRemover(_Remover[str]):

@@ -18,6 +18,7 @@ from .parts import part_name, write_part
 from .pool import get_pool
 from .prune import Prune
 from .remote_scan import FsspecLister
+from .root_guard import RootId, check_root
 from .rows import RowBuffer
 from .walk import Budget, DirItem, Tally, walk
 
@@ -35,6 +36,7 @@ class ScanSpec:
     flush_rows: int = 200_000
     checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
     prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
+    root_id: RootId | None = None  # a local root's (device, inode) when the scan began (operators.root_guard)
 
     def lister(self):
         if self.protocol in ("file", "local"):
@@ -55,6 +57,7 @@ class ChunkResult:
 def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budget) -> ChunkResult:
     """Walk below ``items`` within ``budget``; write parts named after ``task_id``."""
     start = time.monotonic()
+    check_root(spec.root, spec.root_id)  # an unmounted root would list as empty
     parts: list[str] = []
     lister = spec.lister()
     sum_failures: list[str] = []
@@ -79,6 +82,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
         tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows, spec.prune)
     finally:
         lister.close()
+    check_root(spec.root, spec.root_id)  # unmounted meanwhile: what this task listed may be incomplete
     tally.errors += len(sum_failures)
     tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])
     return ChunkResult(task_id, parts, tally, frontier, time.monotonic() - start)

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # System tools the test suite uses besides Python packages: OpenSSH server (SFTP tests),
 # setpriv (util-linux, permission tests), strace (counting the system calls of a pruned scan)
-# and helm (chart tests). Installs what is missing.
+# helm (chart tests), and gcc + libfuse3-dev + fuse3 (latfs, for the fault suite). Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
+# latfs (benchmarks/latfs), the FUSE file system the fault suite stops and unmounts mid-job (tests/faults/)
+command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
+[ -f /usr/include/fuse3/fuse.h ] || missing+=(libfuse3-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
 fi

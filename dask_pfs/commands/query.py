@@ -17,6 +17,7 @@ from rich.table import Table
 from ..cli import cli, cluster_options, echo_json, reader_options
 from ..errors import PfsError
 from ..manifest import has_marker, open_manifest
+from ..manifest_check import check_parts
 from ..progress import NullProgress, human_bytes, make_reporter
 from ..query import BY_CHOICES, du_sql, run_query, select_sql
 from ..sql import arrow_reader, check_where, connect, write_parquet
@@ -81,6 +82,7 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
         sql = "SELECT * FROM selected"
     else:
         m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+        check_parts(m)  # a damaged part: exit 2 naming it, not rows read wrong
         sql = select_sql(m, where, select, order, limit)
         con = connect(m)
     if fmt == "parquet":
@@ -116,6 +118,7 @@ def select_rows(
 ) -> pa.Table:
     """The rows ``pfs query`` selects, as one Arrow table (run on a worker that sees the manifest)."""
     m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+    check_parts(m)
     return arrow_reader(connect(m), select_sql(m, where, select, order, limit)).read_all()
 
 

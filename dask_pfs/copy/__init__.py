@@ -40,7 +40,9 @@ from ..cluster import ClusterOptions
 from ..errors import PfsError
 from ..frames import takes_selection
 from ..limits import Limits, concurrency_report
+from ..locking import writer_lock
 from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
+from ..manifest_check import check_parts
 from ..progress import NullProgress, Reporter
 from ..results import JobResult
 from ..runtime import job_client
@@ -162,124 +164,128 @@ def copy(
     # everything that can refuse the request runs before a cluster is started or anything is written
     m: Manifest | None = None
     if manifest is None:
-        target = live_target(os.fspath(src), os.fspath(dst), storage_options, dst_storage_options)  # type: ignore[arg-type]
+        target = live_target(os.fspath(src), os.fspath(dst), storage_options, dst_storage_options, resume)  # type: ignore[arg-type]
     else:
         m = open_manifest(manifest, storage_options=storage_options)
+        check_parts(m)  # a damaged part: exit 2 before anything is copied
         selected = _selected(m, selection, cap)
         root = os.fspath(src) if src is not None else m.root
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
-    live = manifest is None
-    jr = target.journal(journal, src, manifest, where_text if prune is None else json.dumps(prune.describe()))
-    prior = jr.job() if jr is not None and resume else {}
-    if jr is not None and not resume and jr.exists:
-        logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
-        jr.remove()
-    token = prior.get("token") or uuid.uuid4().hex[:12]
-    if manifest is None and prior.get("manifest") and has_marker(prior["manifest"]):
-        manifest = prior["manifest"]  # the interrupted run's scan: same rows, same chunks
-        m = open_manifest(manifest)
-    elif jr is not None and manifest is None and manifest_out is None:
-        manifest_out = os.path.join(jr.path, "manifest")
-    # a resumed run streams again when the first did: the same chunks get the same ids (see streaming)
-    streaming = stream and live and (bool(prior.get("streamed")) if prior else target.streamable(manifest_out))
-    journal_job = {
-        "token": token,
-        "manifest": os.fspath(manifest or manifest_out or ""),
-        "dst": target.dst.url,
-        "streamed": streaming,
-        "where": where_text,
-    }
+    with writer_lock(target.dst, "copy into"):  # one writer per destination (dask_pfs.locking)
+        live = manifest is None
+        jr = target.journal(journal, src, manifest, where_text if prune is None else json.dumps(prune.describe()))
+        prior = jr.job() if jr is not None and resume else {}
+        if jr is not None and not resume and jr.exists:
+            logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
+            jr.remove()
+        token = prior.get("token") or uuid.uuid4().hex[:12]
+        if manifest is None and prior.get("manifest") and has_marker(prior["manifest"]):
+            manifest = prior["manifest"]  # the interrupted run's scan: same rows, same chunks
+            m = open_manifest(manifest)
+        elif jr is not None and manifest is None and manifest_out is None:
+            manifest_out = os.path.join(jr.path, "manifest")
+        # a resumed run streams again when the first did: the same chunks get the same ids (see streaming)
+        streaming = stream and live and (bool(prior.get("streamed")) if prior else target.streamable(manifest_out))
+        journal_job = {
+            "token": token,
+            "manifest": os.fspath(manifest or manifest_out or ""),
+            "dst": target.dst.url,
+            "streamed": streaming,
+            "where": where_text,
+        }
 
-    def begin_journal() -> None:
-        """Start a fresh journal once nothing can refuse the job any more (it lives in DST); once."""
-        if jr is not None and not prior and not jr.exists:
-            if target.make_root:
-                make_root(target.dst)
-            jr.start(journal_job)
+        def begin_journal() -> None:
+            """Start a fresh journal once nothing can refuse the job any more (it lives in DST); once."""
+            if jr is not None and not prior and not jr.exists:
+                if target.make_root:
+                    make_root(target.dst)
+                jr.start(journal_job)
 
-    if manifest is None:
-        begin_journal()  # the scan below writes its manifest into the journal
-    with ExitStack() as stack:
-        client = stack.enter_context(job_client(client, cluster, threads, limits))
-
-        def new_job(rows_root: Location, streamed: bool) -> CopyJob:
-            spec = CopySpec(
-                src_protocol=rows_root.protocol,
-                src_root=rows_root.path,
-                dst_protocol=target.dst.protocol,
-                dst_root=target.dst.path,
-                token=token,
-                on_exist="overwrite" if overwrite else "skip" if skip_existing else "error",
-                check_existing=not target.fresh,
-                follow_symlinks=follow_symlinks,
-                preserve=preserve,
-                inplace=inplace,
-                make_parents=streamed,
-                threads=threads,
-                src_options=rows_root.storage_options,
-                dst_options=target.dst.storage_options,
-            )
-            chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
-            log = os.fspath(failure_log) if failure_log else _default_log(token)
-            done = jr.done() if jr is not None and prior else {}
-            return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log)
-
-        job = new_job(target.src, streamed=True) if streaming else None
-        streamer = None
-        phases: dict[str, float] = {}
         if manifest is None:
-            if manifest_out is None:
-                manifest_out = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="pfs-cp-")), "m")
+            begin_journal()  # the scan below writes its manifest into the journal
+        with ExitStack() as stack:
+            client = stack.enter_context(job_client(client, cluster, threads, limits))
+
+            def new_job(rows_root: Location, streamed: bool) -> CopyJob:
+                spec = CopySpec(
+                    src_protocol=rows_root.protocol,
+                    src_root=rows_root.path,
+                    dst_protocol=target.dst.protocol,
+                    dst_root=target.dst.path,
+                    token=token,
+                    on_exist="overwrite" if overwrite else "skip" if skip_existing else "error",
+                    check_existing=not target.fresh,
+                    follow_symlinks=follow_symlinks,
+                    preserve=preserve,
+                    inplace=inplace,
+                    make_parents=streamed,
+                    threads=threads,
+                    src_options=rows_root.storage_options,
+                    dst_options=target.dst.storage_options,
+                )
+                chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
+                log = os.fspath(failure_log) if failure_log else _default_log(token)
+                done = jr.done() if jr is not None and prior else {}
+                return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log)
+
+            job = new_job(target.src, streamed=True) if streaming else None
+            streamer = None
+            phases: dict[str, float] = {}
+            if manifest is None:
+                if manifest_out is None:
+                    manifest_out = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="pfs-cp-")), "m")
+                if job is not None:
+                    streamer = Streamer(job, os.fspath(manifest_out))
+                t_scan = time.monotonic()
+                scan_tree(
+                    client,
+                    target.src.url,
+                    os.fspath(manifest_out),
+                    progress,
+                    threads=threads,
+                    storage_options=storage_options,
+                    resume=bool(prior),  # killed while scanning: finish that scan (its own journal)
+                    on_parts=streamer.on_parts if streamer else None,
+                    prune=prune,
+                )
+                m = open_manifest(manifest_out)
+                phases["scan"] = round(time.monotonic() - t_scan, 3)
+            assert m is not None
             if job is not None:
-                streamer = Streamer(job, os.fspath(manifest_out))
-            t_scan = time.monotonic()
-            scan_tree(
-                client,
-                target.src.url,
-                os.fspath(manifest_out),
-                progress,
-                threads=threads,
-                storage_options=storage_options,
-                resume=bool(prior),  # killed while scanning: finish that scan (its own journal)
-                on_parts=streamer.on_parts if streamer else None,
-                prune=prune,
+                t_drain = time.monotonic()
+                streamer = streamer or Streamer(job, m.url)  # resumed after the scan had finished
+                streamer.finish(m)
+                phases["streamed"] = round(time.monotonic() - t_drain, 3)  # copying still left when the scan ended
+            else:
+                rows_root = resolve(
+                    os.fspath(src) if manifest is not None and src is not None else m.root, storage_options
+                )
+                job = new_job(rows_root, streamed=False)
+            try:
+                job.run(m, begin_journal)
+            finally:
+                if jr is not None:
+                    jr.close()
+            kept = _end_journal(jr, job.failed, target)
+            counts = job.counts()
+            return CopyResult(
+                source=target.src.url,
+                destination=target.dst.url,
+                counts=counts,
+                failed=job.failed,
+                samples=job.problems.samples,
+                log=job.problems.close(),
+                seconds=round(time.monotonic() - t0, 3),
+                manifest=m.url if manifest_out is None else os.fspath(manifest_out),
+                tasks=job.sub.tasks,
+                phases=phases | job.phases,
+                resumed=job.resumed,
+                journal=kept,
+                concurrency=concurrency_report(client, threads),
+                ranges=job.big.ranges,
+                streamed=job.streamed_files,
+                selected=selected,
             )
-            m = open_manifest(manifest_out)
-            phases["scan"] = round(time.monotonic() - t_scan, 3)
-        assert m is not None
-        if job is not None:
-            t_drain = time.monotonic()
-            streamer = streamer or Streamer(job, m.url)  # resumed after the scan had finished
-            streamer.finish(m)
-            phases["streamed"] = round(time.monotonic() - t_drain, 3)  # copying still left when the scan ended
-        else:
-            rows_root = resolve(os.fspath(src) if manifest is not None and src is not None else m.root, storage_options)
-            job = new_job(rows_root, streamed=False)
-        try:
-            job.run(m, begin_journal)
-        finally:
-            if jr is not None:
-                jr.close()
-        kept = _end_journal(jr, job.failed, target)
-        counts = job.counts()
-        return CopyResult(
-            source=target.src.url,
-            destination=target.dst.url,
-            counts=counts,
-            failed=job.failed,
-            samples=job.problems.samples,
-            log=job.problems.close(),
-            seconds=round(time.monotonic() - t0, 3),
-            manifest=m.url if manifest_out is None else os.fspath(manifest_out),
-            tasks=job.sub.tasks,
-            phases=phases | job.phases,
-            resumed=job.resumed,
-            journal=kept,
-            concurrency=concurrency_report(client, threads),
-            ranges=job.big.ranges,
-            streamed=job.streamed_files,
-            selected=selected,
-        )
 
 
 def _selected(m: Manifest, selection: Filter | None, cap: Cap | None) -> int:

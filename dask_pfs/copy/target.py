@@ -14,6 +14,7 @@ a directory must be.
 
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from operators.journal import Journal
 
 from ..errors import PfsError
 from ..journals import ident, journal_dir
+from ..manifest import JOURNAL_PREFIX
 from ..urls import Location, Probe, is_dir, is_inside, probe, resolve
 
 
@@ -49,8 +51,11 @@ class Target:
         return Journal(journal_dir(self.dst, ident(*what, self.dst.url)))
 
 
-def live_target(src: str, dst: str, so: dict | None, dso: dict | None) -> Target:
-    """The target of copying the live tree (or file) ``src`` to ``dst``."""
+def live_target(src: str, dst: str, so: dict | None, dso: dict | None, resume: bool = False) -> Target:
+    """The target of copying the live tree (or file) ``src`` to ``dst``.
+
+    ``resume``: a killed ``cp SRC DST`` that created DST left its journal there; the same command
+    goes on into DST (not into ``DST/SRC``, as ``cp -r`` into an existing directory would)."""
     contents = src.endswith("/") and len(src) > 1
     s = resolve(src, so)
     d = resolve(dst, dso)
@@ -70,7 +75,7 @@ def live_target(src: str, dst: str, so: dict | None, dso: dict | None) -> Target
         return Target(s, ploc, False, {os.fsencode(name): new}, False)
     if d_exists and not d_dir:
         raise PfsError(f"{dst}: exists and is not a directory")
-    if d_dir and not contents:
+    if d_dir and not contents and not (resume and _journal_of_copy_into(d)):
         d = resolve(d.child(name), d.storage_options)
         d_exists, d_dir = _is(d, probe(d))
         if d_exists and not d_dir:
@@ -88,6 +93,16 @@ def manifest_target(root: str, dst: str, so: dict | None, dso: dict | None) -> T
         raise PfsError(f"{dst}: exists and is not a directory")
     _refuse_inside(s, d)
     return Target(s, d, not d_exists, {}, True)
+
+
+def _journal_of_copy_into(d: Location) -> bool:
+    """Whether a local ``d`` holds the journal of a copy whose destination root is ``d`` itself."""
+    if not d.is_local:
+        return False
+    for path in glob.glob(os.path.join(glob.escape(d.path), f"{JOURNAL_PREFIX}*")):
+        if Journal(path).job().get("dst") == d.url:
+            return True
+    return False
 
 
 def _is(loc: Location, found: Probe) -> tuple[bool, bool]:

@@ -1,0 +1,102 @@
+"""The whole process group of ``cp``, ``rm``, ``sync`` and ``scan`` (driver, embedded scheduler, every
+worker) SIGKILLed at a random point (several seeds each); ``--resume`` must then end in exactly the
+state an uninterrupted run gives: a byte-identical copy, nothing left that should go, nothing
+removed that should stay, a complete manifest with no row twice and none missing."""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dask_pfs import scan
+
+from ..conftest import make_balanced, run_pfs, tree_digest
+from .harness import kill_group, leftovers, manifest_paths, start_pfs, tree_paths
+
+SEEDS = range(int(os.environ.get("PFS_FAULT_SEEDS", "2")))  # more: PFS_FAULT_SEEDS=10
+RATE = ["--max-ops-per-second", "300"]  # the killed run: ~2 s of work on these trees, room to land mid-job
+
+
+def killed_then_resumed(args: list, started: str, seed: int, tmp_path: Path, env: dict) -> str:
+    """Run ``pfs ARGS``, SIGKILL its process group a random while after ``started`` (a glob) appears,
+    then run ``pfs ARGS --resume`` to the end; returns what the kill hit (for the failure message)."""
+    rng = random.Random(seed)
+    proc = start_pfs(*args, *RATE, env=env, log=tmp_path / f"killed-{seed}.log")
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and not glob.glob(started) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(rng.uniform(0, 2.0))
+    when = "mid-job" if proc.poll() is None else f"after the end (rc {proc.returncode})"
+    kill_group(proc)
+    resumed = run_pfs(*args, "--resume", env=env)
+    assert resumed.returncode == 0, f"seed {seed}, killed {when}: {resumed.stdout}{resumed.stderr}"
+    return when
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+def source(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    make_balanced(src, dirs=8, files_per_dir=40, size=3000)
+    (src / "d000" / "big.bin").write_bytes(os.urandom(3 << 20))
+    os.symlink("sub/f0001.dat", src / "d001" / "link")
+    return src
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_cp_killed_then_resumed(tmp_path, env, seed):
+    src, dst = source(tmp_path), tmp_path / "dst"
+    args = ["cp", src, dst, "--no-progress", "--chunk-files", "20", "--split-size", "512K"]
+    when = killed_then_resumed(args, f"{dst}/.pfs-journal-*", seed, tmp_path, env)
+    assert tree_digest(dst) == tree_digest(src), when
+    assert not leftovers(dst), when
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rm_manifest_killed_then_resumed(tmp_path, env, seed, dask_client):
+    tree = source(tmp_path)
+    m = tmp_path / "m"
+    scan(tree, m, client=dask_client)
+    before = tree_paths(tree)
+    where = r"type = 'file' AND regexp_matches(name, '[13579]\.dat$')"
+    doomed = {p for p in before if p.endswith((b"1.dat", b"3.dat", b"5.dat", b"7.dat", b"9.dat"))}
+    args = ["rm", "--manifest", m, "--where", where, "--yes", "--no-progress", "--chunk-files", "20"]
+    when = killed_then_resumed(args, f"{m}/.pfs-journal-*", seed, tmp_path, env)
+    assert tree_paths(tree) == before - doomed, when  # nothing left that should go, nothing more removed
+    assert not glob.glob(f"{m}/.pfs-journal-*"), when
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sync_killed_then_resumed(tmp_path, env, seed):
+    src, dst = source(tmp_path), tmp_path / "dst"
+    shutil.copytree(src / "d000", dst / "d000", symlinks=True)  # some there already
+    (dst / "d002" / "sub").mkdir(parents=True)
+    (dst / "d002" / "sub" / "f0003.dat").write_bytes(b"changed")  # differs: replaced
+    make_balanced(dst / "extra", dirs=3, files_per_dir=20)  # not in the source: deleted
+    args = ["sync", f"{src}/", dst, "--delete", "--no-progress", "--chunk-files", "20"]
+    when = killed_then_resumed(args, f"{tmp_path}/cache/pfs/sync-*", seed, tmp_path, env)
+    assert tree_digest(dst) == tree_digest(src), when
+    assert not leftovers(dst), when
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_scan_killed_then_resumed(tmp_path, env, seed):
+    tree = source(tmp_path)
+    m = tmp_path / "m"
+    args = ["scan", tree, "-o", m, "--no-progress"]
+    when = killed_then_resumed(args, f"{m}/.pfs-journal-*", seed, tmp_path, env)
+    rows = manifest_paths(m)
+    twice = [p for p, n in Counter(rows).items() if n > 1]
+    assert not twice, f"{when}: rows twice: {twice[:5]}"
+    assert set(rows) == tree_paths(tree), when
+    assert (m / "_manifest.json").exists() and not glob.glob(f"{m}/.pfs-journal-*"), when

@@ -1,0 +1,154 @@
+"""The storage under a running ``scan`` or ``cp`` disappears: a FUSE file system (benchmarks/latfs, a
+pass-through with a modelled round trip) is stopped (SIGSTOP: every request hangs, like a hard NFS
+mount whose server is gone) or lazily unmounted (``umount -l``: the mount point becomes an empty
+directory).  The job must end within a documented bound with exit 1 and a journal, and ``--resume``
+once the storage is back must give the complete result."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, make_balanced, run_pfs, tree_digest
+from .harness import finish, kill_group, leftovers, manifest_paths, start_pfs, tree_paths
+
+STALL = 8  # PFS_STALL_TIMEOUT of these runs
+BOUND = STALL + 60  # start-up, the stall, the embedded cluster's close (10 s) on a loaded host
+
+
+@pytest.fixture(scope="session")
+def latfs_binary(tmp_path_factory) -> Path:
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse")
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True)
+    if flags.returncode or not shutil.which("cc"):
+        pytest.skip("needs gcc and libfuse3-dev (scripts/ensure-tools.sh installs them)")
+    out = tmp_path_factory.mktemp("latfs") / "latfs"
+    cmd = ["cc", "-O2", "-o", str(out), str(REPO / "benchmarks/latfs/latfs.c"), *flags.stdout.split()]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+class Latfs:
+    """One latfs mount of ``backing`` on ``mnt``; its daemon's pid from ``run/pid``."""
+
+    def __init__(self, binary: Path, backing: Path, mnt: Path, run: Path) -> None:
+        self.binary, self.backing, self.mnt, self.run = binary, backing, mnt, run
+        mnt.mkdir(exist_ok=True)
+
+    def mount(self, rtt_us: int) -> None:
+        (self.run / "pid").unlink(missing_ok=True)
+        args = [str(self.binary), "--rtt-us", str(rtt_us), "--run-dir", str(self.run), str(self.backing), str(self.mnt)]
+        subprocess.run(args, check=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):  # not there yet, or still being written
+                self.pid = int((self.run / "pid").read_text())
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"latfs did not start on {self.mnt}")
+
+    def unmount(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+        subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)  # whatever state it is in
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def nas(tmp_path, latfs_binary):
+    backing = tmp_path / "backing"
+    make_balanced(backing, dirs=20, files_per_dir=40, size=1000)
+    fs = Latfs(latfs_binary, backing, tmp_path / "mnt", tmp_path / "run")
+    fs.mount(rtt_us=30_000)
+    yield fs
+    fs.unmount()
+
+
+def hang(fs: Latfs) -> None:
+    os.kill(fs.pid, signal.SIGSTOP)
+
+
+def lazy_unmount(fs: Latfs) -> None:
+    subprocess.run(["umount", "-l", str(fs.mnt)], check=True)
+
+
+def back(fs: Latfs, fault) -> None:
+    """The storage answers again: the stopped daemon continues, the unmounted file system is remounted."""
+    if fault is hang:
+        os.kill(fs.pid, signal.SIGCONT)
+        (fs.run / "rtt_us").write_text("1000\n")
+        os.kill(fs.pid, signal.SIGHUP)
+    else:
+        fs.unmount()
+        fs.mount(rtt_us=1000)
+
+
+def fail_mid_job(args: list, journal: str, fs: Latfs, fault, tmp_path: Path) -> tuple[str, float]:
+    """Start ``pfs ARGS``, inject ``fault`` once its first chunk is journaled; its output and seconds to exit."""
+    env = {"PFS_STALL_TIMEOUT": str(STALL), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = start_pfs(*args, env=env, log=tmp_path / "faulted.log")
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and not glob.glob(journal) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the job ended before the fault"
+        fault(fs)
+        t0 = time.monotonic()
+        rc, out = finish(proc, timeout=BOUND)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert rc == 1, out
+    return out, took
+
+
+@pytest.mark.parametrize("fault", [hang, lazy_unmount], ids=["stopped", "lazily-unmounted"])
+def test_scan_when_the_storage_goes(tmp_path, nas, fault):
+    m = tmp_path / "m"
+    args = ["scan", nas.mnt, "-o", m, "--no-progress"]
+    out, took = fail_mid_job(args, f"{m}/.pfs-journal-*/done.jsonl", nas, fault, tmp_path)
+    assert ("no task finished for" if fault is hang else "was it unmounted?") in out, out
+    assert took < BOUND
+    assert glob.glob(f"{m}/.pfs-journal-*/done.jsonl") and not (m / "_manifest.json").exists()
+    back(nas, fault)
+    resumed = run_pfs(*args, "--resume", env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rows = manifest_paths(m)
+    assert not [p for p, n in Counter(rows).items() if n > 1]
+    assert set(rows) == tree_paths(nas.backing)
+
+
+@pytest.mark.parametrize("fault", [hang, lazy_unmount], ids=["stopped", "lazily-unmounted"])
+def test_cp_when_the_source_goes(tmp_path, nas, fault):
+    dst = tmp_path / "dst"
+    args = ["cp", f"{nas.mnt}/", dst, "--no-progress", "--chunk-files", "20"]
+    out, took = fail_mid_job(args, f"{dst}/.pfs-journal-*/done.jsonl", nas, fault, tmp_path)
+    if fault is hang:
+        assert "no task finished for" in out, out
+    else:  # unmounted while the walk went on (the scan's root check), or after it (the files are gone)
+        assert "was it unmounted?" in out or "entries failed" in out, out
+    assert took < BOUND
+    assert glob.glob(f"{dst}/.pfs-journal-*/job.json"), "no journal to resume"
+    back(nas, fault)
+    resumed = run_pfs(*args, "--resume", env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert tree_digest(dst) == tree_digest(nas.backing)
+    assert not leftovers(dst)
