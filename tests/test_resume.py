@@ -208,6 +208,57 @@ def test_scan_frontier_items_roundtrip_through_json():
     assert [decode_item(json.loads(json.dumps(encode_item(i)))) for i in items] == items
 
 
+def _scan_journal_chain(path, tasks: int, width: int) -> tuple[Journal, tuple]:
+    """A scan journal of ``tasks`` records, each given the ``width`` directories the previous one handed back."""
+    from dask_pfs import scan_journal as sj
+
+    jr = Journal(str(path))
+    sj.start(jr, "file:///src", "/m", None)
+    root = ("", None)
+    given = [""]
+    for t in range(tasks):
+        back = [(f"d{t}/{i}", (f"d{t}/{i}", "directory", 4096, 1_700_000_000 + i)) for i in range(width)]
+        tally = {"entries": width, "directories": width}
+        jr.record(
+            f"{t:07d}",
+            given=given,
+            parts=[f"part-{t:07d}.parquet"],
+            tally=tally,
+            frontier=[encode_item(b) for b in back],
+        )
+        given = [rel for rel, _ in back]
+    jr.close()
+    return jr, root
+
+
+def test_scan_resume_keeps_only_the_unfinished_frontier(tmp_path):
+    """--resume of a long scan: what is left to walk comes back, and memory grows with it, not with the journal."""
+    import tracemalloc
+
+    from dask_pfs import scan_journal as sj
+
+    jr, root = _scan_journal_chain(tmp_path / "j", tasks=1000, width=100)  # 100,000 directories handed back
+    # a line out of order (given before the record that handed it back) is still not walked again
+    jr.record("r-early", given=["x/1"], parts=[], tally={}, frontier=[])
+    jr.record("r-late", given=[], parts=[], tally={}, frontier=[encode_item(("x/1", None)), encode_item(("x/2", None))])
+    jr.close()
+    tracemalloc.start()
+    res = sj.load(jr, "file:///src", None, root)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert res is not None and res.attempt == 1 and res.tasks == 1002 and len(res.parts) == 1000
+    assert res.tally.entries == 100_000
+    assert sorted(rel for rel, _ in res.frontier) == sorted([f"d999/{i}" for i in range(100)] + ["x/2"])
+    assert dict(res.frontier)["d999/7"] == ("d999/7", "directory", 4096, 1_700_000_007)
+    # the 100,000 directories of the journal took ~35 MB when all were kept; the frontier left is 101
+    assert peak < 8 * MiB, peak
+    # a resumed run's records follow the first run's: both attempts' frontiers are accounted for
+    jr.record("r1-0000000", given=[rel for rel, _ in res.frontier], parts=["p"], tally={}, frontier=[])
+    jr.close()
+    again = sj.load(jr, "file:///src", None, root)
+    assert again is not None and again.attempt == 2 and again.frontier == []
+
+
 # ---------------------------------------------------------------- scan
 
 
