@@ -292,6 +292,45 @@ def test_scan_driver_killed_then_resume_completes(tmp_path, dask_client):
     assert info["tasks"] == len(done) + summary["tasks"] and info["options"]["resumed_tasks"] == len(done)
 
 
+def test_scan_resume_walks_given_directories_a_task_handed_back(tmp_path, dask_client):
+    """A task whose budget ran out hands back directories it was given and did not reach; if the task
+    they went to next was in flight at the kill, --resume must walk them (they were once dropped)."""
+    from dask_pfs import scan_journal as sj
+
+    jr, root = _scan_journal_chain(tmp_path / "j", tasks=1, width=3)  # task 0 handed back d0/0, d0/1, d0/2
+    d01, d02 = (
+        decode_item(encode_item((f"d0/{i}", (f"d0/{i}", "directory", 4096, 1_700_000_000 + i)))) for i in (1, 2)
+    )
+    # task 1 was given all three, walked d0/0 only (its subdirectory comes back too), and handed back the rest
+    jr.record(
+        "0000001",
+        given=["d0/0", "d0/1", "d0/2"],
+        parts=[],
+        tally={},
+        frontier=[encode_item(i) for i in (d01, d02, ("d0/0/x", None))],
+    )
+    jr.record("0000002", given=["d0/1"], parts=[], tally={}, frontier=[])  # d0/2 went to a task that never returned
+    jr.close()
+    res = sj.load(jr, "file:///src", None, root)
+    assert res is not None and sorted(res.frontier, key=str) == sorted([d02, ("d0/0/x", None)], key=str)
+
+    # the same through the engine: many directories per task, tiny budgets, interrupted, resumed
+    src, out = tmp_path / "src", tmp_path / "m"
+    make_balanced(src, dirs=60, files_per_dir=10)
+    tiny = ScanTuning(max_entries=5, max_seconds=0.05, first_seconds=0.05, max_dirs_per_task=64)
+    with pytest.raises(KeyboardInterrupt):
+        scan(src, out, client=dask_client, tuning=tiny, threads=1, progress=StopAfter(4))
+    wait_idle(dask_client)
+    done = Journal(glob.glob(f"{out}/.pfs-journal-*")[0]).done()
+    handed_back_given = sum(
+        len({str(g) for g in r["given"]} & {str(f[0]) for f in r["frontier"]}) for r in done.values()
+    )
+    assert handed_back_given > 0  # the case this test is about happened
+    res = scan(src, out, client=dask_client, resume=True)
+    fresh = scan(src, tmp_path / "fresh", client=dask_client)
+    assert res.counts == fresh.counts and manifest_rows(out) == manifest_rows(tmp_path / "fresh")
+
+
 def test_scan_resume_rules(tmp_path, dask_client):
     src, out = tmp_path / "src", tmp_path / "m"
     make_balanced(src, dirs=30, files_per_dir=20)
