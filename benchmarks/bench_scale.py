@@ -4,6 +4,7 @@
     bench_scale.py readers /srv/m100m               # pfs info / du / query over a manifest, timed
     bench_scale.py grid --latency-ms 20 --slots 3 --service-us 2000      # scaling runs -> raw jsonl
     bench_scale.py ratecap --max-ops 5000           # --max-ops-per-second with 1-8 workers
+    bench_scale.py nas /mnt/nas/bal20k --workers-list 1,2,4   # the same scan on the gluster harness, cold
     bench_scale.py plot benchmarks/raw/scale-*.jsonl
 
 ``scan`` runs the driver in this process (the embedded LocalCluster's scheduler lives here too, so its
@@ -343,6 +344,45 @@ def cmd_ratecap(a: argparse.Namespace) -> None:
         )
 
 
+def cmd_nas(a: argparse.Namespace) -> None:
+    """Whole ``pfs scan`` commands of a tree on the ``../shared/nas`` harness (cold: ``nas.sh remount``),
+    per workers x threads, with the command's CPU and the harness's (bricks, FUSE client, delay link)."""
+    from benchmarks.common import PFS as PFS_CLI
+    from benchmarks.common import timed
+
+    for workers in [int(w) for w in a.workers_list.split(",")]:
+        for threads in a.threads_list.split(","):
+            args = [*PFS_CLI, "scan", a.tree, "-o", a.out, "--overwrite", "--no-progress", "--json"]
+            args += ["--workers", str(workers)] + ([] if threads == "auto" else ["--threads", threads])
+            load0 = os.getloadavg()[0]
+            run = timed(f"pfs scan -w{workers} -t{threads}", args, a.tree, capture=True)
+            try:
+                summary = json.loads(run.stdout)
+            except ValueError:
+                summary = {}
+            entries = summary.get("counts", {}).get("entries", 0)
+            row = {
+                "kind": "nas",
+                "tree": a.tree,
+                "workers": workers,
+                "threads": threads,
+                "rc": run.rc,
+                "entries": entries,
+                "wall_s": round(run.seconds, 2),
+                "entries_per_s": round(entries / run.seconds),
+                "walk_s": summary.get("seconds"),
+                "tasks": summary.get("tasks"),
+                "concurrency": summary.get("concurrency"),
+                "cpu_s": run.cpu_s,
+                "nas_cpu_s": run.nas_cpu_s,
+                "host_busy_pct": round(run.busy),
+                "load_start": round(load0, 1),
+                "load_end": round(os.getloadavg()[0], 1),
+                "caches": run.caches,
+            }
+            _emit(row, a.raw)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -391,6 +431,14 @@ def main() -> None:
     s.add_argument("--threads", type=int, default=64)
     s.add_argument("--max-ops", type=float, default=5000)
     s.set_defaults(fn=cmd_ratecap)
+
+    s = sub.add_parser("nas", help="pfs scan of a tree on the gluster harness, per workers x threads")
+    s.add_argument("tree")
+    s.add_argument("--workers-list", default="1,2,4")
+    s.add_argument("--threads-list", default="auto")
+    s.add_argument("--out", default="/tmp/pfs-scale-nas-manifest")
+    s.add_argument("--raw", default=str(RAW / f"scale-{time.strftime('%Y%m%d')}.jsonl"))
+    s.set_defaults(fn=cmd_nas)
 
     s = sub.add_parser("plot", help="raw jsonl -> benchmarks/plots/scale-*.png")
     s.add_argument("raw", nargs="+")

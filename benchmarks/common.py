@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-NAS = REPO.parent / "shared" / "nas"
+NAS = Path(os.environ.get("PFS_NAS", REPO.parent / "shared" / "nas"))  # the harness (../shared/nas of the main clone)
 PFS = [str(REPO / ".venv" / "bin" / "pfs")]
 
 

@@ -59,7 +59,8 @@ def plot(args) -> None:
 
     rows = load(args.raw)
     grid = [r for r in rows if r.get("kind") == "grid"]
-    cap = [r for r in rows if r.get("kind") == "ratecap"]
+    loaded = sorted((r for r in rows if r.get("kind") == "ratecap"), key=lambda r: r["workers"])
+    cap = [r for r in rows if r.get("kind") == "ratecap-quiet"] or loaded  # the quiet host's runs, if any
     PLOTS.mkdir(exist_ok=True)
     if grid:
         cpu = statistics.median(r["cpu_us_per_entry"] for r in grid)
@@ -117,6 +118,15 @@ def plot(args) -> None:
         ax.plot(w, [r["entries_per_s"] for r in cap], "o-", label="mean entries/s over the run")
         ax.plot(w, [r.get("steady_entries_per_s") or 0 for r in cap], "^-", label="steady (median 1-s rate)")
         ax.plot(w, [r["peak_entries_per_s"] for r in cap], "s--", label="busiest 1 s at the server")
+        if loaded is not cap and loaded:
+            ax.plot(
+                [r["workers"] for r in loaded],
+                [r["entries_per_s"] for r in loaded],
+                "x:",
+                color="grey",
+                label=f"mean, host at load {min(r['load_start'] for r in loaded):.0f}-"
+                f"{max(r['load_end'] for r in loaded):.0f}",
+            )
         ax.axhline(cap[0]["max_ops"], color="r", lw=1, label=f"--max-ops-per-second {cap[0]['max_ops']:g}")
         ax.axhline(cap[0]["max_ops"] * 1.25, color="r", lw=1, ls=":", label="cap + the bucket's 0.25 s burst")
         ax.set_xscale("log", base=2)
@@ -124,7 +134,11 @@ def plot(args) -> None:
         ax.set_ylim(0, max(r["peak_entries_per_s"] for r in cap) * 1.15)
         ax.set_xlabel("worker processes")
         ax.set_ylabel("entries/s")
-        ax.set_title(f"job-wide cap across workers (RTT {cap[0]['latency_ms']:g} ms, --threads {cap[0]['threads']})")
+        ax.set_title(
+            f"job-wide cap across workers (RTT {cap[0]['latency_ms']:g} ms, --threads {cap[0]['threads']}, "
+            f"host load {min(r['load_start'] for r in cap):.0f}-{max(r['load_end'] for r in cap):.0f})",
+            fontsize=9,
+        )
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()

@@ -69,20 +69,29 @@ def load(jr: Journal, url: str, checksum: str | None, root: DirItem, prune: dict
             "with the same --exclude/--include/--max-depth/--one-file-system (or start over with --overwrite)"
         )
     res = Resumed(attempt=int(job.get("attempt", 0)) + 1)
-    given: set[bytes | str] = set()
+    # Only the frontier left is kept: a task's record is written before its frontier goes out, so
+    # a directory is handed back (or is the root) before the record of the task it was given to.
     owed: dict[bytes | str, DirItem] = {root[0]: root}
-    for rec in jr.done().values():
+    early: set[bytes | str] = set()  # given before handed back: only if lines were out of order
+    seen: set[str] = set()
+    for rec in jr.records():
+        if rec["id"] in seen:
+            continue
+        seen.add(rec["id"])
         res.tasks += 1
         res.parts.extend(rec["parts"])
         res.tally.add(Tally(**rec["tally"], error_samples=rec.get("errors", [])))
-        handed_back = set()
+        for enc in rec["given"]:
+            key = _dec(enc)
+            if owed.pop(key, None) is None:
+                early.add(key)
         for enc in rec["frontier"]:
             item = decode_item(enc)
-            owed[item[0]] = item
-            handed_back.add(item[0])
-        # a task whose budget ran out hands back the given directories it did not start: still owed
-        given.update(key for key in map(_dec, rec["given"]) if key not in handed_back)
-    res.frontier = [item for key, item in owed.items() if key not in given]
+            if item[0] in early:
+                early.discard(item[0])
+            else:
+                owed[item[0]] = item
+    res.frontier = list(owed.values())
     jr.rewrite_job({**job, "attempt": res.attempt})
     return res
 

@@ -208,6 +208,57 @@ def test_scan_frontier_items_roundtrip_through_json():
     assert [decode_item(json.loads(json.dumps(encode_item(i)))) for i in items] == items
 
 
+def _scan_journal_chain(path, tasks: int, width: int) -> tuple[Journal, tuple]:
+    """A scan journal of ``tasks`` records, each given the ``width`` directories the previous one handed back."""
+    from dask_pfs import scan_journal as sj
+
+    jr = Journal(str(path))
+    sj.start(jr, "file:///src", "/m", None)
+    root = ("", None)
+    given = [""]
+    for t in range(tasks):
+        back = [(f"d{t}/{i}", (f"d{t}/{i}", "directory", 4096, 1_700_000_000 + i)) for i in range(width)]
+        tally = {"entries": width, "directories": width}
+        jr.record(
+            f"{t:07d}",
+            given=given,
+            parts=[f"part-{t:07d}.parquet"],
+            tally=tally,
+            frontier=[encode_item(b) for b in back],
+        )
+        given = [rel for rel, _ in back]
+    jr.close()
+    return jr, root
+
+
+def test_scan_resume_keeps_only_the_unfinished_frontier(tmp_path):
+    """--resume of a long scan: what is left to walk comes back, and memory grows with it, not with the journal."""
+    import tracemalloc
+
+    from dask_pfs import scan_journal as sj
+
+    jr, root = _scan_journal_chain(tmp_path / "j", tasks=1000, width=100)  # 100,000 directories handed back
+    # a line out of order (given before the record that handed it back) is still not walked again
+    jr.record("r-early", given=["x/1"], parts=[], tally={}, frontier=[])
+    jr.record("r-late", given=[], parts=[], tally={}, frontier=[encode_item(("x/1", None)), encode_item(("x/2", None))])
+    jr.close()
+    tracemalloc.start()
+    res = sj.load(jr, "file:///src", None, root)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert res is not None and res.attempt == 1 and res.tasks == 1002 and len(res.parts) == 1000
+    assert res.tally.entries == 100_000
+    assert sorted(rel for rel, _ in res.frontier) == sorted([f"d999/{i}" for i in range(100)] + ["x/2"])
+    assert dict(res.frontier)["d999/7"] == ("d999/7", "directory", 4096, 1_700_000_007)
+    # the 100,000 directories of the journal took ~35 MB when all were kept; the frontier left is 101
+    assert peak < 8 * MiB, peak
+    # a resumed run's records follow the first run's: both attempts' frontiers are accounted for
+    jr.record("r1-0000000", given=[rel for rel, _ in res.frontier], parts=["p"], tally={}, frontier=[])
+    jr.close()
+    again = sj.load(jr, "file:///src", None, root)
+    assert again is not None and again.attempt == 2 and again.frontier == []
+
+
 # ---------------------------------------------------------------- scan
 
 
@@ -256,6 +307,45 @@ def test_scan_driver_killed_then_resume_completes(tmp_path, dask_client):
     assert manifest_rows(out) == manifest_rows(tmp_path / "fresh")  # no row twice, none missing
     info = json.loads((out / "_manifest.json").read_text())
     assert info["tasks"] == len(done) + summary["tasks"] and info["options"]["resumed_tasks"] == len(done)
+
+
+def test_scan_resume_walks_given_directories_a_task_handed_back(tmp_path, dask_client):
+    """A task whose budget ran out hands back directories it was given and did not reach; if the task
+    they went to next was in flight at the kill, --resume must walk them (they were once dropped)."""
+    from dask_pfs import scan_journal as sj
+
+    jr, root = _scan_journal_chain(tmp_path / "j", tasks=1, width=3)  # task 0 handed back d0/0, d0/1, d0/2
+    d01, d02 = (
+        decode_item(encode_item((f"d0/{i}", (f"d0/{i}", "directory", 4096, 1_700_000_000 + i)))) for i in (1, 2)
+    )
+    # task 1 was given all three, walked d0/0 only (its subdirectory comes back too), and handed back the rest
+    jr.record(
+        "0000001",
+        given=["d0/0", "d0/1", "d0/2"],
+        parts=[],
+        tally={},
+        frontier=[encode_item(i) for i in (d01, d02, ("d0/0/x", None))],
+    )
+    jr.record("0000002", given=["d0/1"], parts=[], tally={}, frontier=[])  # d0/2 went to a task that never returned
+    jr.close()
+    res = sj.load(jr, "file:///src", None, root)
+    assert res is not None and sorted(res.frontier, key=str) == sorted([d02, ("d0/0/x", None)], key=str)
+
+    # the same through the engine: many directories per task, tiny budgets, interrupted, resumed
+    src, out = tmp_path / "src", tmp_path / "m"
+    make_balanced(src, dirs=60, files_per_dir=10)
+    tiny = ScanTuning(max_entries=5, max_seconds=0.05, first_seconds=0.05, max_dirs_per_task=64)
+    with pytest.raises(KeyboardInterrupt):
+        scan(src, out, client=dask_client, tuning=tiny, threads=1, progress=StopAfter(4))
+    wait_idle(dask_client)
+    done = Journal(glob.glob(f"{out}/.pfs-journal-*")[0]).done()
+    handed_back_given = sum(
+        len({str(g) for g in r["given"]} & {str(f[0]) for f in r["frontier"]}) for r in done.values()
+    )
+    assert handed_back_given > 0  # the case this test is about happened
+    res = scan(src, out, client=dask_client, resume=True)
+    fresh = scan(src, tmp_path / "fresh", client=dask_client)
+    assert res.counts == fresh.counts and manifest_rows(out) == manifest_rows(tmp_path / "fresh")
 
 
 def test_scan_resume_rules(tmp_path, dask_client):
