@@ -159,6 +159,16 @@ def take_ops(n: int = 1) -> None:
         bucket.take(n)
 
 
+def ops_capped() -> bool:
+    """Whether this process has an ops/s cap (callers pace batches only then)."""
+    return _ops is not None
+
+
+def bytes_capped() -> bool:
+    """Whether this process has a bandwidth cap."""
+    return _bytes is not None
+
+
 def take_bytes(n: int) -> None:
     """Account for ``n`` bytes of data about to be read."""
     bucket = _bytes

@@ -36,6 +36,7 @@ class Listing:
     rows: list[Row] = field(default_factory=list)
     subdirs: list[DirItem] = field(default_factory=list)
     pending: list[Future] = field(default_factory=list)  # stat batches still running -> (rows, subdirs)
+    counted: int = 0  # entries handled without a row (a remover's native core): they count toward the budget
 
 
 class Lister(Protocol):
@@ -189,6 +190,7 @@ def walk(
                         if own_row is not None
                         else lister.root_error_row(listing.error)
                     )
+                tally.entries += listing.counted
                 rows, subdirs = sift(listing.rows, listing.subdirs)
                 take(rows + ([own_row] if own_row is not None else []))
                 pending.extend(subdirs)

@@ -9,8 +9,11 @@
 use pyo3::prelude::*;
 
 pub mod columns;
+pub mod copy;
 pub mod dirfd;
 pub mod errors;
+pub mod relpath;
+pub mod remove;
 
 /// The core's version, so Python can tell a stale build (`scripts/setup.sh` rebuilds on change).
 #[pyfunction]
@@ -28,5 +31,7 @@ fn describe_errno(errno: i32) -> String {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(describe_errno, m)?)?;
+    remove::register(m)?;
+    copy::register(m)?;
     Ok(())
 }
