@@ -3,7 +3,7 @@
 A backend lists a tree while removing it (:meth:`tree_lister`, a ``walk`` Lister), unlinks a
 batch of manifest rows (:meth:`unlink`) and removes a batch of directories (:meth:`rmdirs`).
 :class:`LocalRemover` works relative to open directory descriptors on local and mounted file
-systems (its tree lister is the scan's ``LocalLister`` with an unlink per batch: the seam a native
+systems (its tree lister is ``tree_listing.TreeLister`` with an unlink per batch: the seam a native
 core can replace); :class:`FsspecRemover` deletes through fsspec, in bulk requests.
 """
 
@@ -15,7 +15,6 @@ import stat as st
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from .local_scan import LocalLister
 from .names import decode, join, to_bytes
 from .prune import DROP
 from .ratelimit import take_ops
@@ -23,6 +22,7 @@ from .remote_scan import FLAT_PROTOCOLS, FsspecLister
 from .rm_counts import CHANGED, FAILED, NONEMPTY, RmCounts
 from .rows import Row, dir_row, error_row, row_from_stat, type_of_mode, with_error
 from .safety import resolve_under
+from .tree_listing import TreeLister
 from .walk import DirItem, Listing
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ class FsspecRemover(_Remover[str]):
         return counts
 
 
-class LocalTreeRemover(LocalLister):
+class LocalTreeRemover(TreeLister):
     """A ``walk`` Lister that lists like the scan and unlinks each batch of what it lists (only lists,
     for a dry run): directories go on by their ``d_type``, never through a symlink, root included."""
 

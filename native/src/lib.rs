@@ -11,6 +11,9 @@ use pyo3::prelude::*;
 pub mod columns;
 pub mod dirfd;
 pub mod errors;
+pub mod names;
+pub mod pool;
+pub mod scan;
 
 /// The core's version, so Python can tell a stale build (`scripts/setup.sh` rebuilds on change).
 #[pyfunction]
@@ -28,5 +31,8 @@ fn describe_errno(errno: i32) -> String {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(describe_errno, m)?)?;
+    m.add_class::<scan::Sink>()?;
+    m.add_class::<scan::DirScan>()?;
+    m.add_function(wrap_pyfunction!(scan::pool_threads, m)?)?;
     Ok(())
 }
