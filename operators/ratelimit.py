@@ -160,12 +160,12 @@ def take_ops(n: int = 1) -> None:
 
 
 def ops_capped() -> bool:
-    """Whether this process has an ops/s cap (callers pace batches only then)."""
+    """Whether this process has an ops/s cap to honour (the core then calls :func:`take_ops` per chunk)."""
     return _ops is not None
 
 
 def bytes_capped() -> bool:
-    """Whether this process has a bandwidth cap."""
+    """Whether this process has a bandwidth cap (cp then takes tokens per batch of files)."""
     return _bytes is not None
 
 

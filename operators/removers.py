@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from . import _native
 from .concurrency import fanned
-from .local_scan import LocalLister
+from .dirfd import OpenDirs
 from .names import check_relative, decode, join, to_bytes
 from .prune import DROP
 from .ratelimit import ops_capped, take_ops
 from .remote_scan import FLAT_PROTOCOLS, FsspecLister
 from .rm_counts import CHANGED, FAILED, NONEMPTY, RmCounts
-from .rows import Row, dir_row, with_error
+from .rows import Row, dir_row, error_row, with_error
 from .safety import resolve_under
 from .walk import DirItem, Listing
 
@@ -235,7 +235,7 @@ class FsspecRemover(_Remover[str]):
         return counts
 
 
-class LocalTreeRemover(LocalLister):
+class LocalTreeRemover:
     """A ``walk`` Lister that empties each directory it lists of everything but directories, in the
     native core (``rm_clear_dir``, one call per directory), and hands the directories to the walk,
     which opens them relative to their parent with ``O_NOFOLLOW`` (root included): a directory
@@ -245,16 +245,21 @@ class LocalTreeRemover(LocalLister):
     is paced per ``BATCH``) and the core removes the names it is given.
     """
 
-    follow_root = False
-
     def __init__(self, spec: RemoveSpec) -> None:
-        super().__init__(spec.root_bytes)
         self.spec = spec
+        self._open = OpenDirs(spec.root_bytes, follow_root=False)
         self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
         self.want_dev = self.prune is not None and self.prune.device is not None  # --one-file-system
         self.kept: set[bytes] = set()  # directories holding a non-directory the prune keeps in place
         self.counts = RmCounts()
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the directories kept open for relative opens (the end of a task)."""
+        self._open.close()
+
+    def root_error_row(self, error: BaseException) -> Row:
+        return error_row(b".", "directory", error)
 
     def open_failed(self, rel: bytes, exc: OSError, listing: Listing) -> None:
         if isinstance(exc, FileNotFoundError):
@@ -330,7 +335,8 @@ class LocalTreeRemover(LocalLister):
         for name, dev in subdirs:
             child = join(rel, name)
             listing.subdirs.append((child, dir_row(child, dev if self.want_dev else None)))
-        listing.counted += seen - len(subdirs)
+        # (entries, files, symlinks, other, bytes, errors, pruned) for the walk's tally and budget
+        listing.counts.append(((seen - len(subdirs), removed, 0, 0, nbytes, len(problems), 0), []))
         with self._lock:
             counts = self.counts
             counts.removed_files += removed

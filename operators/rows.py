@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .names import decode
-from .schema import ROW_COLUMNS, SCHEMA, TIME_UNIT_NS
+from .schema import ROW_COLUMNS, SCHEMA, TIME_UNIT_NS, TYPES
 
 Row = tuple  # values in ROW_COLUMNS order
 
@@ -142,13 +142,15 @@ def _ns(value: Any) -> int | None:
 
 
 class RowBuffer:
-    """Rows appended one at a time, turned into a schema-v1 table sorted by path."""
+    """Rows appended one at a time, turned into a schema-v1 table sorted by path; with a ``sink``
+    (the compiled core's column buffer, ``operators.local_scan``), the rows written there too."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Any = None) -> None:
         self.rows: list[Row] = []
+        self.sink = sink
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.rows) + (len(self.sink) if self.sink is not None else 0)
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
@@ -159,7 +161,10 @@ class RowBuffer:
     def take_table(self) -> pa.Table:
         """The buffered rows as a table (sorted by path); the buffer is emptied."""
         rows, self.rows = self.rows, []
-        return rows_to_table(rows)
+        if self.sink is None or not len(self.sink):
+            return rows_to_table(rows)
+        table = pa.concat_tables([rows_to_table(rows), sink_table(self.sink)])
+        return table.sort_by("path").combine_chunks()
 
 
 def rows_to_table(rows: list[Row]) -> pa.Table:
@@ -211,3 +216,27 @@ def dir_row(rel: bytes, dev: int | None = None) -> Row:
     values[2] = "directory"
     values[_I_DEV] = dev
     return tuple(values)
+
+
+def sink_table(sink: Any) -> pa.Table:
+    """The rows in ``sink`` as a schema-v1 table (unsorted), wrapping the core's buffers."""
+    n, cols, (n_parents, p_offsets, p_data) = sink.take()
+    arrays = []
+    parents = pa.Array.from_buffers(pa.string(), n_parents, [None, pa.py_buffer(p_offsets), pa.py_buffer(p_data)])
+    for field in SCHEMA:
+        name, kind = field.name, field.type
+        if name == "checksum":
+            arrays.append(pa.nulls(n, kind))
+            continue
+        bufs = cols[name]
+        if name in ("parent", "type"):
+            indices = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bufs[1])])
+            values = parents if name == "parent" else _TYPE_VALUES
+            arrays.append(pa.DictionaryArray.from_arrays(indices, values))
+            continue
+        buffers = [pa.py_buffer(b) if b is not None else None for b in bufs]
+        arrays.append(pa.Array.from_buffers(kind, n, buffers))
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+_TYPE_VALUES = pa.array(TYPES, pa.string())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .checksum import checksum_remote, fill_rows
+from .checksum import checksum_remote, fill_table
 from .concurrency import in_flight_cap
 from .local_scan import LocalLister
 from .names import to_bytes
@@ -38,7 +38,7 @@ class ScanSpec:
 
     def lister(self):
         if self.protocol in ("file", "local"):
-            return LocalLister(self.root)
+            return LocalLister(self.root, self.prune)
         tree = self.prune is not None and self.prune.needs_tree_walk  # prune prefixes instead of listing them
         return FsspecLister(self.protocol, self.root, self.storage_options, flat=False if tree else None)
 
@@ -68,9 +68,10 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
 
     def emit(buf: RowBuffer) -> None:
         if len(buf):
-            if spec.checksum:
-                sum_failures.extend(fill_rows(buf.rows, checksum_of))
             table = buf.take_table()
+            if spec.checksum:
+                table, failed = fill_table(table, checksum_of)
+                sum_failures.extend(failed)
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
 
     cap = in_flight_cap(spec.threads)

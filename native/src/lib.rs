@@ -12,6 +12,9 @@ pub mod columns;
 pub mod copy;
 pub mod dirfd;
 pub mod errors;
+pub mod names;
+pub mod pool;
+pub mod scan;
 pub mod relpath;
 pub mod remove;
 
@@ -33,5 +36,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe_errno, m)?)?;
     remove::register(m)?;
     copy::register(m)?;
+    m.add_class::<scan::Sink>()?;
+    m.add_class::<scan::DirScan>()?;
+    m.add_function(wrap_pyfunction!(scan::pool_threads, m)?)?;
     Ok(())
 }
