@@ -2,7 +2,8 @@
 """Per-file CPU of rm and cp of a tree of small local files: pfs (this checkout, and optionally
 another source tree such as main's) beside ``rm -rf``, ``cp -r`` and pfutils (issue 18).
 
-Two levels, warm caches, local disk:
+Two levels, warm caches, on tmpfs by default (`--base`: the disk of this VM made system time swing
+20x between runs, so tmpfs shows what pfs itself costs):
 
 - ``core``: the engine-free task functions in one process (``remove_tree_chunk`` over the whole
   tree; ``copy_files`` over every file), CPU (user + system, all threads) of that call only,
@@ -23,14 +24,13 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-from common import children_cpu
 
 REPO = Path(__file__).resolve().parent.parent
 PY = str(REPO / ".venv/bin/python")
@@ -45,7 +45,7 @@ r0 = resource.getrusage(resource.RUSAGE_SELF)
 res = remove_tree_chunk(spec, [(b"", None)], Budget(max_entries=10**9, max_seconds=3600))
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 assert res.counts.failed == 0 and not res.frontier, res.counts
-print(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, res.counts.removed_files)
+print(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, res.counts.removed_files)
 """
 
 CORE_CP = """
@@ -68,7 +68,7 @@ for i in range(0, len(entries), 500):  # the driver's chunks
     assert not out.failures, out.failures[:3]
     done += out.files
 r1 = resource.getrusage(resource.RUSAGE_SELF)
-print(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, done)
+print(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, done)
 """
 
 
@@ -89,11 +89,17 @@ def make_tree(root: Path, files: int, seed: int = 18) -> None:
         made += 1
 
 
-def run(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
-    """Wall seconds, CPU seconds of the whole process tree, stdout."""
-    c0, t0 = children_cpu(), time.monotonic()
+def children() -> tuple[float, float]:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime, r.ru_stime
+
+
+def run(cmd: list[str], env: dict | None = None) -> tuple[float, tuple[float, float], str]:
+    """Wall seconds, (user, system) CPU seconds of the whole process tree, stdout."""
+    (u0, s0), t0 = children(), time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    seconds, cpu = time.monotonic() - t0, children_cpu() - c0
+    (u1, s1), seconds = children(), time.monotonic() - t0
+    cpu = (u1 - u0, s1 - s0)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr[-800:]}")
     return seconds, cpu, proc.stdout
@@ -118,9 +124,11 @@ def measure(args, work: Path, template: Path, one: Path) -> list[dict]:
         subprocess.run(["cp", "-a", str(src), str(path)], check=True)
         return path
 
-    def row(op: str, tool: str, level: str, seconds: float, cpu: float, per_file_us: float) -> None:
-        r = {"op": op, "tool": tool, "level": level, "seconds": round(seconds, 2), "cpu_s": round(cpu, 2)}
-        r["cpu_us_per_file"] = round(per_file_us, 1)
+    def row(op: str, tool: str, level: str, seconds: float, cpu: tuple[float, float], files: int, less=(0.0, 0.0)):
+        """``cpu`` (user, system) over ``files``, less ``less`` (a one-file run of the same command)."""
+        user, system = (cpu[0] - less[0]) / files * 1e6, (cpu[1] - less[1]) / files * 1e6
+        r = {"op": op, "tool": tool, "level": level, "seconds": round(seconds, 2), "cpu_s": round(sum(cpu), 2)}
+        r |= {"user_us": round(user, 1), "sys_us": round(system, 1), "cpu_us_per_file": round(user + system, 1)}
         print(json.dumps(r), flush=True)
         rows.append(r)
 
@@ -130,59 +138,60 @@ def measure(args, work: Path, template: Path, one: Path) -> list[dict]:
             # core level: the call's own CPU, from inside the process
             tree = fresh("rm", template)
             secs, _, out = run([PY, "-c", CORE_RM, str(tree)], env)
-            cpu, count = out.split()
-            row("rm", f"pfs ({name})", "core", secs, float(cpu), 1e6 * float(cpu) / int(count))
+            user, system, count = out.split()
+            row("rm", f"pfs ({name})", "core", secs, (float(user), float(system)), int(count))
             dst = work / "cp-dst"
             shutil.rmtree(dst, ignore_errors=True)
             secs, _, out = run([PY, "-c", CORE_CP, str(template), str(dst)], env)
-            cpu, count = out.split()
-            row("cp", f"pfs ({name})", "core", secs, float(cpu), 1e6 * float(cpu) / int(count))
+            user, system, count = out.split()
+            row("cp", f"pfs ({name})", "core", secs, (float(user), float(system)), int(count))
             # whole command, less a one-file run of the same command
             base = {}
             for label, tree_src in (("one", one), ("all", template)):
                 tree = fresh("rm", tree_src)
                 base[label] = run([PY, "-m", "dask_pfs", "rm", str(tree), "-y", "--no-progress", "--json"], env)
             (_, c1, _), (sn, cn, _) = base["one"], base["all"]
-            row("rm", f"pfs ({name})", "cmd", sn, cn, 1e6 * (cn - c1) / (n - 1))
+            row("rm", f"pfs ({name})", "cmd", sn, cn, n - 1, c1)
             for label, tree_src in (("one", one), ("all", template)):
                 shutil.rmtree(dst, ignore_errors=True)
                 cmd = [PY, "-m", "dask_pfs", "cp", f"{tree_src}/", str(dst), "--no-progress", "--json"]
                 base[label] = run(cmd, env)
             (_, c1, _), (sn, cn, _) = base["one"], base["all"]
-            row("cp", f"pfs ({name})", "cmd", sn, cn, 1e6 * (cn - c1) / (n - 1))
+            row("cp", f"pfs ({name})", "cmd", sn, cn, n - 1, c1)
         tree = fresh("rm", template)
         secs, cpu, _ = run(["rm", "-rf", str(tree)])
-        row("rm", "rm -rf", "cmd", secs, cpu, 1e6 * cpu / n)
+        row("rm", "rm -rf", "cmd", secs, cpu, n)
         shutil.rmtree(dst, ignore_errors=True)
         secs, cpu, _ = run(["cp", "-r", "--preserve=mode,timestamps", f"{template}/.", str(dst)])
-        row("cp", "cp -r", "cmd", secs, cpu, 1e6 * cpu / n)
+        row("cp", "cp -r", "cmd", secs, cpu, n)
         if args.pfutils:
             tree = fresh("rm", template)
             secs, cpu, _ = run([args.pfutils, "rm", "-r", "-y", "-j", "16", str(tree)])
-            row("rm", "pfutils -j16", "cmd", secs, cpu, 1e6 * cpu / n)
+            row("rm", "pfutils -j16", "cmd", secs, cpu, n)
             shutil.rmtree(dst, ignore_errors=True)
             secs, cpu, _ = run([args.pfutils, "cp", "-r", "-j", "16", f"{template}/", str(dst)])
-            row("cp", "pfutils -j16", "cmd", secs, cpu, 1e6 * cpu / n)
+            row("cp", "pfutils -j16", "cmd", secs, cpu, n)
         shutil.rmtree(dst, ignore_errors=True)
     return rows
 
 
-def table(rows: list[dict], files: int) -> str:
+def table(rows: list[dict], files: int, where: str) -> str:
     best: dict[tuple, dict] = {}
     for r in rows:
         key = (r["op"], r["tool"], r["level"])
         if key not in best or r["cpu_us_per_file"] < best[key]["cpu_us_per_file"]:
             best[key] = r
     lines = [
-        f"{files:,} small files (1 B - 4 KiB) in 100 directories, local disk, warm caches, "
+        f"{files:,} small files (1 B - 4 KiB) in 100 directories on `{where}`, warm caches, "
         f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f} (best of runs)",
         "",
-        "| op | tool | level | seconds | CPU s | CPU µs / file |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| op | tool | level | seconds | CPU s | user µs / file | sys µs / file | CPU µs / file |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in sorted(best.values(), key=lambda r: (r["op"], r["level"], r["tool"])):
         lines.append(
-            f"| {r['op']} | {r['tool']} | {r['level']} | {r['seconds']} | {r['cpu_s']} | {r['cpu_us_per_file']:,} |"
+            f"| {r['op']} | {r['tool']} | {r['level']} | {r['seconds']} | {r['cpu_s']} | {r['user_us']:,} "
+            f"| {r['sys_us']:,} | {r['cpu_us_per_file']:,} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -190,22 +199,21 @@ def table(rows: list[dict], files: int) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--files", type=int, default=20000)
-    p.add_argument("--dir", help="work directory (default: a new temp dir, removed after)")
+    p.add_argument("--base", default="/dev/shm", help="where the work directory is made (tmpfs: no disk in the way)")
     p.add_argument("--other", action="append", default=[], help="NAME=DIR: also run the Python source in DIR")
     p.add_argument("--pfutils", help="a pfutils executable to run beside")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--out", help="append the markdown table to this file")
     args = p.parse_args()
-    work = Path(args.dir or tempfile.mkdtemp(prefix="pfs-bench-rmcp-"))
+    work = Path(tempfile.mkdtemp(prefix="pfs-bench-rmcp-", dir=args.base))
     try:
         template, one = work / "template", work / "one"
         make_tree(template, args.files)
         make_tree(one, 1)
         rows = measure(args, work, template, one)
     finally:
-        if not args.dir:
-            shutil.rmtree(work, ignore_errors=True)
-    text = table(rows, args.files)
+        shutil.rmtree(work, ignore_errors=True)
+    text = table(rows, args.files, args.base)
     print(text)
     if args.out:
         with open(args.out, "a") as f:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,7 @@ def test_manifest_rows_changed_since_the_scan_are_skipped(tmp_path):
 
 RM_AS_USER = """
 import sys
+import time
 from operators.remove import RemoveSpec, remove_tree_chunk
 from operators.walk import Budget
 spec = RemoveSpec(protocol="file", root=sys.argv[1], threads=2)
@@ -280,3 +282,53 @@ def test_core_is_never_handed_an_escaping_path(tmp_path, rel):
     spec = RemoveSpec(protocol="file", root=str(tmp_path), threads=1)
     with pytest.raises(ValueError):
         unlink_entries(spec, [(rel.decode(), None, "file", None, None)])
+
+
+# ---------------------------------------------------------------- caps and concurrency
+
+
+def test_ops_cap_paces_native_rm_and_cp(tmp_path):
+    from operators import ratelimit
+
+    src = tmp_path / "src"
+    for d in range(2):
+        (src / f"d{d}").mkdir(parents=True)
+        for i in range(150):
+            (src / f"d{d}" / f"f{i}").write_text("x")
+    rels = [f"d{d}/f{i}".encode() for d in range(2) for i in range(150)]
+    ratelimit.configure(ratelimit.Limits(ops_per_second=600))
+    try:
+        t = time.monotonic()
+        dst = tmp_path / "dst"
+        for d in range(2):
+            (dst / f"d{d}").mkdir(parents=True)
+        out = copy_files(cp_spec(src, dst, check_existing=False), entries_of(src, rels))
+        copied = time.monotonic() - t
+        t = time.monotonic()
+        result = remove_tree(src)
+        removed = time.monotonic() - t
+    finally:
+        ratelimit.configure(None)
+    assert out.files == 300 and result.counts.removed_files == 300
+    assert copied >= 0.4 and removed >= 0.4, (copied, removed)  # 300 ops at 600/s, 30 saved up
+
+
+def test_core_batches_feed_the_concurrency_controller(tmp_path, monkeypatch):
+    from operators import concurrency
+
+    monkeypatch.setattr(concurrency, "_controller", concurrency.Controller())
+    ctl = concurrency.controller()
+    spec = RemoveSpec(protocol="file", root=str(tmp_path), threads=None)
+    rows = [(f"gone/{i}", None, "file", 1, None) for i in range(300)]
+    widths = []
+    real = _native.rm_unlink_rels
+
+    def spy(*args):
+        widths.append(args[7])
+        return real(*args)
+
+    monkeypatch.setattr(_native, "rm_unlink_rels", spy)
+    for _ in range(3):
+        unlink_entries(spec, rows)
+    assert widths == [ctl.limit] * 3  # the controller's limit is the core's fan-out
+    assert ctl.report()["completed"] >= 300 and ctl.inflight == 0  # measured like pool jobs

@@ -7,6 +7,7 @@
 
 use libc::c_int;
 use std::ffi::CString;
+use std::sync::Mutex;
 
 pub use crate::dirfd::Fd;
 use crate::dirfd::OPEN_DIR;
@@ -107,12 +108,13 @@ impl Parents {
     }
 }
 
-/// Fewest items a core thread is started for: a thread costs about as much CPU as a few local
+/// Fewest items a core thread is given: a hand-over costs about as much CPU as a few local
 /// unlinks, so small batches stay on the caller's thread.
 const MIN_PER_THREAD: usize = 8;
 
-/// Run `work` over `items` split into at most `fanout` contiguous slices on scoped threads (the
-/// caller's thread takes the first); results come back in item order.
+/// Run `work` over `items` split into at most `fanout` contiguous slices on the core's thread pool
+/// (`pool::for_each`, the caller's thread among them); each slice keeps its own state (open
+/// parents), and results come back in item order.
 pub fn fan_out<T: Sync, R: Send>(items: &[T], fanout: usize, work: impl Fn(&[T], usize) -> Vec<R> + Sync) -> Vec<R> {
     let n = fanout.max(1).min(items.len().div_ceil(MIN_PER_THREAD).max(1));
     if n <= 1 {
@@ -120,13 +122,11 @@ pub fn fan_out<T: Sync, R: Send>(items: &[T], fanout: usize, work: impl Fn(&[T],
     }
     let per = items.len().div_ceil(n);
     let chunks: Vec<(usize, &[T])> = items.chunks(per).enumerate().map(|(i, c)| (i * per, c)).collect();
-    let work = &work;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = chunks[1..].iter().map(|&(start, c)| s.spawn(move || work(c, start))).collect();
-        let mut out = work(chunks[0].1, chunks[0].0);
-        for h in handles {
-            out.extend(h.join().expect("a core thread panicked"));
-        }
-        out
-    })
+    let slots: Vec<Mutex<Vec<R>>> = chunks.iter().map(|_| Mutex::new(Vec::new())).collect();
+    crate::pool::for_each(chunks.len(), chunks.len(), &|i| {
+        let (start, chunk) = chunks[i];
+        let out = work(chunk, start);
+        *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = out;
+    });
+    slots.into_iter().flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect()
 }
