@@ -26,3 +26,42 @@ class DirScan:
         take_ops: Callable[[int], object] | None = None,
         keep: Callable[[list[str]], list[bool]] | None = None,
     ) -> tuple[tuple[int, int, int, int, int, int, int], list[str], list[tuple[bytes, tuple]], int, bool]: ...
+
+# rm (native/src/remove.rs): (removed, bytes, missing, [(index, status, errno, message)], [sample index])
+RmBatch = tuple[int, int, int, list[tuple[int, int, int, str | None]], list[int]]
+
+def rm_clear_dir(
+    dir_fd: int, dry_run: bool, want_dev: bool, fanout: int, sample_limit: int, names: list[bytes] | None = None
+) -> tuple[int, int, int, int, list[tuple[bytes, int]], list[tuple[bytes, int]], list[bytes]]: ...
+def rm_unlink_rels(
+    root: bytes,
+    rels: list[bytes],
+    kinds: bytes,
+    sizes: list[int | None],
+    mtimes: list[int | None],
+    check: bool,
+    dry_run: bool,
+    fanout: int,
+    sample_limit: int,
+) -> RmBatch: ...
+def rm_rmdir_rels(
+    root: bytes, rels: list[bytes], check: bool, dry_run: bool, fanout: int, sample_limit: int
+) -> RmBatch: ...
+
+# cp (native/src/copy.rs): one status byte per file (COPIED, SKIP, ERROR, DIFFERS, DST_PARENT), one errno per file
+def cp_files(
+    src_root: bytes,
+    dst_root: bytes,
+    rels: list[bytes],
+    outs: list[bytes],
+    temps: list[bytes],
+    sizes: list[int | None],
+    mtimes: list[int | None],
+    follow: bool,
+    preserve: bool,
+    inplace: bool,
+    check_existing: bool,
+    on_exist: int,
+    umask: int,
+    fanout: int,
+) -> tuple[bytes, list[int]]: ...

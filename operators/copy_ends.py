@@ -25,7 +25,8 @@ from concurrent.futures import Executor
 
 import fsspec
 
-from . import _native
+import operators._native as _native
+
 from .concurrency import fanned
 from .copy_local import copy_range, is_sparse
 from .copy_spec import (
@@ -335,10 +336,9 @@ class LocalDestination(_Destination):
             hi = min(len(entries), lo + step)
             take_ops(hi - lo)
             take_bytes(sum(size or 0 for size in sizes[lo:hi]))
-            status, errnos = fanned(
-                spec.threads,
-                hi - lo,
-                lambda fan, lo=lo, hi=hi: _native.cp_files(
+
+            def call(fan: int, lo: int = lo, hi: int = hi) -> tuple[bytes, list[int]]:
+                return _native.cp_files(
                     src_root,
                     dst_root,
                     rels[lo:hi],
@@ -353,8 +353,9 @@ class LocalDestination(_Destination):
                     on_exist,
                     _umask(),
                     fan,
-                ),
-            )
+                )
+
+            status, errnos = fanned(spec.threads, hi - lo, call)
             for e, code, err in zip(entries[lo:hi], status, errnos, strict=True):
                 results.append(self._result(e, code, err))
         again = [i for i, r in enumerate(results) if r is _NO_PARENT]

@@ -14,11 +14,12 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from . import _native
+import operators._native as _native
+
 from .concurrency import fanned
 from .dirfd import OpenDirs
 from .names import check_relative, decode, join, to_bytes
@@ -106,10 +107,9 @@ class LocalRemover:
         sizes, mtimes = [e[3] for e in entries], [e[4] for e in entries]
         counts = RmCounts()
         for lo, hi in _spans(len(rels)):
-            result = fanned(
-                spec.threads,
-                hi - lo,
-                lambda fan, lo=lo, hi=hi: _native.rm_unlink_rels(
+
+            def call(fan: int, lo: int = lo, hi: int = hi) -> _native.RmBatch:
+                return _native.rm_unlink_rels(
                     spec.root_bytes,
                     rels[lo:hi],
                     kinds[lo:hi],
@@ -119,9 +119,9 @@ class LocalRemover:
                     spec.dry_run,
                     fan,
                     spec.sample_limit,
-                ),
-            )
-            _add_batch(counts, rels[lo:hi], result, spec.sample_limit, dirs=False)
+                )
+
+            _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=False)
         return counts
 
     def rmdir_chunk(self, rels: list[bytes], check: bool) -> RmCounts:
@@ -130,19 +130,18 @@ class LocalRemover:
         rels = [check_relative(rel) if rel else rel for rel in rels]
         counts = RmCounts()
         for lo, hi in _spans(len(rels)):
-            result = fanned(
-                spec.threads,
-                hi - lo,
-                lambda fan, lo=lo, hi=hi: _native.rm_rmdir_rels(
+
+            def call(fan: int, lo: int = lo, hi: int = hi) -> _native.RmBatch:
+                return _native.rm_rmdir_rels(
                     spec.root_bytes,
                     rels[lo:hi],
                     check and not spec.ignore_changes,
                     spec.dry_run,
                     fan,
                     spec.sample_limit,
-                ),
-            )
-            _add_batch(counts, rels[lo:hi], result, spec.sample_limit, dirs=True)
+                )
+
+            _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=True)
         return counts
 
 
@@ -150,20 +149,24 @@ KIND_CODES = {"file": 0, "directory": 1, "symlink": 2, "other": 3}  # as operato
 STATUSES = (FAILED, CHANGED, NONEMPTY)  # the core's status codes, in order
 
 
-def _spans(n: int) -> list[tuple[int, int]]:
+def _spans(n: int) -> Iterator[tuple[int, int]]:
     """Slices of a chunk, one native call each: the whole chunk, or ``BATCH`` entries at a time with
     their tokens taken first when an ops/s cap is set (so the cap paces the batch, not the chunk)."""
     if not ops_capped():
-        return [(0, n)] if n else []
-    spans = [(lo, min(n, lo + BATCH)) for lo in range(0, n, BATCH)]
-    return [(take_ops(hi - lo), (lo, hi))[1] for lo, hi in spans]
+        if n:
+            yield 0, n
+        return
+    for lo in range(0, n, BATCH):
+        hi = min(n, lo + BATCH)
+        take_ops(hi - lo)
+        yield lo, hi
 
 
 def _problem(errno_: int, message: str | None) -> BaseException | str:
     return message if message else OSError(errno_, os.strerror(errno_))
 
 
-def _add_batch(counts: RmCounts, rels: list[bytes], result: tuple, limit: int, dirs: bool) -> None:
+def _add_batch(counts: RmCounts, rels: list[bytes], result: _native.RmBatch, limit: int, dirs: bool) -> None:
     """Fold what ``rm_unlink_rels``/``rm_rmdir_rels`` returned into ``counts``."""
     removed, nbytes, missing, problems, samples = result
     if dirs:
