@@ -145,6 +145,8 @@ def measure(args, work: Path, template: Path, one: Path) -> list[dict]:
             secs, _, out = run([PY, "-c", CORE_CP, str(template), str(dst)], env)
             user, system, count = out.split()
             row("cp", f"pfs ({name})", "core", secs, (float(user), float(system)), int(count))
+            if args.core_only:
+                continue
             # whole command, less a one-file run of the same command
             base = {}
             for label, tree_src in (("one", one), ("all", template)):
@@ -158,6 +160,8 @@ def measure(args, work: Path, template: Path, one: Path) -> list[dict]:
                 base[label] = run(cmd, env)
             (_, c1, _), (sn, cn, _) = base["one"], base["all"]
             row("cp", f"pfs ({name})", "cmd", sn, cn, n - 1, c1)
+        if args.core_only:
+            continue
         tree = fresh("rm", template)
         secs, cpu, _ = run(["rm", "-rf", str(tree)])
         row("rm", "rm -rf", "cmd", secs, cpu, n)
@@ -182,7 +186,8 @@ def table(rows: list[dict], files: int, where: str) -> str:
         if key not in best or r["cpu_us_per_file"] < best[key]["cpu_us_per_file"]:
             best[key] = r
     lines = [
-        f"{files:,} small files (1 B - 4 KiB) in 100 directories on `{where}`, warm caches, "
+        f"{files:,} small files (1 B - 4 KiB) in 100 directories on `{where}`, PFS_THREADS="
+        f"{os.environ.get('PFS_THREADS', 'auto')}, warm caches, "
         f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f} (best of runs)",
         "",
         "| op | tool | level | seconds | CPU s | user µs / file | sys µs / file | CPU µs / file |",
@@ -200,19 +205,23 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--files", type=int, default=20000)
     p.add_argument("--base", default="/dev/shm", help="where the work directory is made (tmpfs: no disk in the way)")
+    p.add_argument("--src-base", help="where the source tree is made (default: --base); e.g. tmpfs, to copy to a NAS")
+    p.add_argument("--core-only", action="store_true", help="only the core level (PFS_THREADS fixes its fan-out)")
     p.add_argument("--other", action="append", default=[], help="NAME=DIR: also run the Python source in DIR")
     p.add_argument("--pfutils", help="a pfutils executable to run beside")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--out", help="append the markdown table to this file")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pfs-bench-rmcp-", dir=args.base))
+    src = Path(tempfile.mkdtemp(prefix="pfs-bench-rmcp-src-", dir=args.src_base or args.base))
     try:
-        template, one = work / "template", work / "one"
+        template, one = src / "template", src / "one"
         make_tree(template, args.files)
         make_tree(one, 1)
         rows = measure(args, work, template, one)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(src, ignore_errors=True)
     text = table(rows, args.files, args.base)
     print(text)
     if args.out:
