@@ -6,8 +6,8 @@ Two levels, warm caches, on tmpfs by default (`--base`: the disk of this VM made
 20x between runs, so tmpfs shows what pfs itself costs):
 
 - ``core``: the engine-free task functions in one process (``remove_tree_chunk`` over the whole
-  tree; ``copy_files`` over every file), CPU (user + system, all threads) of that call only,
-  from ``getrusage`` inside the process: what a worker spends per file.
+  tree; ``copy_files`` over every file), CPU (user + system, all threads) and wall time of that
+  call only, from inside the process: what a worker spends per file.
 - ``cmd``: the whole command (``pfs rm TREE -y``, ``pfs cp SRC DST``; embedded cluster, scan and
   workers included), CPU of the whole process tree; per file is (N files - 1 file) / (N - 1), so
   start-up is left out as the issue measures it.  ``rm -rf`` and ``cp -r`` are CPU / N.
@@ -36,20 +36,20 @@ REPO = Path(__file__).resolve().parent.parent
 PY = str(REPO / ".venv/bin/python")
 
 CORE_RM = """
-import os, resource, sys
+import os, resource, sys, time
 from operators.remove import RemoveSpec, remove_tree_chunk
 from operators.walk import Budget
 root = sys.argv[1]
 spec = RemoveSpec(protocol="file", root=root)
-r0 = resource.getrusage(resource.RUSAGE_SELF)
+r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
 res = remove_tree_chunk(spec, [(b"", None)], Budget(max_entries=10**9, max_seconds=3600))
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 assert res.counts.failed == 0 and not res.frontier, res.counts
-print(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, res.counts.removed_files)
+print(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, res.counts.removed_files, time.monotonic() - t0)
 """
 
 CORE_CP = """
-import os, resource, sys
+import os, resource, sys, time
 from operators.copy import CopySpec, Entry, copy_files
 src, dst = sys.argv[1], sys.argv[2]
 entries = []
@@ -61,14 +61,14 @@ for d, dirs, files in os.walk(src):
         r = os.fsencode(f if rel == "." else os.path.join(rel, f))
         entries.append(Entry(r, "file", s.st_size, s.st_mtime_ns, s.st_atime_ns, s.st_mode))
 spec = CopySpec("file", src, "file", dst, token="bench", check_existing=False)
-r0 = resource.getrusage(resource.RUSAGE_SELF)
+r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
 done = 0
 for i in range(0, len(entries), 500):  # the driver's chunks
     out = copy_files(spec, entries[i : i + 500])
     assert not out.failures, out.failures[:3]
     done += out.files
 r1 = resource.getrusage(resource.RUSAGE_SELF)
-print(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, done)
+print(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, done, time.monotonic() - t0)
 """
 
 
@@ -137,14 +137,14 @@ def measure(args, work: Path, template: Path, one: Path) -> list[dict]:
             env = env_for(src)
             # core level: the call's own CPU, from inside the process
             tree = fresh("rm", template)
-            secs, _, out = run([PY, "-c", CORE_RM, str(tree)], env)
-            user, system, count = out.split()
-            row("rm", f"pfs ({name})", "core", secs, (float(user), float(system)), int(count))
+            _, _, out = run([PY, "-c", CORE_RM, str(tree)], env)
+            user, system, count, secs = out.split()
+            row("rm", f"pfs ({name})", "core", float(secs), (float(user), float(system)), int(count))
             dst = work / "cp-dst"
             shutil.rmtree(dst, ignore_errors=True)
-            secs, _, out = run([PY, "-c", CORE_CP, str(template), str(dst)], env)
-            user, system, count = out.split()
-            row("cp", f"pfs ({name})", "core", secs, (float(user), float(system)), int(count))
+            _, _, out = run([PY, "-c", CORE_CP, str(template), str(dst)], env)
+            user, system, count, secs = out.split()
+            row("cp", f"pfs ({name})", "core", float(secs), (float(user), float(system)), int(count))
             if args.core_only:
                 continue
             # whole command, less a one-file run of the same command
