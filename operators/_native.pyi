@@ -25,4 +25,5 @@ class DirScan:
         width: int,
         take_ops: Callable[[int], object] | None = None,
         keep: Callable[[list[str]], list[bool]] | None = None,
-    ) -> tuple[tuple[int, int, int, int, int, int, int], list[str], list[tuple[bytes, tuple]], int, bool]: ...
+        descend: int = 0,
+    ) -> tuple[tuple[int, int, int, int, int, int, int, int], list[str], list[tuple[bytes, tuple]], int, bool]: ...

@@ -81,6 +81,14 @@ pub struct Entry {
 /// The entries of the directory open at `dir_fd` (without `.` and `..`), in listing order,
 /// handed to `each` so a huge directory is never held twice.  The descriptor stays open.
 pub fn read_dir(dir_fd: c_int, mut each: impl FnMut(&[u8], u8)) -> Result<(), i32> {
+    read_dir_while(dir_fd, |name, d_type| {
+        each(name, d_type);
+        true
+    })
+}
+
+/// [`read_dir`] that stops as soon as `each` returns false.
+pub fn read_dir_while(dir_fd: c_int, mut each: impl FnMut(&[u8], u8) -> bool) -> Result<(), i32> {
     let dup = unsafe { libc::fcntl(dir_fd, libc::F_DUPFD_CLOEXEC, 0) };
     if dup < 0 {
         return Err(last_errno());
@@ -108,7 +116,9 @@ pub fn read_dir(dir_fd: c_int, mut each: impl FnMut(&[u8], u8)) -> Result<(), i3
         if name == b"." || name == b".." {
             continue;
         }
-        each(name, unsafe { (*ent).d_type });
+        if !each(name, unsafe { (*ent).d_type }) {
+            break;
+        }
     }
     unsafe { libc::closedir(dir) };
     result

@@ -296,6 +296,7 @@ struct Step {
     bytes: u64,
     errors: u64,
     pruned: u64,
+    directories: u64,
     samples: Vec<String>,
     subdirs: Vec<(Vec<u8>, Meta)>,
     errno: i32,
@@ -351,7 +352,13 @@ impl DirScan {
     /// `(counts, samples, subdirs, errno, done)`: counts `(entries, files, symlinks, other, bytes,
     /// errors, pruned)` of the rows written, up to five `"path: error"` samples, subdirectories as
     /// `(path, row)` (a row like `operators.rows.row_from_stat`), the listing's errno (0: none).
-    #[pyo3(signature = (sink, max_entries, chunk, width, take_ops=None, keep=None))]
+    ///
+    /// `descend` > 0 (only without `take_ops` and `keep`): the subdirectories found are walked in the
+    /// same call, depth first, until `descend` entries are written in all; their rows (their own
+    /// included) go to the sink and only the subdirectories not reached come back.  A local tree of
+    /// small directories then costs Python one call per few thousand entries, not one per directory.
+    #[pyo3(signature = (sink, max_entries, chunk, width, take_ops=None, keep=None, descend=0))]
+    #[allow(clippy::too_many_arguments)]
     fn step<'py>(
         &self,
         py: Python<'py>,
@@ -361,10 +368,12 @@ impl DirScan {
         width: usize,
         take_ops: Option<PyObject>,
         keep: Option<PyObject>,
+        descend: usize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         if chunk == 0 || max_entries == 0 {
             return Err(PyValueError::new_err("chunk and max_entries must be positive"));
         }
+        let descend = if take_ops.is_some() || keep.is_some() { 0 } else { descend };
         let rel = self.rel.clone();
         let step = py.allow_threads(|| -> PyResult<Step> {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -454,61 +463,25 @@ impl DirScan {
                 return Err(e);
             }
             // rows
-            let depth = if rel.is_empty() { 1 } else { rel.iter().filter(|&&b| b == b'/').count() as i32 + 2 };
             let mut cols = sink.cols.lock().unwrap_or_else(|e| e.into_inner());
-            let mut parent: Option<i32> = None;
-            for (c, out) in outcomes.into_iter().enumerate() {
-                let out = out.into_inner().unwrap_or_else(|e| e.into_inner());
-                for (j, o) in out.into_iter().enumerate() {
-                    let name = name_of(c * chunk + j);
-                    let (kind, meta, target, errno) = match o {
-                        Outcome::Gone => continue,
-                        Outcome::Pruned => {
-                            step.pruned += 1;
-                            continue;
-                        }
-                        Outcome::Entry(m, _) if m.kind() == DIRECTORY => {
-                            step.subdirs.push((join(&rel, name), m));
-                            continue;
-                        }
-                        Outcome::Entry(m, t) => (m.kind(), Some(m), t, 0),
-                        Outcome::Failed(k, e) => (k, None, None, e),
-                    };
-                    let p = *parent.get_or_insert_with(|| cols.open_parent(&rel));
-                    cols.push_names(&rel, name, p, depth);
-                    cols.kind.push(kind);
-                    match meta {
-                        Some(m) => cols.push_meta(&m),
-                        None => cols.push_no_meta(),
-                    }
-                    cols.push_target(target.as_deref());
-                    step.entries += 1;
-                    if errno != 0 {
-                        let text = describe(errno);
-                        cols.error.push(text.as_bytes());
-                        step.errors += 1;
-                        if step.samples.len() < 5 {
-                            let mut p = Vec::new();
-                            push_text(&mut p, &join(&rel, name));
-                            step.samples.push(format!("{}: {}", String::from_utf8_lossy(&p), text));
-                        }
-                    } else {
-                        cols.error.push_null();
-                    }
-                    match kind {
-                        FILE => {
-                            step.files += 1;
-                            step.bytes += meta.map(|m| m.size.max(0) as u64).unwrap_or(0);
-                        }
-                        SYMLINK => step.symlinks += 1,
-                        OTHER => step.other += 1,
-                        _ => {}
-                    }
-                }
+            let all: Vec<Outcome> = outcomes
+                .into_iter()
+                .flat_map(|o| o.into_inner().unwrap_or_else(|e| e.into_inner()))
+                .collect();
+            let subdirs = write_rows(&mut cols, &rel, &names, &offs, all, &mut step);
+            drop(cols);
+            if descend > 0 {
+                let mut budget = descend as i64 - step.entries as i64;
+                let mut left = Vec::new();
+                descend_into(sink, fd, subdirs, 1, &mut budget, &mut step, &mut left);
+                step.subdirs = left;
+            } else {
+                step.subdirs = subdirs;
             }
             Ok(step)
         })?;
-        let counts = (step.entries, step.files, step.symlinks, step.other, step.bytes, step.errors, step.pruned);
+        let counts =
+            (step.entries, step.files, step.symlinks, step.other, step.bytes, step.errors, step.pruned, step.directories);
         let subdirs = PyList::empty(py);
         for (path, m) in &step.subdirs {
             subdirs.append((PyBytes::new(py, path), dir_row(py, path, m)?))?;
@@ -523,6 +496,165 @@ impl DirScan {
                 pyo3::types::PyBool::new(py, step.done).to_owned().into_any(),
             ],
         )
+    }
+}
+
+/// Appends the rows of one listed directory's entries (`outcomes`, in listing order, of the names in
+/// `names`/`offs`) to `cols`, counting them in `step`; returns its subdirectories (path, metadata).
+fn write_rows(
+    cols: &mut Cols,
+    rel: &[u8],
+    names: &[u8],
+    offs: &[usize],
+    outcomes: Vec<Outcome>,
+    step: &mut Step,
+) -> Vec<(Vec<u8>, Meta)> {
+    let depth = if rel.is_empty() { 1 } else { rel.iter().filter(|&&b| b == b'/').count() as i32 + 2 };
+    let mut parent: Option<i32> = None;
+    let mut subdirs = Vec::new();
+    for (i, o) in outcomes.into_iter().enumerate() {
+        let name = &names[offs[i]..offs[i + 1]];
+        let (kind, meta, target, errno) = match o {
+            Outcome::Gone => continue,
+            Outcome::Pruned => {
+                step.pruned += 1;
+                continue;
+            }
+            Outcome::Entry(m, _) if m.kind() == DIRECTORY => {
+                subdirs.push((join(rel, name), m));
+                continue;
+            }
+            Outcome::Entry(m, t) => (m.kind(), Some(m), t, 0),
+            Outcome::Failed(k, e) => (k, None, None, e),
+        };
+        let p = *parent.get_or_insert_with(|| cols.open_parent(rel));
+        cols.push_names(rel, name, p, depth);
+        push_row(cols, kind, meta.as_ref(), target.as_deref(), errno, rel, name, step);
+    }
+    subdirs
+}
+
+/// The columns after the names of one row, and its counts.
+#[allow(clippy::too_many_arguments)]
+fn push_row(
+    cols: &mut Cols,
+    kind: i32,
+    meta: Option<&Meta>,
+    target: Option<&[u8]>,
+    errno: i32,
+    rel: &[u8],
+    name: &[u8],
+    step: &mut Step,
+) {
+    cols.kind.push(kind);
+    match meta {
+        Some(m) => cols.push_meta(m),
+        None => cols.push_no_meta(),
+    }
+    cols.push_target(target);
+    step.entries += 1;
+    if errno != 0 {
+        let text = describe(errno);
+        cols.error.push(text.as_bytes());
+        step.errors += 1;
+        if step.samples.len() < 5 {
+            let mut p = Vec::new();
+            push_text(&mut p, &join(rel, name));
+            step.samples.push(format!("{}: {}", String::from_utf8_lossy(&p), text));
+        }
+    } else {
+        cols.error.push_null();
+    }
+    match kind {
+        FILE => {
+            step.files += 1;
+            step.bytes += meta.map(|m| m.size.max(0) as u64).unwrap_or(0);
+        }
+        DIRECTORY => step.directories += 1,
+        SYMLINK => step.symlinks += 1,
+        OTHER => step.other += 1,
+        _ => {}
+    }
+}
+
+/// How deep one call descends below its directory (each level holds a descriptor open).
+const MAX_DESCENT: usize = 16;
+
+/// Walks `subdirs` (children of the directory open at `parent_fd`) depth first while `budget`
+/// lasts: each is opened relative to its parent (never through a symlink), listed whole (one
+/// bigger than the budget left is not entered), stat-ed, and written with its own row, as the
+/// Python walk would (`operators.walk`: gone or no longer a directory: no row; failed to open or
+/// list: its row with the error).  Directories not entered go to `left`.
+fn descend_into(
+    sink: &Sink,
+    parent_fd: c_int,
+    subdirs: Vec<(Vec<u8>, Meta)>,
+    level: usize,
+    budget: &mut i64,
+    step: &mut Step,
+    left: &mut Vec<(Vec<u8>, Meta)>,
+) {
+    for (path, meta) in subdirs {
+        if *budget <= 0 || level > MAX_DESCENT {
+            left.push((path, meta));
+            continue;
+        }
+        let name = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => path[i + 1..].to_vec(),
+            None => path.clone(),
+        };
+        let own_row = |errno: i32, step: &mut Step| {
+            let mut cols = sink.cols.lock().unwrap_or_else(|e| e.into_inner());
+            let (rel, base) = match path.iter().rposition(|&b| b == b'/') {
+                Some(i) => (&path[..i], &path[i + 1..]),
+                None => (&path[..0], &path[..]),
+            };
+            let p = cols.open_parent(rel);
+            let depth = path.iter().filter(|&&b| b == b'/').count() as i32 + 1;
+            cols.push_names(rel, base, p, depth);
+            push_row(&mut cols, DIRECTORY, Some(&meta), None, errno, rel, base, step);
+        };
+        let child = match crate::dirfd::open_child_dir(parent_fd, &name) {
+            Ok(fd) => fd,
+            Err(libc::ENOENT) | Err(libc::ENOTDIR) | Err(libc::ELOOP) => continue, // vanished: no row
+            Err(e) => {
+                own_row(e, step);
+                *budget -= 1;
+                continue;
+            }
+        };
+        let mut names: Vec<u8> = Vec::new();
+        let mut offs: Vec<usize> = vec![0];
+        let mut types: Vec<u8> = Vec::new();
+        let room = (*budget).max(0) as usize;
+        let mut too_big = false;
+        let listed = crate::dirfd::read_dir_while(child.0, |n, t| {
+            if types.len() >= room {
+                too_big = true;
+                return false;
+            }
+            names.extend_from_slice(n);
+            offs.push(names.len());
+            types.push(t);
+            true
+        });
+        if too_big {
+            left.push((path, meta)); // the Python walk lists it in steps
+            continue;
+        }
+        let errno = listed.err().unwrap_or(0);
+        let outcomes: Vec<Outcome> =
+            (0..types.len()).map(|i| stat_one(child.0, &names[offs[i]..offs[i + 1]], types[i])).collect();
+        let before = step.entries;
+        let found = {
+            let mut cols = sink.cols.lock().unwrap_or_else(|e| e.into_inner());
+            write_rows(&mut cols, &path, &names, &offs, outcomes, step)
+        };
+        if errno != libc::ENOENT {
+            own_row(errno, step);
+        }
+        *budget -= (step.entries - before) as i64;
+        descend_into(sink, child.0, found, level + 1, budget, step, left);
     }
 }
 
