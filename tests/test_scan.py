@@ -220,6 +220,7 @@ def test_directory_swapped_for_symlink_after_listing_is_not_followed(tmp_path):
 
 def _walk_local(root: Path, budget: Budget):
     lister = LocalLister(str(root))
+    lister.descend = min(lister.descend, budget.max_entries // 16)  # as scan_chunk sizes it
     try:
         return walk(lister, [(b"", None)], get_pool(8), 8, budget, lambda buf: buf.take_table())
     finally:

@@ -131,7 +131,11 @@ impl Cols {
         }
         // the name's text is the path's text after its last '/'
         let text = &self.path.data[start..];
-        let cut = text.iter().rposition(|&b| b == b'/').map(|i| i + 1).unwrap_or(0);
+        let cut = text
+            .iter()
+            .rposition(|&b| b == b'/')
+            .map(|i| i + 1)
+            .unwrap_or(0);
         let tail = text[cut..].to_vec();
         self.name.push(&tail);
         self.parent.push(parent);
@@ -205,7 +209,9 @@ fn opt_bytes(py: Python<'_>, bits: Option<Vec<u8>>) -> PyObject {
 impl Sink {
     #[new]
     fn new() -> Self {
-        Sink { cols: Mutex::new(Cols::default()) }
+        Sink {
+            cols: Mutex::new(Cols::default()),
+        }
     }
 
     fn __len__(&self) -> usize {
@@ -225,7 +231,14 @@ impl Sink {
         let out = pyo3::types::PyDict::new(py);
         let var = |name: &str, b: &mut BinaryBuilder| -> PyResult<()> {
             let validity = opt_bytes(py, b.validity.take());
-            out.set_item(name, (validity, bytes_of(py, as_bytes(&b.offsets)), bytes_of(py, &b.data)))
+            out.set_item(
+                name,
+                (
+                    validity,
+                    bytes_of(py, as_bytes(&b.offsets)),
+                    bytes_of(py, &b.data),
+                ),
+            )
         };
         var("path", &mut cols.path)?;
         var("path_raw", &mut cols.path_raw)?;
@@ -235,7 +248,13 @@ impl Sink {
         var("error", &mut cols.error)?;
         macro_rules! fixed {
             ($name:expr, $b:expr) => {
-                out.set_item($name, (opt_bytes(py, $b.validity.take()), bytes_of(py, as_bytes(&$b.values))))?
+                out.set_item(
+                    $name,
+                    (
+                        opt_bytes(py, $b.validity.take()),
+                        bytes_of(py, as_bytes(&$b.values)),
+                    ),
+                )?
             };
         }
         fixed!("size", cols.size);
@@ -256,7 +275,14 @@ impl Sink {
             bytes_of(py, as_bytes(&cols.parents.offsets)),
             bytes_of(py, &cols.parents.data),
         );
-        PyTuple::new(py, [n.into_pyobject(py)?.into_any(), out.into_any(), parents.into_pyobject(py)?.into_any()])
+        PyTuple::new(
+            py,
+            [
+                n.into_pyobject(py)?.into_any(),
+                out.into_any(),
+                parents.into_pyobject(py)?.into_any(),
+            ],
+        )
     }
 }
 
@@ -307,7 +333,14 @@ fn stat_one(fd: c_int, name: &[u8], d_type: u8) -> Outcome {
     let c = cname(name);
     match lstat_at(fd, &c) {
         Err(libc::ENOENT) => Outcome::Gone,
-        Err(e) => Outcome::Failed(if d_type == libc::DT_DIR { DIRECTORY } else { OTHER }, e),
+        Err(e) => Outcome::Failed(
+            if d_type == libc::DT_DIR {
+                DIRECTORY
+            } else {
+                OTHER
+            },
+            e,
+        ),
         Ok(s) => {
             let meta = Meta::of(&s);
             if meta.kind() == SYMLINK {
@@ -341,7 +374,14 @@ impl DirScan {
         }
         let fd = dup.0;
         std::mem::forget(dup); // the stream owns it now
-        Ok(DirScan { rel: rel.to_vec(), state: Mutex::new(ScanState { stream: Stream(dir), fd, done: false }) })
+        Ok(DirScan {
+            rel: rel.to_vec(),
+            state: Mutex::new(ScanState {
+                stream: Stream(dir),
+                fd,
+                done: false,
+            }),
+        })
     }
 
     /// Lists up to `max_entries` more entries, stats them in chunks of `chunk` over up to `width`
@@ -371,9 +411,15 @@ impl DirScan {
         descend: usize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         if chunk == 0 || max_entries == 0 {
-            return Err(PyValueError::new_err("chunk and max_entries must be positive"));
+            return Err(PyValueError::new_err(
+                "chunk and max_entries must be positive",
+            ));
         }
-        let descend = if take_ops.is_some() || keep.is_some() { 0 } else { descend };
+        let descend = if take_ops.is_some() || keep.is_some() {
+            0
+        } else {
+            descend
+        };
         let rel = self.rel.clone();
         let step = py.allow_threads(|| -> PyResult<Step> {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -409,7 +455,8 @@ impl DirScan {
             let name_of = |i: usize| &names[offs[i]..offs[i + 1]];
             // stat, in chunks, fanned out
             let chunks = n.div_ceil(chunk);
-            let outcomes: Vec<Mutex<Vec<Outcome>>> = (0..chunks).map(|_| Mutex::new(Vec::new())).collect();
+            let outcomes: Vec<Mutex<Vec<Outcome>>> =
+                (0..chunks).map(|_| Mutex::new(Vec::new())).collect();
             let failure: Mutex<Option<PyErr>> = Mutex::new(None);
             let work = |c: usize| {
                 let lo = c * chunk;
@@ -420,7 +467,9 @@ impl DirScan {
                         return;
                     }
                 }
-                let mut out: Vec<Outcome> = (lo..hi).map(|i| stat_one(fd, name_of(i), types[i])).collect();
+                let mut out: Vec<Outcome> = (lo..hi)
+                    .map(|i| stat_one(fd, name_of(i), types[i]))
+                    .collect();
                 if let Some(keep) = keep.as_ref() {
                     let paths: Vec<(usize, String)> = out
                         .iter()
@@ -439,7 +488,8 @@ impl DirScan {
                     if !paths.is_empty() {
                         let verdict = Python::with_gil(|py| -> PyResult<Vec<bool>> {
                             let texts: Vec<&str> = paths.iter().map(|(_, t)| t.as_str()).collect();
-                            keep.call1(py, (PyList::new(py, texts)?,))?.extract::<Vec<bool>>(py)
+                            keep.call1(py, (PyList::new(py, texts)?,))?
+                                .extract::<Vec<bool>>(py)
                         });
                         match verdict {
                             Ok(v) => {
@@ -480,8 +530,16 @@ impl DirScan {
             }
             Ok(step)
         })?;
-        let counts =
-            (step.entries, step.files, step.symlinks, step.other, step.bytes, step.errors, step.pruned, step.directories);
+        let counts = (
+            step.entries,
+            step.files,
+            step.symlinks,
+            step.other,
+            step.bytes,
+            step.errors,
+            step.pruned,
+            step.directories,
+        );
         let subdirs = PyList::empty(py);
         for (path, m) in &step.subdirs {
             subdirs.append((PyBytes::new(py, path), dir_row(py, path, m)?))?;
@@ -493,7 +551,9 @@ impl DirScan {
                 step.samples.into_pyobject(py)?.into_any(),
                 subdirs.into_any(),
                 step.errno.into_pyobject(py)?.into_any(),
-                pyo3::types::PyBool::new(py, step.done).to_owned().into_any(),
+                pyo3::types::PyBool::new(py, step.done)
+                    .to_owned()
+                    .into_any(),
             ],
         )
     }
@@ -509,7 +569,11 @@ fn write_rows(
     outcomes: Vec<Outcome>,
     step: &mut Step,
 ) -> Vec<(Vec<u8>, Meta)> {
-    let depth = if rel.is_empty() { 1 } else { rel.iter().filter(|&&b| b == b'/').count() as i32 + 2 };
+    let depth = if rel.is_empty() {
+        1
+    } else {
+        rel.iter().filter(|&&b| b == b'/').count() as i32 + 2
+    };
     let mut parent: Option<i32> = None;
     let mut subdirs = Vec::new();
     for (i, o) in outcomes.into_iter().enumerate() {
@@ -529,7 +593,16 @@ fn write_rows(
         };
         let p = *parent.get_or_insert_with(|| cols.open_parent(rel));
         cols.push_names(rel, name, p, depth);
-        push_row(cols, kind, meta.as_ref(), target.as_deref(), errno, rel, name, step);
+        push_row(
+            cols,
+            kind,
+            meta.as_ref(),
+            target.as_deref(),
+            errno,
+            rel,
+            name,
+            step,
+        );
     }
     subdirs
 }
@@ -560,7 +633,8 @@ fn push_row(
         if step.samples.len() < 5 {
             let mut p = Vec::new();
             push_text(&mut p, &join(rel, name));
-            step.samples.push(format!("{}: {}", String::from_utf8_lossy(&p), text));
+            step.samples
+                .push(format!("{}: {}", String::from_utf8_lossy(&p), text));
         }
     } else {
         cols.error.push_null();
@@ -612,7 +686,16 @@ fn descend_into(
             let p = cols.open_parent(rel);
             let depth = path.iter().filter(|&&b| b == b'/').count() as i32 + 1;
             cols.push_names(rel, base, p, depth);
-            push_row(&mut cols, DIRECTORY, Some(&meta), None, errno, rel, base, step);
+            push_row(
+                &mut cols,
+                DIRECTORY,
+                Some(&meta),
+                None,
+                errno,
+                rel,
+                base,
+                step,
+            );
         };
         let child = match crate::dirfd::open_child_dir(parent_fd, &name) {
             Ok(fd) => fd,
@@ -643,8 +726,9 @@ fn descend_into(
             continue;
         }
         let errno = listed.err().unwrap_or(0);
-        let outcomes: Vec<Outcome> =
-            (0..types.len()).map(|i| stat_one(child.0, &names[offs[i]..offs[i + 1]], types[i])).collect();
+        let outcomes: Vec<Outcome> = (0..types.len())
+            .map(|i| stat_one(child.0, &names[offs[i]..offs[i + 1]], types[i]))
+            .collect();
         let before = step.entries;
         let found = {
             let mut cols = sink.cols.lock().unwrap_or_else(|e| e.into_inner());
@@ -663,7 +747,11 @@ fn dir_row<'py>(py: Python<'py>, path: &[u8], m: &Meta) -> PyResult<Bound<'py, P
     let mut text = Vec::new();
     let valid = push_text(&mut text, path);
     let text = String::from_utf8(text).unwrap_or_default();
-    let raw: PyObject = if valid { py.None() } else { PyBytes::new(py, path).into_any().unbind() };
+    let raw: PyObject = if valid {
+        py.None()
+    } else {
+        PyBytes::new(py, path).into_any().unbind()
+    };
     let none = py.None();
     PyTuple::new(
         py,
