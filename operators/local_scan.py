@@ -41,6 +41,7 @@ NETWORK_CHUNK, NETWORK_WIDTH = 4, 16  # network mount: up to 16 stats in flight 
 # Not on a network mount (there the walk spreads directories over many jobs in flight) nor with a
 # prune (the walk decides which directories are entered).
 DESCEND = 4096
+CAPPED_CHUNK = 1  # under an ops/s cap: a token per entry before its stat, as evenly as the Python path paced them
 
 
 class LocalLister:
@@ -91,8 +92,8 @@ class LocalLister:
 
     def _step(self, scan: _native.DirScan, listing: Listing, pool: Executor) -> Listing:
         """One core call on ``scan``; a directory not done goes on in a job of its own."""
-        take = take_ops if ops_capped() else None
-        step = scan.step(self.sink, STEP_ENTRIES, self.chunk, self.width, take, self._keep, self.descend)
+        take, chunk = (take_ops, min(self.chunk, CAPPED_CHUNK)) if ops_capped() else (None, self.chunk)
+        step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, self.descend)
         counts, samples, subdirs, err, done = step
         listing.counts.append((counts, samples))
         listing.subdirs.extend(subdirs)

@@ -257,3 +257,21 @@ def test_a_step_descends_into_small_directories_as_the_walk_would(tmp_path):
     assert rows["a/b/c"]["type"] == "directory" and rows["a/b/c"]["parent"] == "a/b" and rows["a/b/c"]["depth"] == 3
     assert rows["a"]["ino"] == os.lstat(root / "a").st_ino and rows["a/link"]["type"] == "symlink"
     assert counts[0] == 7 and counts[7] == 4  # entries, of which directories
+
+
+def test_rows_made_in_python_go_through_the_sink_unchanged(tmp_path):
+    """Python rows (a directory's own, error rows) pushed into the sink read back as rows_to_table makes them."""
+    from operators.rows import error_row, with_error
+
+    (tmp_path / "d").mkdir()
+    rows = [
+        row_from_stat(b"a/d\xff", os.lstat(tmp_path / "d")),
+        with_error(row_from_stat(b"top", os.lstat(tmp_path / "d")), OSError(13, "Permission denied")),
+        error_row(b".", "directory", OSError(2, "gone")),
+        row_from_stat(b"a/l", os.lstat(tmp_path / "d"), b"/x/\xfe"),
+    ]
+    sink = _native.Sink()
+    sink.push_rows(rows)
+    assert sink_table(sink).sort_by("path").to_pylist() == rows_to_table(rows).to_pylist()
+    with pytest.raises(ValueError):
+        sink.push_rows([(*rows[0][:15], "a checksum", None)])

@@ -218,6 +218,70 @@ impl Sink {
         self.cols.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Appends rows made in Python (`operators.rows` tuples, `ROW_COLUMNS` order: a directory's own row,
+    /// an error row), so one buffer holds a task's rows and no Python list becomes an Arrow array.
+    /// `checksum` must be None (checksums are filled in on the table).
+    fn push_rows(&self, rows: &Bound<'_, PyList>) -> PyResult<()> {
+        let mut cols = self.cols.lock().unwrap_or_else(|e| e.into_inner());
+        for row in rows.iter() {
+            let row = row.downcast::<PyTuple>()?;
+            if row.len() != 17 {
+                return Err(PyValueError::new_err(
+                    "a row has 17 values (operators.schema.ROW_COLUMNS)",
+                ));
+            }
+            let get = |i: usize| row.get_item(i);
+            let path: String = get(0)?.extract()?;
+            let raw: Option<Vec<u8>> = get(1)?.extract()?;
+            let kind: String = get(2)?.extract()?;
+            let kind = match kind.as_str() {
+                "file" => FILE,
+                "directory" => DIRECTORY,
+                "symlink" => SYMLINK,
+                "other" => OTHER,
+                _ => return Err(PyValueError::new_err(format!("unknown type {kind:?}"))),
+            };
+            let int = |i: usize| -> PyResult<Option<i64>> { get(i)?.extract() };
+            let uint = |i: usize| -> PyResult<Option<u64>> { get(i)?.extract() };
+            let path_b = path.as_bytes();
+            let (parent, name) = match path_b.iter().rposition(|&b| b == b'/') {
+                Some(i) => (&path_b[..i], &path_b[i + 1..]),
+                None => (&path_b[..0], path_b),
+            };
+            cols.path.push(path_b);
+            cols.path_raw.push_opt(raw.as_deref());
+            cols.name.push(name);
+            cols.parents.push(parent);
+            let p = (cols.parents.len() - 1) as i32;
+            cols.parent.push(p);
+            cols.depth
+                .push(path_b.iter().filter(|&&b| b == b'/').count() as i32 + 1);
+            cols.kind.push(kind);
+            cols.size.push_opt(int(3)?);
+            cols.mtime.push_opt(int(4)?.map(|t| t / 1000));
+            cols.atime.push_opt(int(5)?.map(|t| t / 1000));
+            cols.ctime.push_opt(int(6)?.map(|t| t / 1000));
+            cols.mode.push_opt(get(7)?.extract::<Option<u32>>()?);
+            cols.uid.push_opt(int(8)?);
+            cols.gid.push_opt(int(9)?);
+            cols.ino.push_opt(uint(10)?);
+            cols.dev.push_opt(uint(11)?);
+            cols.nlink.push_opt(int(12)?);
+            let target: Option<String> = get(13)?.extract()?;
+            cols.target.push_opt(target.as_deref().map(str::as_bytes));
+            let target_raw: Option<Vec<u8>> = get(14)?.extract()?;
+            cols.target_raw.push_opt(target_raw.as_deref());
+            if !get(15)?.is_none() {
+                return Err(PyValueError::new_err(
+                    "a sink holds no checksums (filled in on the table)",
+                ));
+            }
+            let error: Option<String> = get(16)?.extract()?;
+            cols.error.push_opt(error.as_deref().map(str::as_bytes));
+        }
+        Ok(())
+    }
+
     /// The rows so far as `(n, columns, parents)` and an empty sink: `columns` maps a column name to
     /// its buffers, `(validity or None, offsets, data)` for variable width, `(validity or None, data)`
     /// for fixed width (`parent`, `type`: int32 dictionary indices; `parents`: the parent dictionary
