@@ -45,6 +45,18 @@ class ClusterOptions:
     # a running tls:// scheduler: the client's certificates (None: PFS_TLS_* via from_env, or Dask's config)
     security: TlsFiles | Security | None = None
 
+    @property
+    def embedded(self) -> bool:
+        """Whether :func:`connect` starts a LocalCluster in this process (no scheduler, Slurm or Kubernetes)."""
+        return not (self.scheduler or self.scheduler_file or self.slurm is not None or self.kubernetes is not None)
+
+    @property
+    def dashboard_asked(self) -> bool:
+        """A dashboard asked for in so many words (``--dashboard``, ``PFS_DASHBOARD=1``), not just a terminal."""
+        if self.dashboard is not None:
+            return self.dashboard
+        return os.environ.get("PFS_DASHBOARD", "").strip().lower() in ("1", "true", "yes", "on")
+
     @classmethod
     def from_env(cls, **overrides) -> ClusterOptions:
         values: dict[str, Any] = {"scheduler": os.environ.get("PFS_SCHEDULER") or None, "security": TlsFiles.from_env()}

@@ -25,7 +25,8 @@ class DirScan:
         width: int,
         take_ops: Callable[[int], object] | None = None,
         keep: Callable[[list[str]], list[bool]] | None = None,
-    ) -> tuple[tuple[int, int, int, int, int, int, int], list[str], list[tuple[bytes, tuple]], int, bool]: ...
+        descend: int = 0,
+    ) -> tuple[tuple[int, int, int, int, int, int, int, int], list[str], list[tuple[bytes, tuple]], int, bool]: ...
 
 # rm (native/src/remove.rs): (removed, bytes, missing, [(index, status, errno, message)], [sample index])
 RmBatch = tuple[int, int, int, list[tuple[int, int, int, str | None]], list[int]]

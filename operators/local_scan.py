@@ -36,6 +36,12 @@ from .walk import DirItem, Listing
 STEP_ENTRIES = 65_536  # entries per core call: a huge directory is written out as it goes
 LOCAL_CHUNK, LOCAL_WIDTH = 1024, 2  # local disk: only a big directory spreads over a second thread
 NETWORK_CHUNK, NETWORK_WIDTH = 4, 16  # network mount: up to 16 stats in flight per Python job
+# Local disk: a step walks on below its directory, depth first, until this many entries are written,
+# so a tree of small directories costs one Python job per few thousand entries, not one per directory.
+# Not on a network mount (there the walk spreads directories over many jobs in flight) nor with a
+# prune (the walk decides which directories are entered).
+DESCEND = 4096
+CAPPED_CHUNK = 1  # under an ops/s cap: a token per entry before its stat, as evenly as the Python path paced them
 
 
 class LocalLister:
@@ -52,6 +58,7 @@ class LocalLister:
         self.sink = _native.Sink()
         network = is_network(os.fsdecode(self.root))
         self.chunk, self.width = (NETWORK_CHUNK, NETWORK_WIDTH) if network else (LOCAL_CHUNK, LOCAL_WIDTH)
+        self.descend = 0 if network or (prune is not None and prune.active) else DESCEND
         self._keep = _keeper(prune) if prune is not None and prune.needs_tree_walk else None
 
     def close(self) -> None:
@@ -85,8 +92,8 @@ class LocalLister:
 
     def _step(self, scan: _native.DirScan, listing: Listing, pool: Executor) -> Listing:
         """One core call on ``scan``; a directory not done goes on in a job of its own."""
-        take = take_ops if ops_capped() else None
-        step = scan.step(self.sink, STEP_ENTRIES, self.chunk, self.width, take, self._keep)
+        take, chunk = (take_ops, min(self.chunk, CAPPED_CHUNK)) if ops_capped() else (None, self.chunk)
+        step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, self.descend)
         counts, samples, subdirs, err, done = step
         listing.counts.append((counts, samples))
         listing.subdirs.extend(subdirs)

@@ -338,8 +338,8 @@ class LocalTreeRemover:
         for name, dev in subdirs:
             child = join(rel, name)
             listing.subdirs.append((child, dir_row(child, dev if self.want_dev else None)))
-        # (entries, files, symlinks, other, bytes, errors, pruned) for the walk's tally and budget
-        listing.counts.append(((seen - len(subdirs), removed, 0, 0, nbytes, len(problems), 0), []))
+        # (entries, files, symlinks, other, bytes, errors, pruned, directories) for the walk's tally and budget
+        listing.counts.append(((seen - len(subdirs), removed, 0, 0, nbytes, len(problems), 0, 0), []))
         with self._lock:
             counts = self.counts
             counts.removed_files += removed

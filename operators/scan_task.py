@@ -57,6 +57,8 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
     start = time.monotonic()
     parts: list[str] = []
     lister = spec.lister()
+    if isinstance(lister, LocalLister):  # a step's descent stays a small share of the task's budget
+        lister.descend = min(lister.descend, budget.max_entries // 16)
     sum_failures: list[str] = []
 
     algorithm = spec.checksum or ""  # only called when there is one

@@ -76,7 +76,7 @@ def test_rows_equal_the_python_reference_with_hostile_names(tmp_path):
     table, counts, samples, subdirs, err, done = scan(root)
     assert err == 0 and done and samples == []
     assert same(table, reference(root))
-    assert counts == (5, 3, 1, 1, 5 + 1 + 7, 0, 0)  # entries, files, symlinks, other, bytes, errors, pruned
+    assert counts == (5, 3, 1, 1, 5 + 1 + 7, 0, 0, 0)  # entries, files, symlinks, other, bytes, errors, pruned, dirs
     ((path, row),) = subdirs
     assert path == b"dir-\xff" and row[:3] == ("dir-\\xff", b"dir-\xff", "directory")
     assert row == row_from_stat(b"dir-\xff", os.lstat(sub))
@@ -125,7 +125,7 @@ def test_stat_failures_are_error_rows(tmp_path):
     finally:
         (root / "locked").chmod(0o755)
     counts, rows = out.splitlines()
-    assert counts.startswith("(2, 0, 0, 1, 0, 2, 0)") and "[] 0" in counts, out
+    assert counts.startswith("(2, 0, 0, 1, 0, 2, 0, 1)") and "[] 0" in counts, out
     assert "('locked/d', 'directory', 'PermissionError: [Errno 13] Permission denied')" in rows  # d_type said so
     assert "('locked/f', 'other', 'PermissionError: [Errno 13] Permission denied')" in rows
 
@@ -146,7 +146,7 @@ def test_a_step_whose_every_entry_vanished_writes_nothing(tmp_path):
     finally:
         os.close(fd)
     assert first[0][0] == 1 and not first[4]
-    assert counts == (0, 0, 0, 0, 0, 0, 0) and samples == [] and subdirs == [] and err == 0 and done
+    assert counts == (0, 0, 0, 0, 0, 0, 0, 0) and samples == [] and subdirs == [] and err == 0 and done
     assert len(sink) == 1
 
 
@@ -205,7 +205,8 @@ def test_descriptor_limit_reached_is_the_directorys_error_row(tmp_path):
     code = (
         "import os, resource, sys\n"
         "from operators.local_scan import LocalLister; from operators.pool import get_pool\n"
-        "lister = LocalLister(sys.argv[1]); (sub,) = lister.list_dir((b'', None), get_pool(2)).subdirs\n"
+        "lister = LocalLister(sys.argv[1]); lister.descend = 0\n"
+        "(sub,) = lister.list_dir((b'', None), get_pool(2)).subdirs\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)); held = []\n"
         "try:\n"
         "    while True: held.append(os.open('/dev/null', os.O_RDONLY))\n"
@@ -224,9 +225,53 @@ def test_lister_writes_the_walk_rows_through_the_sink(tmp_path):
     (root / "a" / "x").write_text("1")
     (root / "y").write_text("22")
     lister = LocalLister(str(root))
+    lister.descend = 0  # one directory per call (the walk's own unit; descent: the next test)
     try:
         listing = lister.list_dir((b"", None), get_pool(2))
         assert listing.rows == [] and [d[0] for d in listing.subdirs] == [b"a"]
         assert listing.counts[0][0][:2] == (1, 1) and len(lister.sink) == 1
     finally:
         lister.close()
+
+
+def test_a_step_descends_into_small_directories_as_the_walk_would(tmp_path):
+    """``descend``: the subtree's rows (directories' own included) in one call, the rest handed back."""
+    root = tmp_path / "t"
+    for d in ("a", "a/b", "a/b/c", "big"):
+        (root / d).mkdir(parents=True)
+    (root / "a" / "f").write_text("1")
+    (root / "a" / "b" / "c" / "g").write_text("22")
+    (root / "a" / "link").symlink_to(root / "big")  # a link to a directory: a row, never entered
+    for i in range(50):
+        (root / "big" / f"x{i}").write_text("x")
+    (root / "a" / "b" / "empty").mkdir()
+    sink = _native.Sink()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        counts, _, subdirs, _, done = _native.DirScan(fd, b"").step(sink, 1000, 64, 1, descend=12)
+    finally:
+        os.close(fd)
+    rows = {r["path"]: r for r in sink_table(sink).to_pylist()}
+    assert done and [d[0] for d in subdirs] == [b"big"]  # 50 entries do not fit in what was left
+    assert set(rows) == {"a", "a/f", "a/link", "a/b", "a/b/c", "a/b/c/g", "a/b/empty"}
+    assert rows["a/b/c"]["type"] == "directory" and rows["a/b/c"]["parent"] == "a/b" and rows["a/b/c"]["depth"] == 3
+    assert rows["a"]["ino"] == os.lstat(root / "a").st_ino and rows["a/link"]["type"] == "symlink"
+    assert counts[0] == 7 and counts[7] == 4  # entries, of which directories
+
+
+def test_rows_made_in_python_go_through_the_sink_unchanged(tmp_path):
+    """Python rows (a directory's own, error rows) pushed into the sink read back as rows_to_table makes them."""
+    from operators.rows import error_row, with_error
+
+    (tmp_path / "d").mkdir()
+    rows = [
+        row_from_stat(b"a/d\xff", os.lstat(tmp_path / "d")),
+        with_error(row_from_stat(b"top", os.lstat(tmp_path / "d")), OSError(13, "Permission denied")),
+        error_row(b".", "directory", OSError(2, "gone")),
+        row_from_stat(b"a/l", os.lstat(tmp_path / "d"), b"/x/\xfe"),
+    ]
+    sink = _native.Sink()
+    sink.push_rows(rows)
+    assert sink_table(sink).sort_by("path").to_pylist() == rows_to_table(rows).to_pylist()
+    with pytest.raises(ValueError):
+        sink.push_rows([(*rows[0][:15], "a checksum", None)])

@@ -192,6 +192,7 @@ def test_files_vanishing_during_scan(tmp_path):
     for i in range(50):
         (gone / f"f{i}").write_text("x")
     lister = LocalLister(str(src))
+    lister.descend = 0  # list one directory, hand its subdirectories back
     listing = lister.list_dir((b"", None), get_pool(4))
     # everything below disappears between listing the parent and listing/stat-ing the children
     for i in range(50):
@@ -209,6 +210,7 @@ def test_directory_swapped_for_symlink_after_listing_is_not_followed(tmp_path):
     outside.mkdir()
     (outside / "secret").write_text("x")
     lister = LocalLister(str(src))
+    lister.descend = 0  # list one directory, hand its subdirectories back
     (sub,) = lister.list_dir((b"", None), get_pool(4)).subdirs
     (src / "d").rmdir()
     (src / "d").symlink_to(outside)  # swapped between listing the parent and listing d
@@ -218,6 +220,7 @@ def test_directory_swapped_for_symlink_after_listing_is_not_followed(tmp_path):
 
 def _walk_local(root: Path, budget: Budget):
     lister = LocalLister(str(root))
+    lister.descend = min(lister.descend, budget.max_entries // 16)  # as scan_chunk sizes it
     try:
         return walk(lister, [(b"", None)], get_pool(8), 8, budget, lambda buf: buf.take_table())
     finally:

@@ -59,13 +59,21 @@ pub struct BinaryBuilder {
 
 impl Default for BinaryBuilder {
     fn default() -> Self {
-        BinaryBuilder { offsets: vec![0], data: Vec::new(), validity: Validity::default() }
+        BinaryBuilder {
+            offsets: vec![0],
+            data: Vec::new(),
+            validity: Validity::default(),
+        }
     }
 }
 
 impl BinaryBuilder {
     pub fn len(&self) -> usize {
         self.offsets.len() - 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn push(&mut self, value: &[u8]) {
@@ -115,7 +123,10 @@ pub struct FixedBuilder<T: Copy + Default> {
 
 impl<T: Copy + Default> Default for FixedBuilder<T> {
     fn default() -> Self {
-        FixedBuilder { values: Vec::new(), validity: Validity::default() }
+        FixedBuilder {
+            values: Vec::new(),
+            validity: Validity::default(),
+        }
     }
 }
 
@@ -140,5 +151,7 @@ impl<T: Copy + Default> FixedBuilder<T> {
 
 /// The raw bytes of a slice of numbers, for a Python `bytes` buffer.
 pub fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
-    unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) }
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+    }
 }

@@ -50,11 +50,21 @@ enum Method {
 }
 
 fn falls_back(e: i32) -> bool {
-    matches!(e, libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EBADF | libc::EPERM)
+    matches!(
+        e,
+        libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EBADF | libc::EPERM
+    )
 }
 
 /// Copy `[start, end)` to the same offsets with `method`; bytes copied, or errno.
-fn extent_with(method: Method, src: c_int, dst: c_int, start: i64, end: i64, buf: &mut Vec<u8>) -> Result<i64, i32> {
+fn extent_with(
+    method: Method,
+    src: c_int,
+    dst: c_int,
+    start: i64,
+    end: i64,
+    buf: &mut Vec<u8>,
+) -> Result<i64, i32> {
     let mut pos = start;
     while pos < end {
         let count = ((end - pos) as usize).min(BLOCK);
@@ -76,7 +86,14 @@ fn extent_with(method: Method, src: c_int, dst: c_int, start: i64, end: i64, buf
                 if r > 0 {
                     let mut w = 0isize;
                     while w < r {
-                        let k = unsafe { libc::pwrite(dst, buf.as_ptr().add(w as usize) as *const _, (r - w) as usize, pos + w as i64) };
+                        let k = unsafe {
+                            libc::pwrite(
+                                dst,
+                                buf.as_ptr().add(w as usize) as *const _,
+                                (r - w) as usize,
+                                pos + w as i64,
+                            )
+                        };
                         if k < 0 {
                             let e = errno();
                             if e == libc::EINTR {
@@ -109,7 +126,14 @@ fn extent_with(method: Method, src: c_int, dst: c_int, start: i64, end: i64, buf
 }
 
 /// Copy `[start, end)` with the best method that works; `method` remembers it for the next file.
-fn extent(method: &mut Method, src: c_int, dst: c_int, start: i64, end: i64, buf: &mut Vec<u8>) -> Result<(), i32> {
+fn extent(
+    method: &mut Method,
+    src: c_int,
+    dst: c_int,
+    start: i64,
+    end: i64,
+    buf: &mut Vec<u8>,
+) -> Result<(), i32> {
     let mut pos = start;
     loop {
         match extent_with(*method, src, dst, pos, end, buf) {
@@ -122,10 +146,18 @@ fn extent(method: &mut Method, src: c_int, dst: c_int, start: i64, end: i64, buf
                     return Ok(()); // end of file before `end`
                 }
                 // stopped early on a fallback errno: next method
-                *method = if *method == Method::CopyFileRange { Method::Sendfile } else { Method::ReadWrite };
+                *method = if *method == Method::CopyFileRange {
+                    Method::Sendfile
+                } else {
+                    Method::ReadWrite
+                };
             }
             Err(e) if falls_back(e) && *method != Method::ReadWrite => {
-                *method = if *method == Method::CopyFileRange { Method::Sendfile } else { Method::ReadWrite };
+                *method = if *method == Method::CopyFileRange {
+                    Method::Sendfile
+                } else {
+                    Method::ReadWrite
+                };
             }
             Err(e) => return Err(e),
         }
@@ -133,7 +165,13 @@ fn extent(method: &mut Method, src: c_int, dst: c_int, start: i64, end: i64, buf
 }
 
 /// The data of `src` (of `size` bytes as fstat saw it) into `dst`; only data extents when sparse.
-fn copy_data(method: &mut Method, src: c_int, dst: c_int, st: &libc::stat, buf: &mut Vec<u8>) -> Result<(), i32> {
+fn copy_data(
+    method: &mut Method,
+    src: c_int,
+    dst: c_int,
+    st: &libc::stat,
+    buf: &mut Vec<u8>,
+) -> Result<(), i32> {
     let size = st.st_size;
     if size >= BLOCK as i64 {
         // the larger read-ahead window, as cp asks (operators.copy_local measured it for big files)
@@ -177,7 +215,9 @@ fn verdict(dfd: c_int, name: &[u8], job: &Job, o: &Options) -> Result<Option<u8>
     };
     let same = st.st_mode & libc::S_IFMT == libc::S_IFREG
         && Some(st.st_size) == job.size
-        && job.mtime.is_none_or(|m| (st.st_mtime * 1_000_000_000 + st.st_mtime_nsec).div_euclid(1000) == m.div_euclid(1000));
+        && job.mtime.is_none_or(|m| {
+            (st.st_mtime * 1_000_000_000 + st.st_mtime_nsec).div_euclid(1000) == m.div_euclid(1000)
+        });
     if same && !o.overwrite {
         return Ok(Some(SKIP));
     }
@@ -200,7 +240,14 @@ fn create(dfd: c_int, tmp: &[u8], mode: u32) -> Result<Fd, i32> {
     }
 }
 
-fn fill(method: &mut Method, sfd: c_int, dfd: c_int, tmp: &[u8], o: &Options, buf: &mut Vec<u8>) -> Result<libc::stat, i32> {
+fn fill(
+    method: &mut Method,
+    sfd: c_int,
+    dfd: c_int,
+    tmp: &[u8],
+    o: &Options,
+    buf: &mut Vec<u8>,
+) -> Result<libc::stat, i32> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     if unsafe { libc::fstat(sfd, &mut st) } != 0 {
         return Err(errno());
@@ -223,7 +270,14 @@ fn fill(method: &mut Method, sfd: c_int, dfd: c_int, tmp: &[u8], o: &Options, bu
     Ok(st)
 }
 
-fn copy_one(method: &mut Method, src: &mut Parents, dst: &mut Parents, job: &Job, o: &Options, buf: &mut Vec<u8>) -> (u8, i32) {
+fn copy_one(
+    method: &mut Method,
+    src: &mut Parents,
+    dst: &mut Parents,
+    job: &Job,
+    o: &Options,
+    buf: &mut Vec<u8>,
+) -> (u8, i32) {
     let (sdir, sname) = split(&job.rel);
     let (ddir, dname) = split(&job.out);
     let dfd = match dst.dir(ddir) {
@@ -242,7 +296,10 @@ fn copy_one(method: &mut Method, src: &mut Parents, dst: &mut Parents, job: &Job
         Ok(fd) => fd,
         Err(e) => return (ERROR, e.errno),
     };
-    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | if o.follow { 0 } else { libc::O_NOFOLLOW };
+    let flags = libc::O_RDONLY
+        | libc::O_CLOEXEC
+        | libc::O_NOCTTY
+        | if o.follow { 0 } else { libc::O_NOFOLLOW };
     let input = match open_at(sfd, sname, flags, 0) {
         Ok(fd) => fd,
         Err(e) => return (ERROR, e),
@@ -250,11 +307,19 @@ fn copy_one(method: &mut Method, src: &mut Parents, dst: &mut Parents, job: &Job
     let tmp: &[u8] = if o.inplace { dname } else { &job.tmp };
     let done = fill(method, input.0, dfd, tmp, o, buf).and_then(|st| {
         let times = [
-            libc::timespec { tv_sec: st.st_atime, tv_nsec: st.st_atime_nsec },
-            libc::timespec { tv_sec: st.st_mtime, tv_nsec: st.st_mtime_nsec },
+            libc::timespec {
+                tv_sec: st.st_atime,
+                tv_nsec: st.st_atime_nsec,
+            },
+            libc::timespec {
+                tv_sec: st.st_mtime,
+                tv_nsec: st.st_mtime_nsec,
+            },
         ];
         let t = cstr(tmp)?;
-        if unsafe { libc::utimensat(dfd, t.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        if unsafe { libc::utimensat(dfd, t.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }
+            != 0
+        {
             return Err(errno());
         }
         if !o.inplace {
@@ -301,7 +366,9 @@ fn cp_files(
     fanout: usize,
 ) -> PyResult<(Py<PyBytes>, Vec<i32>)> {
     let bytes = |l: &Bound<'_, PyList>| -> PyResult<Vec<Vec<u8>>> {
-        l.iter().map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec())).collect()
+        l.iter()
+            .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))
+            .collect()
     };
     let (rels, outs, temps) = (bytes(rels)?, bytes(outs)?, bytes(temps)?);
     let jobs: Vec<Job> = rels
@@ -333,11 +400,17 @@ fn cp_files(
             let (mut src, mut dst) = (Parents::new(&src_root), Parents::new(&dst_root));
             let mut method = Method::CopyFileRange;
             let mut buf = Vec::new();
-            chunk.iter().map(|j| copy_one(&mut method, &mut src, &mut dst, j, &o, &mut buf)).collect()
+            chunk
+                .iter()
+                .map(|j| copy_one(&mut method, &mut src, &mut dst, j, &o, &mut buf))
+                .collect()
         })
     });
     let status: Vec<u8> = done.iter().map(|d| d.0).collect();
-    Ok((PyBytes::new(py, &status).unbind(), done.into_iter().map(|d| d.1).collect()))
+    Ok((
+        PyBytes::new(py, &status).unbind(),
+        done.into_iter().map(|d| d.1).collect(),
+    ))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -31,7 +31,13 @@ pub fn cname(name: &[u8]) -> Vec<u8> {
 /// `openat(dir_fd, name, O_DIRECTORY|O_NOFOLLOW)`: a child directory, never through a symlink.
 pub fn open_child_dir(dir_fd: c_int, name: &[u8]) -> Result<Fd, i32> {
     let c = cname(name);
-    let fd = unsafe { libc::openat(dir_fd, c.as_ptr() as *const libc::c_char, OPEN_DIR | libc::O_NOFOLLOW) };
+    let fd = unsafe {
+        libc::openat(
+            dir_fd,
+            c.as_ptr() as *const libc::c_char,
+            OPEN_DIR | libc::O_NOFOLLOW,
+        )
+    };
     if fd < 0 {
         Err(last_errno())
     } else {
@@ -43,7 +49,12 @@ pub fn open_child_dir(dir_fd: c_int, name: &[u8]) -> Result<Fd, i32> {
 pub fn lstat_at(dir_fd: c_int, cname: &[u8]) -> Result<libc::stat, i32> {
     let mut s: libc::stat = unsafe { std::mem::zeroed() };
     let rc = unsafe {
-        libc::fstatat(dir_fd, cname.as_ptr() as *const libc::c_char, &mut s, libc::AT_SYMLINK_NOFOLLOW)
+        libc::fstatat(
+            dir_fd,
+            cname.as_ptr() as *const libc::c_char,
+            &mut s,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
     };
     if rc < 0 {
         Err(last_errno())
@@ -58,7 +69,12 @@ pub fn readlink_at(dir_fd: c_int, cname: &[u8]) -> Result<Vec<u8>, i32> {
     loop {
         let mut buf = vec![0u8; size];
         let n = unsafe {
-            libc::readlinkat(dir_fd, cname.as_ptr() as *const libc::c_char, buf.as_mut_ptr() as *mut libc::c_char, size)
+            libc::readlinkat(
+                dir_fd,
+                cname.as_ptr() as *const libc::c_char,
+                buf.as_mut_ptr() as *mut libc::c_char,
+                size,
+            )
         };
         if n < 0 {
             return Err(last_errno());
@@ -81,6 +97,14 @@ pub struct Entry {
 /// The entries of the directory open at `dir_fd` (without `.` and `..`), in listing order,
 /// handed to `each` so a huge directory is never held twice.  The descriptor stays open.
 pub fn read_dir(dir_fd: c_int, mut each: impl FnMut(&[u8], u8)) -> Result<(), i32> {
+    read_dir_while(dir_fd, |name, d_type| {
+        each(name, d_type);
+        true
+    })
+}
+
+/// [`read_dir`] that stops as soon as `each` returns false.
+pub fn read_dir_while(dir_fd: c_int, mut each: impl FnMut(&[u8], u8) -> bool) -> Result<(), i32> {
     let dup = unsafe { libc::fcntl(dir_fd, libc::F_DUPFD_CLOEXEC, 0) };
     if dup < 0 {
         return Err(last_errno());
@@ -108,7 +132,9 @@ pub fn read_dir(dir_fd: c_int, mut each: impl FnMut(&[u8], u8)) -> Result<(), i3
         if name == b"." || name == b".." {
             continue;
         }
-        each(name, unsafe { (*ent).d_type });
+        if !each(name, unsafe { (*ent).d_type }) {
+            break;
+        }
     }
     unsafe { libc::closedir(dir) };
     result

@@ -33,17 +33,26 @@ pub fn strerror(errno: i32) -> String {
     if rc != 0 {
         return format!("Unknown error {errno}");
     }
-    unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The row text of an error: `"<Class>: [Errno <n>] <strerror>"`.
 pub fn describe(errno: i32) -> String {
-    format!("{}: [Errno {}] {}", class_name(errno), errno, strerror(errno))
+    format!(
+        "{}: [Errno {}] {}",
+        class_name(errno),
+        errno,
+        strerror(errno)
+    )
 }
 
 /// The calling thread's errno after a failed libc call.
 pub fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// A Python `OSError` subclass for `errno` (Python maps the number to the subclass itself).

@@ -30,26 +30,33 @@ fn dispatch(jobs: Vec<Job>) {
             std::mem::forget(old); // a forked child: the parent's threads are gone, its locks may be held
         }
         let (tx, rx) = channel::<Job>();
-        *guard = Some(Pool { pid, tx, rx: Arc::new(Mutex::new(rx)), threads: 0 });
+        *guard = Some(Pool {
+            pid,
+            tx,
+            rx: Arc::new(Mutex::new(rx)),
+            threads: 0,
+        });
         OUTSTANDING.store(0, Ordering::SeqCst);
     }
     let pool = guard.as_mut().expect("pool just made");
     let want = (OUTSTANDING.fetch_add(jobs.len(), Ordering::SeqCst) + jobs.len()).min(MAX_THREADS);
     while pool.threads < want {
         let rx = pool.rx.clone();
-        let spawned = std::thread::Builder::new().name("pfs-core".into()).spawn(move || loop {
-            let job = {
-                let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-                rx.recv()
-            };
-            match job {
-                Ok(job) => {
-                    job();
-                    OUTSTANDING.fetch_sub(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name("pfs-core".into())
+            .spawn(move || loop {
+                let job = {
+                    let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+                    rx.recv()
+                };
+                match job {
+                    Ok(job) => {
+                        job();
+                        OUTSTANDING.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    Err(_) => return,
                 }
-                Err(_) => return,
-            }
-        });
+            });
         if spawned.is_err() {
             break; // out of threads: fewer helpers, the caller still runs every chunk itself if need be
         }
@@ -79,7 +86,10 @@ pub fn for_each(n: usize, width: usize, work: &(dyn Fn(usize) + Sync)) {
         }
         return;
     }
-    let latch = Arc::new(Latch { left: Mutex::new(helpers), done: Condvar::new() });
+    let latch = Arc::new(Latch {
+        left: Mutex::new(helpers),
+        done: Condvar::new(),
+    });
     // SAFETY: the references handed to the helpers (work, next) outlive them: this function waits on
     // the latch until every helper has counted itself out before its frame is left.
     let work_ptr: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(work) };

@@ -62,15 +62,25 @@ pub struct Parents {
 
 impl Parents {
     pub fn new(root: &[u8]) -> Self {
-        Parents { root: root.to_vec(), root_fd: None, cur: None }
+        Parents {
+            root: root.to_vec(),
+            root_fd: None,
+            cur: None,
+        }
     }
 
     fn root(&mut self) -> Result<c_int, ParentError> {
         if self.root_fd.is_none() {
-            let c = cstr(&self.root).map_err(|e| ParentError { errno: e, component: Vec::new() })?;
+            let c = cstr(&self.root).map_err(|e| ParentError {
+                errno: e,
+                component: Vec::new(),
+            })?;
             let fd = unsafe { libc::open(c.as_ptr(), OPEN_DIR) };
             if fd < 0 {
-                return Err(ParentError { errno: errno(), component: Vec::new() });
+                return Err(ParentError {
+                    errno: errno(),
+                    component: Vec::new(),
+                });
             }
             self.root_fd = Some(Fd(fd));
         }
@@ -97,7 +107,12 @@ impl Parents {
             let at = held.as_ref().map(|f| f.0).unwrap_or(root);
             match open_at(at, part, OPEN_DIR | libc::O_NOFOLLOW, 0) {
                 Ok(fd) => held = Some(fd),
-                Err(e) => return Err(ParentError { errno: e, component: rel_dir[..end].to_vec() }),
+                Err(e) => {
+                    return Err(ParentError {
+                        errno: e,
+                        component: rel_dir[..end].to_vec(),
+                    })
+                }
             }
             end += 1;
         }
@@ -115,18 +130,31 @@ const MIN_PER_THREAD: usize = 8;
 /// Run `work` over `items` split into at most `fanout` contiguous slices on the core's thread pool
 /// (`pool::for_each`, the caller's thread among them); each slice keeps its own state (open
 /// parents), and results come back in item order.
-pub fn fan_out<T: Sync, R: Send>(items: &[T], fanout: usize, work: impl Fn(&[T], usize) -> Vec<R> + Sync) -> Vec<R> {
-    let n = fanout.max(1).min(items.len().div_ceil(MIN_PER_THREAD).max(1));
+pub fn fan_out<T: Sync, R: Send>(
+    items: &[T],
+    fanout: usize,
+    work: impl Fn(&[T], usize) -> Vec<R> + Sync,
+) -> Vec<R> {
+    let n = fanout
+        .max(1)
+        .min(items.len().div_ceil(MIN_PER_THREAD).max(1));
     if n <= 1 {
         return work(items, 0);
     }
     let per = items.len().div_ceil(n);
-    let chunks: Vec<(usize, &[T])> = items.chunks(per).enumerate().map(|(i, c)| (i * per, c)).collect();
+    let chunks: Vec<(usize, &[T])> = items
+        .chunks(per)
+        .enumerate()
+        .map(|(i, c)| (i * per, c))
+        .collect();
     let slots: Vec<Mutex<Vec<R>>> = chunks.iter().map(|_| Mutex::new(Vec::new())).collect();
     crate::pool::for_each(chunks.len(), chunks.len(), &|i| {
         let (start, chunk) = chunks[i];
         let out = work(chunk, start);
         *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = out;
     });
-    slots.into_iter().flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner())).collect()
+    slots
+        .into_iter()
+        .flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
 }

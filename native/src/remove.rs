@@ -21,14 +21,16 @@ pub const NONEMPTY: u8 = 2;
 
 /// What happened to one entry.
 enum Done {
-    Gone,              // vanished before we got to it: skipped_missing (manifest) or nothing (tree)
-    Removed(u64),      // unlinked (or would be, in a dry run), with its size
-    Dir(u64),          // a directory (tree mode): back to the walk, with its device
+    Gone,         // vanished before we got to it: skipped_missing (manifest) or nothing (tree)
+    Removed(u64), // unlinked (or would be, in a dry run), with its size
+    Dir(u64),     // a directory (tree mode): back to the walk, with its device
     Problem(u8, i32, Option<String>),
 }
 
 fn names_of(list: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
-    list.iter().map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec())).collect()
+    list.iter()
+        .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))
+        .collect()
 }
 
 fn unlink_at(dir: c_int, name: &[u8], flags: c_int) -> Result<(), i32> {
@@ -43,7 +45,9 @@ fn unlink_at(dir: c_int, name: &[u8], flags: c_int) -> Result<(), i32> {
 /// Every name in the directory `fd`, with whether `d_type` says directory.
 fn list_names(fd: c_int) -> Result<Vec<(Vec<u8>, bool)>, i32> {
     let mut out = Vec::new();
-    crate::dirfd::read_dir(fd, |name, d_type| out.push((name.to_vec(), d_type == libc::DT_DIR)))?;
+    crate::dirfd::read_dir(fd, |name, d_type| {
+        out.push((name.to_vec(), d_type == libc::DT_DIR))
+    })?;
     Ok(out)
 }
 
@@ -54,7 +58,13 @@ fn clear_one(fd: c_int, name: &[u8], is_dir: bool, dry_run: bool, want_dev: bool
     let st = match lstat_at(fd, name) {
         Ok(st) => st,
         Err(libc::ENOENT) => return Done::Gone,
-        Err(e) => return if is_dir { Done::Dir(0) } else { Done::Problem(FAILED, e, None) },
+        Err(e) => {
+            return if is_dir {
+                Done::Dir(0)
+            } else {
+                Done::Problem(FAILED, e, None)
+            }
+        }
     };
     if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
         return Done::Dir(st.st_dev);
@@ -69,7 +79,15 @@ fn clear_one(fd: c_int, name: &[u8], is_dir: bool, dry_run: bool, want_dev: bool
     }
 }
 
-type TreeResult = (i32, usize, u64, u64, Vec<(Py<PyBytes>, u64)>, Vec<(Py<PyBytes>, i32)>, Vec<Py<PyBytes>>);
+type TreeResult = (
+    i32,
+    usize,
+    u64,
+    u64,
+    Vec<(Py<PyBytes>, u64)>,
+    Vec<(Py<PyBytes>, i32)>,
+    Vec<Py<PyBytes>>,
+);
 
 /// Empty the directory open at `dir_fd` of everything but directories.
 ///
@@ -100,7 +118,10 @@ fn rm_clear_dir(
             },
         };
         let done = fan_out(&entries, fanout, |chunk, _| {
-            chunk.iter().map(|(n, d)| clear_one(dir_fd, n, *d, dry_run, want_dev)).collect()
+            chunk
+                .iter()
+                .map(|(n, d)| clear_one(dir_fd, n, *d, dry_run, want_dev))
+                .collect()
         });
         (list_err, entries, done)
     });
@@ -120,7 +141,15 @@ fn rm_clear_dir(
             Done::Problem(_, e, _) => problems.push((PyBytes::new(py, name).unbind(), e)),
         }
     }
-    Ok((list_err, entries.len(), removed, bytes, subdirs, problems, samples))
+    Ok((
+        list_err,
+        entries.len(),
+        removed,
+        bytes,
+        subdirs,
+        problems,
+        samples,
+    ))
 }
 
 /// Kind codes shared with Python (`operators.removers.KIND_CODES`).
@@ -157,7 +186,11 @@ type Expect = (u8, Option<i64>, Option<i64>);
 fn changed(want: &Expect, st: &libc::stat) -> Option<String> {
     let kind = kind_code(st.st_mode);
     if want.0 != 255 && want.0 != kind {
-        return Some(format!("type {} -> {}", KIND_NAMES[want.0.min(3) as usize], KIND_NAMES[kind as usize]));
+        return Some(format!(
+            "type {} -> {}",
+            KIND_NAMES[want.0.min(3) as usize],
+            KIND_NAMES[kind as usize]
+        ));
     }
     if let Some(size) = want.1 {
         if size != st.st_size {
@@ -173,7 +206,13 @@ fn changed(want: &Expect, st: &libc::stat) -> Option<String> {
     None
 }
 
-fn unlink_rel(parents: &mut Parents, rel: &[u8], want: &Expect, check: bool, dry_run: bool) -> Done {
+fn unlink_rel(
+    parents: &mut Parents,
+    rel: &[u8],
+    want: &Expect,
+    check: bool,
+    dry_run: bool,
+) -> Done {
     let (dir, name) = split(rel);
     let fd = match parents.dir(dir) {
         Ok(fd) => fd,
@@ -227,16 +266,26 @@ fn rmdir_rel(root: &[u8], parents: &mut Parents, rel: &[u8], check: bool, dry_ru
     match unlink_at(fd, name, libc::AT_REMOVEDIR) {
         Ok(()) => Done::Removed(0),
         Err(libc::ENOENT) => Done::Gone,
-        Err(e @ (libc::ENOTEMPTY | libc::EEXIST)) => {
-            Done::Problem(NONEMPTY, e, Some("directory not empty: left in place".into()))
+        Err(e @ (libc::ENOTEMPTY | libc::EEXIST)) => Done::Problem(
+            NONEMPTY,
+            e,
+            Some("directory not empty: left in place".into()),
+        ),
+        Err(libc::ENOTDIR) => {
+            Done::Problem(CHANGED, libc::ENOTDIR, Some("no longer a directory".into()))
         }
-        Err(libc::ENOTDIR) => Done::Problem(CHANGED, libc::ENOTDIR, Some("no longer a directory".into())),
         Err(e) => Done::Problem(FAILED, e, None),
     }
 }
 
 /// `(removed, bytes, missing, [(index, status, errno, message or None)], [sample index])`.
-type BatchResult = (u64, u64, u64, Vec<(usize, u8, i32, Option<String>)>, Vec<usize>);
+type BatchResult = (
+    u64,
+    u64,
+    u64,
+    Vec<(usize, u8, i32, Option<String>)>,
+    Vec<usize>,
+);
 
 fn batch_result(done: Vec<Done>, dry_run: bool, sample_limit: usize) -> BatchResult {
     let (mut removed, mut bytes, mut missing) = (0u64, 0u64, 0u64);
@@ -278,13 +327,25 @@ fn rm_unlink_rels(
     let rows: Vec<(Vec<u8>, Expect)> = rels
         .into_iter()
         .enumerate()
-        .map(|(i, r)| (r, (kinds.get(i).copied().unwrap_or(255), sizes.get(i).copied().flatten(), mtimes.get(i).copied().flatten())))
+        .map(|(i, r)| {
+            (
+                r,
+                (
+                    kinds.get(i).copied().unwrap_or(255),
+                    sizes.get(i).copied().flatten(),
+                    mtimes.get(i).copied().flatten(),
+                ),
+            )
+        })
         .collect();
     let root = root.to_vec();
     let done = py.allow_threads(|| {
         fan_out(&rows, fanout, |chunk, _| {
             let mut parents = Parents::new(&root);
-            chunk.iter().map(|(rel, want)| unlink_rel(&mut parents, rel, want, check, dry_run)).collect()
+            chunk
+                .iter()
+                .map(|(rel, want)| unlink_rel(&mut parents, rel, want, check, dry_run))
+                .collect()
         })
     });
     Ok(batch_result(done, dry_run, sample_limit))
@@ -306,7 +367,10 @@ fn rm_rmdir_rels(
     let done = py.allow_threads(|| {
         fan_out(&rels, fanout, |chunk, _| {
             let mut parents = Parents::new(&root);
-            chunk.iter().map(|rel| rmdir_rel(&root, &mut parents, rel, check, dry_run)).collect()
+            chunk
+                .iter()
+                .map(|rel| rmdir_rel(&root, &mut parents, rel, check, dry_run))
+                .collect()
         })
     });
     Ok(batch_result(done, dry_run, sample_limit))

@@ -131,7 +131,11 @@ impl Cols {
         }
         // the name's text is the path's text after its last '/'
         let text = &self.path.data[start..];
-        let cut = text.iter().rposition(|&b| b == b'/').map(|i| i + 1).unwrap_or(0);
+        let cut = text
+            .iter()
+            .rposition(|&b| b == b'/')
+            .map(|i| i + 1)
+            .unwrap_or(0);
         let tail = text[cut..].to_vec();
         self.name.push(&tail);
         self.parent.push(parent);
@@ -205,11 +209,77 @@ fn opt_bytes(py: Python<'_>, bits: Option<Vec<u8>>) -> PyObject {
 impl Sink {
     #[new]
     fn new() -> Self {
-        Sink { cols: Mutex::new(Cols::default()) }
+        Sink {
+            cols: Mutex::new(Cols::default()),
+        }
     }
 
     fn __len__(&self) -> usize {
         self.cols.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Appends rows made in Python (`operators.rows` tuples, `ROW_COLUMNS` order: a directory's own row,
+    /// an error row), so one buffer holds a task's rows and no Python list becomes an Arrow array.
+    /// `checksum` must be None (checksums are filled in on the table).
+    fn push_rows(&self, rows: &Bound<'_, PyList>) -> PyResult<()> {
+        let mut cols = self.cols.lock().unwrap_or_else(|e| e.into_inner());
+        for row in rows.iter() {
+            let row = row.downcast::<PyTuple>()?;
+            if row.len() != 17 {
+                return Err(PyValueError::new_err(
+                    "a row has 17 values (operators.schema.ROW_COLUMNS)",
+                ));
+            }
+            let get = |i: usize| row.get_item(i);
+            let path: String = get(0)?.extract()?;
+            let raw: Option<Vec<u8>> = get(1)?.extract()?;
+            let kind: String = get(2)?.extract()?;
+            let kind = match kind.as_str() {
+                "file" => FILE,
+                "directory" => DIRECTORY,
+                "symlink" => SYMLINK,
+                "other" => OTHER,
+                _ => return Err(PyValueError::new_err(format!("unknown type {kind:?}"))),
+            };
+            let int = |i: usize| -> PyResult<Option<i64>> { get(i)?.extract() };
+            let uint = |i: usize| -> PyResult<Option<u64>> { get(i)?.extract() };
+            let path_b = path.as_bytes();
+            let (parent, name) = match path_b.iter().rposition(|&b| b == b'/') {
+                Some(i) => (&path_b[..i], &path_b[i + 1..]),
+                None => (&path_b[..0], path_b),
+            };
+            cols.path.push(path_b);
+            cols.path_raw.push_opt(raw.as_deref());
+            cols.name.push(name);
+            cols.parents.push(parent);
+            let p = (cols.parents.len() - 1) as i32;
+            cols.parent.push(p);
+            cols.depth
+                .push(path_b.iter().filter(|&&b| b == b'/').count() as i32 + 1);
+            cols.kind.push(kind);
+            cols.size.push_opt(int(3)?);
+            cols.mtime.push_opt(int(4)?.map(|t| t / 1000));
+            cols.atime.push_opt(int(5)?.map(|t| t / 1000));
+            cols.ctime.push_opt(int(6)?.map(|t| t / 1000));
+            cols.mode.push_opt(get(7)?.extract::<Option<u32>>()?);
+            cols.uid.push_opt(int(8)?);
+            cols.gid.push_opt(int(9)?);
+            cols.ino.push_opt(uint(10)?);
+            cols.dev.push_opt(uint(11)?);
+            cols.nlink.push_opt(int(12)?);
+            let target: Option<String> = get(13)?.extract()?;
+            cols.target.push_opt(target.as_deref().map(str::as_bytes));
+            let target_raw: Option<Vec<u8>> = get(14)?.extract()?;
+            cols.target_raw.push_opt(target_raw.as_deref());
+            if !get(15)?.is_none() {
+                return Err(PyValueError::new_err(
+                    "a sink holds no checksums (filled in on the table)",
+                ));
+            }
+            let error: Option<String> = get(16)?.extract()?;
+            cols.error.push_opt(error.as_deref().map(str::as_bytes));
+        }
+        Ok(())
     }
 
     /// The rows so far as `(n, columns, parents)` and an empty sink: `columns` maps a column name to
@@ -225,7 +295,14 @@ impl Sink {
         let out = pyo3::types::PyDict::new(py);
         let var = |name: &str, b: &mut BinaryBuilder| -> PyResult<()> {
             let validity = opt_bytes(py, b.validity.take());
-            out.set_item(name, (validity, bytes_of(py, as_bytes(&b.offsets)), bytes_of(py, &b.data)))
+            out.set_item(
+                name,
+                (
+                    validity,
+                    bytes_of(py, as_bytes(&b.offsets)),
+                    bytes_of(py, &b.data),
+                ),
+            )
         };
         var("path", &mut cols.path)?;
         var("path_raw", &mut cols.path_raw)?;
@@ -235,7 +312,13 @@ impl Sink {
         var("error", &mut cols.error)?;
         macro_rules! fixed {
             ($name:expr, $b:expr) => {
-                out.set_item($name, (opt_bytes(py, $b.validity.take()), bytes_of(py, as_bytes(&$b.values))))?
+                out.set_item(
+                    $name,
+                    (
+                        opt_bytes(py, $b.validity.take()),
+                        bytes_of(py, as_bytes(&$b.values)),
+                    ),
+                )?
             };
         }
         fixed!("size", cols.size);
@@ -256,7 +339,14 @@ impl Sink {
             bytes_of(py, as_bytes(&cols.parents.offsets)),
             bytes_of(py, &cols.parents.data),
         );
-        PyTuple::new(py, [n.into_pyobject(py)?.into_any(), out.into_any(), parents.into_pyobject(py)?.into_any()])
+        PyTuple::new(
+            py,
+            [
+                n.into_pyobject(py)?.into_any(),
+                out.into_any(),
+                parents.into_pyobject(py)?.into_any(),
+            ],
+        )
     }
 }
 
@@ -296,6 +386,7 @@ struct Step {
     bytes: u64,
     errors: u64,
     pruned: u64,
+    directories: u64,
     samples: Vec<String>,
     subdirs: Vec<(Vec<u8>, Meta)>,
     errno: i32,
@@ -306,7 +397,14 @@ fn stat_one(fd: c_int, name: &[u8], d_type: u8) -> Outcome {
     let c = cname(name);
     match lstat_at(fd, &c) {
         Err(libc::ENOENT) => Outcome::Gone,
-        Err(e) => Outcome::Failed(if d_type == libc::DT_DIR { DIRECTORY } else { OTHER }, e),
+        Err(e) => Outcome::Failed(
+            if d_type == libc::DT_DIR {
+                DIRECTORY
+            } else {
+                OTHER
+            },
+            e,
+        ),
         Ok(s) => {
             let meta = Meta::of(&s);
             if meta.kind() == SYMLINK {
@@ -340,7 +438,14 @@ impl DirScan {
         }
         let fd = dup.0;
         std::mem::forget(dup); // the stream owns it now
-        Ok(DirScan { rel: rel.to_vec(), state: Mutex::new(ScanState { stream: Stream(dir), fd, done: false }) })
+        Ok(DirScan {
+            rel: rel.to_vec(),
+            state: Mutex::new(ScanState {
+                stream: Stream(dir),
+                fd,
+                done: false,
+            }),
+        })
     }
 
     /// Lists up to `max_entries` more entries, stats them in chunks of `chunk` over up to `width`
@@ -351,7 +456,13 @@ impl DirScan {
     /// `(counts, samples, subdirs, errno, done)`: counts `(entries, files, symlinks, other, bytes,
     /// errors, pruned)` of the rows written, up to five `"path: error"` samples, subdirectories as
     /// `(path, row)` (a row like `operators.rows.row_from_stat`), the listing's errno (0: none).
-    #[pyo3(signature = (sink, max_entries, chunk, width, take_ops=None, keep=None))]
+    ///
+    /// `descend` > 0 (only without `take_ops` and `keep`): the subdirectories found are walked in the
+    /// same call, depth first, until `descend` entries are written in all; their rows (their own
+    /// included) go to the sink and only the subdirectories not reached come back.  A local tree of
+    /// small directories then costs Python one call per few thousand entries, not one per directory.
+    #[pyo3(signature = (sink, max_entries, chunk, width, take_ops=None, keep=None, descend=0))]
+    #[allow(clippy::too_many_arguments)]
     fn step<'py>(
         &self,
         py: Python<'py>,
@@ -361,10 +472,18 @@ impl DirScan {
         width: usize,
         take_ops: Option<PyObject>,
         keep: Option<PyObject>,
+        descend: usize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         if chunk == 0 || max_entries == 0 {
-            return Err(PyValueError::new_err("chunk and max_entries must be positive"));
+            return Err(PyValueError::new_err(
+                "chunk and max_entries must be positive",
+            ));
         }
+        let descend = if take_ops.is_some() || keep.is_some() {
+            0
+        } else {
+            descend
+        };
         let rel = self.rel.clone();
         let step = py.allow_threads(|| -> PyResult<Step> {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -400,7 +519,8 @@ impl DirScan {
             let name_of = |i: usize| &names[offs[i]..offs[i + 1]];
             // stat, in chunks, fanned out
             let chunks = n.div_ceil(chunk);
-            let outcomes: Vec<Mutex<Vec<Outcome>>> = (0..chunks).map(|_| Mutex::new(Vec::new())).collect();
+            let outcomes: Vec<Mutex<Vec<Outcome>>> =
+                (0..chunks).map(|_| Mutex::new(Vec::new())).collect();
             let failure: Mutex<Option<PyErr>> = Mutex::new(None);
             let work = |c: usize| {
                 let lo = c * chunk;
@@ -411,7 +531,9 @@ impl DirScan {
                         return;
                     }
                 }
-                let mut out: Vec<Outcome> = (lo..hi).map(|i| stat_one(fd, name_of(i), types[i])).collect();
+                let mut out: Vec<Outcome> = (lo..hi)
+                    .map(|i| stat_one(fd, name_of(i), types[i]))
+                    .collect();
                 if let Some(keep) = keep.as_ref() {
                     let paths: Vec<(usize, String)> = out
                         .iter()
@@ -430,7 +552,8 @@ impl DirScan {
                     if !paths.is_empty() {
                         let verdict = Python::with_gil(|py| -> PyResult<Vec<bool>> {
                             let texts: Vec<&str> = paths.iter().map(|(_, t)| t.as_str()).collect();
-                            keep.call1(py, (PyList::new(py, texts)?,))?.extract::<Vec<bool>>(py)
+                            keep.call1(py, (PyList::new(py, texts)?,))?
+                                .extract::<Vec<bool>>(py)
                         });
                         match verdict {
                             Ok(v) => {
@@ -454,61 +577,33 @@ impl DirScan {
                 return Err(e);
             }
             // rows
-            let depth = if rel.is_empty() { 1 } else { rel.iter().filter(|&&b| b == b'/').count() as i32 + 2 };
             let mut cols = sink.cols.lock().unwrap_or_else(|e| e.into_inner());
-            let mut parent: Option<i32> = None;
-            for (c, out) in outcomes.into_iter().enumerate() {
-                let out = out.into_inner().unwrap_or_else(|e| e.into_inner());
-                for (j, o) in out.into_iter().enumerate() {
-                    let name = name_of(c * chunk + j);
-                    let (kind, meta, target, errno) = match o {
-                        Outcome::Gone => continue,
-                        Outcome::Pruned => {
-                            step.pruned += 1;
-                            continue;
-                        }
-                        Outcome::Entry(m, _) if m.kind() == DIRECTORY => {
-                            step.subdirs.push((join(&rel, name), m));
-                            continue;
-                        }
-                        Outcome::Entry(m, t) => (m.kind(), Some(m), t, 0),
-                        Outcome::Failed(k, e) => (k, None, None, e),
-                    };
-                    let p = *parent.get_or_insert_with(|| cols.open_parent(&rel));
-                    cols.push_names(&rel, name, p, depth);
-                    cols.kind.push(kind);
-                    match meta {
-                        Some(m) => cols.push_meta(&m),
-                        None => cols.push_no_meta(),
-                    }
-                    cols.push_target(target.as_deref());
-                    step.entries += 1;
-                    if errno != 0 {
-                        let text = describe(errno);
-                        cols.error.push(text.as_bytes());
-                        step.errors += 1;
-                        if step.samples.len() < 5 {
-                            let mut p = Vec::new();
-                            push_text(&mut p, &join(&rel, name));
-                            step.samples.push(format!("{}: {}", String::from_utf8_lossy(&p), text));
-                        }
-                    } else {
-                        cols.error.push_null();
-                    }
-                    match kind {
-                        FILE => {
-                            step.files += 1;
-                            step.bytes += meta.map(|m| m.size.max(0) as u64).unwrap_or(0);
-                        }
-                        SYMLINK => step.symlinks += 1,
-                        OTHER => step.other += 1,
-                        _ => {}
-                    }
-                }
+            let all: Vec<Outcome> = outcomes
+                .into_iter()
+                .flat_map(|o| o.into_inner().unwrap_or_else(|e| e.into_inner()))
+                .collect();
+            let subdirs = write_rows(&mut cols, &rel, &names, &offs, all, &mut step);
+            drop(cols);
+            if descend > 0 {
+                let mut budget = descend as i64 - step.entries as i64;
+                let mut left = Vec::new();
+                descend_into(sink, fd, subdirs, 1, &mut budget, &mut step, &mut left);
+                step.subdirs = left;
+            } else {
+                step.subdirs = subdirs;
             }
             Ok(step)
         })?;
-        let counts = (step.entries, step.files, step.symlinks, step.other, step.bytes, step.errors, step.pruned);
+        let counts = (
+            step.entries,
+            step.files,
+            step.symlinks,
+            step.other,
+            step.bytes,
+            step.errors,
+            step.pruned,
+            step.directories,
+        );
         let subdirs = PyList::empty(py);
         for (path, m) in &step.subdirs {
             subdirs.append((PyBytes::new(py, path), dir_row(py, path, m)?))?;
@@ -520,9 +615,194 @@ impl DirScan {
                 step.samples.into_pyobject(py)?.into_any(),
                 subdirs.into_any(),
                 step.errno.into_pyobject(py)?.into_any(),
-                pyo3::types::PyBool::new(py, step.done).to_owned().into_any(),
+                pyo3::types::PyBool::new(py, step.done)
+                    .to_owned()
+                    .into_any(),
             ],
         )
+    }
+}
+
+/// Appends the rows of one listed directory's entries (`outcomes`, in listing order, of the names in
+/// `names`/`offs`) to `cols`, counting them in `step`; returns its subdirectories (path, metadata).
+fn write_rows(
+    cols: &mut Cols,
+    rel: &[u8],
+    names: &[u8],
+    offs: &[usize],
+    outcomes: Vec<Outcome>,
+    step: &mut Step,
+) -> Vec<(Vec<u8>, Meta)> {
+    let depth = if rel.is_empty() {
+        1
+    } else {
+        rel.iter().filter(|&&b| b == b'/').count() as i32 + 2
+    };
+    let mut parent: Option<i32> = None;
+    let mut subdirs = Vec::new();
+    for (i, o) in outcomes.into_iter().enumerate() {
+        let name = &names[offs[i]..offs[i + 1]];
+        let (kind, meta, target, errno) = match o {
+            Outcome::Gone => continue,
+            Outcome::Pruned => {
+                step.pruned += 1;
+                continue;
+            }
+            Outcome::Entry(m, _) if m.kind() == DIRECTORY => {
+                subdirs.push((join(rel, name), m));
+                continue;
+            }
+            Outcome::Entry(m, t) => (m.kind(), Some(m), t, 0),
+            Outcome::Failed(k, e) => (k, None, None, e),
+        };
+        let p = *parent.get_or_insert_with(|| cols.open_parent(rel));
+        cols.push_names(rel, name, p, depth);
+        push_row(
+            cols,
+            kind,
+            meta.as_ref(),
+            target.as_deref(),
+            errno,
+            rel,
+            name,
+            step,
+        );
+    }
+    subdirs
+}
+
+/// The columns after the names of one row, and its counts.
+#[allow(clippy::too_many_arguments)]
+fn push_row(
+    cols: &mut Cols,
+    kind: i32,
+    meta: Option<&Meta>,
+    target: Option<&[u8]>,
+    errno: i32,
+    rel: &[u8],
+    name: &[u8],
+    step: &mut Step,
+) {
+    cols.kind.push(kind);
+    match meta {
+        Some(m) => cols.push_meta(m),
+        None => cols.push_no_meta(),
+    }
+    cols.push_target(target);
+    step.entries += 1;
+    if errno != 0 {
+        let text = describe(errno);
+        cols.error.push(text.as_bytes());
+        step.errors += 1;
+        if step.samples.len() < 5 {
+            let mut p = Vec::new();
+            push_text(&mut p, &join(rel, name));
+            step.samples
+                .push(format!("{}: {}", String::from_utf8_lossy(&p), text));
+        }
+    } else {
+        cols.error.push_null();
+    }
+    match kind {
+        FILE => {
+            step.files += 1;
+            step.bytes += meta.map(|m| m.size.max(0) as u64).unwrap_or(0);
+        }
+        DIRECTORY => step.directories += 1,
+        SYMLINK => step.symlinks += 1,
+        OTHER => step.other += 1,
+        _ => {}
+    }
+}
+
+/// How deep one call descends below its directory (each level holds a descriptor open).
+const MAX_DESCENT: usize = 16;
+
+/// Walks `subdirs` (children of the directory open at `parent_fd`) depth first while `budget`
+/// lasts: each is opened relative to its parent (never through a symlink), listed whole (one
+/// bigger than the budget left is not entered), stat-ed, and written with its own row, as the
+/// Python walk would (`operators.walk`: gone or no longer a directory: no row; failed to open or
+/// list: its row with the error).  Directories not entered go to `left`.
+fn descend_into(
+    sink: &Sink,
+    parent_fd: c_int,
+    subdirs: Vec<(Vec<u8>, Meta)>,
+    level: usize,
+    budget: &mut i64,
+    step: &mut Step,
+    left: &mut Vec<(Vec<u8>, Meta)>,
+) {
+    for (path, meta) in subdirs {
+        if *budget <= 0 || level > MAX_DESCENT {
+            left.push((path, meta));
+            continue;
+        }
+        let name = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => path[i + 1..].to_vec(),
+            None => path.clone(),
+        };
+        let own_row = |errno: i32, step: &mut Step| {
+            let mut cols = sink.cols.lock().unwrap_or_else(|e| e.into_inner());
+            let (rel, base) = match path.iter().rposition(|&b| b == b'/') {
+                Some(i) => (&path[..i], &path[i + 1..]),
+                None => (&path[..0], &path[..]),
+            };
+            let p = cols.open_parent(rel);
+            let depth = path.iter().filter(|&&b| b == b'/').count() as i32 + 1;
+            cols.push_names(rel, base, p, depth);
+            push_row(
+                &mut cols,
+                DIRECTORY,
+                Some(&meta),
+                None,
+                errno,
+                rel,
+                base,
+                step,
+            );
+        };
+        let child = match crate::dirfd::open_child_dir(parent_fd, &name) {
+            Ok(fd) => fd,
+            Err(libc::ENOENT) | Err(libc::ENOTDIR) | Err(libc::ELOOP) => continue, // vanished: no row
+            Err(e) => {
+                own_row(e, step);
+                *budget -= 1;
+                continue;
+            }
+        };
+        let mut names: Vec<u8> = Vec::new();
+        let mut offs: Vec<usize> = vec![0];
+        let mut types: Vec<u8> = Vec::new();
+        let room = (*budget).max(0) as usize;
+        let mut too_big = false;
+        let listed = crate::dirfd::read_dir_while(child.0, |n, t| {
+            if types.len() >= room {
+                too_big = true;
+                return false;
+            }
+            names.extend_from_slice(n);
+            offs.push(names.len());
+            types.push(t);
+            true
+        });
+        if too_big {
+            left.push((path, meta)); // the Python walk lists it in steps
+            continue;
+        }
+        let errno = listed.err().unwrap_or(0);
+        let outcomes: Vec<Outcome> = (0..types.len())
+            .map(|i| stat_one(child.0, &names[offs[i]..offs[i + 1]], types[i]))
+            .collect();
+        let before = step.entries;
+        let found = {
+            let mut cols = sink.cols.lock().unwrap_or_else(|e| e.into_inner());
+            write_rows(&mut cols, &path, &names, &offs, outcomes, step)
+        };
+        if errno != libc::ENOENT {
+            own_row(errno, step);
+        }
+        *budget -= (step.entries - before) as i64;
+        descend_into(sink, child.0, found, level + 1, budget, step, left);
     }
 }
 
@@ -531,7 +811,11 @@ fn dir_row<'py>(py: Python<'py>, path: &[u8], m: &Meta) -> PyResult<Bound<'py, P
     let mut text = Vec::new();
     let valid = push_text(&mut text, path);
     let text = String::from_utf8(text).unwrap_or_default();
-    let raw: PyObject = if valid { py.None() } else { PyBytes::new(py, path).into_any().unbind() };
+    let raw: PyObject = if valid {
+        py.None()
+    } else {
+        PyBytes::new(py, path).into_any().unbind()
+    };
     let none = py.None();
     PyTuple::new(
         py,
