@@ -332,3 +332,33 @@ def test_core_batches_feed_the_concurrency_controller(tmp_path, monkeypatch):
         unlink_entries(spec, rows)
     assert widths == [ctl.limit] * 3  # the controller's limit is the core's fan-out
     assert ctl.report()["completed"] >= 300 and ctl.inflight == 0  # measured like pool jobs
+
+
+CP_FEW_FDS = """
+import os, resource, sys
+import operators._native as native
+src, dst = sys.argv[1].encode(), sys.argv[2].encode()
+rels = [f"f{i}".encode() for i in range(60)]
+free = 3 + len(os.listdir("/proc/self/fd"))  # a few descriptors above what the process holds
+resource.setrlimit(resource.RLIMIT_NOFILE, (free, free))
+status, errnos = native.cp_files(src, dst, rels, rels, [b".t" + r for r in rels], [4096] * 60, [None] * 60,
+                                 False, False, False, False, 0, 0o022, 8)
+print(sorted(set(status)), sorted(set(errnos)))
+"""
+
+
+def test_descriptor_limit_reached_mid_batch_fails_per_file_and_leaves_no_partial_file(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    for i in range(60):
+        (src / f"f{i}").write_bytes(bytes([i]) * 4096)
+    run = subprocess.run(
+        [sys.executable, "-c", CP_FEW_FDS, str(src), str(dst)], capture_output=True, text=True, cwd=REPO
+    )
+    assert run.returncode == 0, run.stderr
+    assert "24" in run.stdout  # EMFILE, reported per file: some copies failed, the process did not
+    names = os.listdir(dst)
+    assert all(not n.startswith(".t") for n in names)  # no temp file left behind
+    for n in names:  # whatever reached a final name is complete
+        assert (dst / n).read_bytes() == (src / n).read_bytes()
