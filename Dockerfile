@@ -10,6 +10,8 @@ ARG UV_VERSION=0.13.9
 # Extra packages not in the lock: bokeh serves the Dask dashboard; add jupyterlab for the chart's Jupyter.
 ARG EXTRA_PACKAGES="bokeh>=3.1"
 ENV UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy UV_NO_CACHE=1 VIRTUAL_ENV=/opt/pfs
+# cargo builds the compiled core (native/, maturin is the build backend); only this stage has it.
+RUN apt-get update && apt-get install -y --no-install-recommends cargo && rm -rf /var/lib/apt/lists/*
 RUN pip install --no-cache-dir "uv==${UV_VERSION}" && uv venv --python /usr/local/bin/python3.11 /opt/pfs
 WORKDIR /src
 # Dependencies first (cached layer): the project's s3,sftp dependency set, constrained to the lock's pins.

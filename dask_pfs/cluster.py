@@ -48,6 +48,18 @@ class ClusterOptions:
     # where the driver runs with a scheduler given: auto, local or cluster (dask_pfs.remote.remote_driver)
     driver: str = "auto"
 
+    @property
+    def embedded(self) -> bool:
+        """Whether :func:`connect` starts a LocalCluster in this process (no scheduler, Slurm or Kubernetes)."""
+        return not (self.scheduler or self.scheduler_file or self.slurm is not None or self.kubernetes is not None)
+
+    @property
+    def dashboard_asked(self) -> bool:
+        """A dashboard asked for in so many words (``--dashboard``, ``PFS_DASHBOARD=1``), not just a terminal."""
+        if self.dashboard is not None:
+            return self.dashboard
+        return os.environ.get("PFS_DASHBOARD", "").strip().lower() in ("1", "true", "yes", "on")
+
     @classmethod
     def from_env(cls, **overrides) -> ClusterOptions:
         values: dict[str, Any] = {"scheduler": os.environ.get("PFS_SCHEDULER") or None, "security": TlsFiles.from_env()}

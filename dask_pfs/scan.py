@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-
-from distributed import Client
+from typing import TYPE_CHECKING
 
 from operators.prune import Prune
 
@@ -16,6 +15,9 @@ from .progress import Reporter
 from .runtime import job_client
 from .scanning import ScanResult, ScanTuning, TreeScan
 from .urls import resolve
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 def scan(
@@ -54,6 +56,10 @@ def scan(
 
     ``prune`` leaves entries out of the walk (``operators.prune``: gitignore-style excludes and
     includes, a maximum depth, one file system); directories it leaves out are never listed.
+
+    With neither ``client`` nor a cluster to connect to (an embedded cluster), the driver walks the
+    first slice itself before the cluster starts (``scanning.HEAD_BUDGET``), and a tree that fits is
+    done without one (unless a dashboard is asked for).
     """
     with writer_lock(resolve(os.fspath(out), out_storage_options), "scan into"):  # dask_pfs.locking
         job = TreeScan(
@@ -70,6 +76,12 @@ def scan(
         if job.done is not None:
             return job.done
         limits = limits or (cluster.limits if cluster else None)
+        if client is None:
+            cluster = cluster or ClusterOptions.from_env(threads=threads)
+            if cluster.embedded and not cluster.dashboard_asked:  # a dashboard asked for needs the cluster
+                job.start_here(limits)
+                if job.done is not None:
+                    return job.done
         with job_client(client, cluster, threads, limits) as c:
             return job.run(c, progress, tuning, on_dashboard, limits, on_parts)
 

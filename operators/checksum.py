@@ -153,6 +153,36 @@ def fill_rows(rows: list[tuple], checksum_of: Callable[[tuple], str], threads: i
     return failures
 
 
+def fill_table(table, checksum_of: Callable[[tuple], str], threads: int | None = None):
+    """:func:`fill_rows` for a schema-v1 table: ``(table with checksums, "path: error" failures)``.
+
+    ``checksum_of`` gets ``(path, path_raw)`` of each error-free file without a checksum.
+    """
+    import pyarrow as pa
+
+    from .rows import describe_error
+
+    kinds = table.column("type").to_pylist()
+    errors = table.column("error").to_pylist()
+    sums = table.column("checksum").to_pylist()
+    rows = enumerate(zip(kinds, errors, sums, strict=True))
+    todo = [i for i, (k, e, c) in rows if k == "file" and e is None and c is None]
+    if not todo:
+        return table, []
+    paths = table.column("path").to_pylist()
+    raws = table.column("path_raw").to_pylist()
+    failures: list[str] = []
+    for i, result in zip(todo, checksum_many([(paths[i], raws[i]) for i in todo], checksum_of, threads), strict=True):
+        if isinstance(result, BaseException):
+            errors[i] = f"checksum: {describe_error(result)}"
+            failures.append(f"{paths[i]}: {errors[i]}")
+        else:
+            sums[i] = result
+    table = table.set_column(table.schema.get_field_index("checksum"), "checksum", pa.array(sums, pa.string()))
+    table = table.set_column(table.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
+    return table, failures
+
+
 def checksum_table(
     protocol: str,
     root: str,

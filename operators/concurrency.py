@@ -34,8 +34,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from typing import TypeVar
 
 log = logging.getLogger("pfs.concurrency")
+T = TypeVar("T")
 
 MAX_LIMIT = 256  # threads of the gated pool, and the highest limit the controller uses
 START_LIMIT = 16  # local disks: a few in flight already saturate the CPU
@@ -95,10 +97,11 @@ class Controller:
 
     # ---------------------------------------------------------------- jobs
 
-    def begin(self) -> float:
-        """A job starts; return the start time to hand to :meth:`end`."""
+    def begin(self, width: int = 1) -> float:
+        """A job starts (``width`` operations in flight: a batch of the native core); return the
+        start time to hand to :meth:`end`."""
         with self._cond:
-            self.inflight += 1
+            self.inflight += width
             if self.inflight > self._peak:
                 self._peak = self.inflight
         return time.monotonic()
@@ -114,17 +117,18 @@ class Controller:
         with self._cond:
             self._cond.notify_all()
 
-    def end(self, started: float) -> None:
+    def end(self, started: float, done: int = 1, width: int = 1) -> None:
+        """A job begun with ``width`` in flight has ended, completing ``done`` operations."""
         now = time.monotonic()
         with self._cond:
-            self.inflight -= 1
+            self.inflight -= width
             if self._warm:  # jobs admitted under the previous limit are still finishing: not measured
-                self._warm -= 1
+                self._warm = max(0, self._warm - done)
                 if not self._warm:
                     self._reset_interval(now)
             else:
-                self._done += 1
-                self._latency += now - started
+                self._done += done
+                self._latency += (now - started) * width  # each of `width` operations was in flight throughout
                 if self._done >= self._min_done and now - self._t0 >= self.interval:
                     self._step(now)
 
@@ -339,6 +343,29 @@ def in_flight_cap(threads: int | None) -> int | Callable[[], int]:
         return fixed
     ctl = controller()
     return lambda: ctl.limit
+
+
+def fanned(threads: int | None, n: int | None, call: Callable[[int], T], count: Callable[[T], int] | None = None) -> T:
+    """Run a native-core batch of ``n`` operations (None: the core finds out, and ``count`` of the
+    result says) as ``call(fanout)``: the core keeps up to ``fanout`` of them in flight on its own
+    threads, not a Python thread each.  ``fanout`` is the fixed thread count, else the
+    controller's limit, and the controller measures the batch like that many pool jobs, so the
+    hill climber tunes the core's fan-out as it tunes the pool.
+    """
+    fixed = fixed_threads(threads)
+    if fixed:
+        return call(max(1, min(fixed, n if n is not None else fixed)))
+    ctl = controller()
+    width = max(1, min(ctl.limit, n if n is not None else ctl.limit))
+    started = ctl.begin(width)
+    done = n or 0
+    try:
+        result = call(width)
+        if count is not None:
+            done = count(result)
+        return result
+    finally:
+        ctl.end(started, max(1, done), width)
 
 
 def report() -> dict:

@@ -4,8 +4,9 @@ One class per kind of storage, chosen once per task from the spec (:func:`source
 :func:`destination_of`), so the tasks in ``operators.copy`` say *what* to do and these say *how*
 on each file system.  Local ends work with descriptors (files opened relative to their open parent
 directory, kernel-side copies, metadata set on the open file); fsspec ends hand whole files to the
-back end.  :meth:`LocalDestination.copy_batch` (a chunk of small files) is the seam a native core
-can replace.
+back end.  Local to local, :meth:`LocalDestination.copy_batch` hands a chunk's regular files to
+the native core (``operators._native.cp_files``, ``native/src/copy.rs``) in one call without the
+interpreter lock, which keeps many in flight on its own threads (``operators.concurrency.fanned``).
 
 A local destination gets every file under a temporary name in its directory (``copy_spec.temp_name``)
 renamed into place once data and metadata are complete; an object store gets one PUT (atomic, no
@@ -15,6 +16,7 @@ temp name); other fsspec back ends (sftp...) a temp name and a rename.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat as st
@@ -23,13 +25,30 @@ from concurrent.futures import Executor
 
 import fsspec
 
+import operators._native as _native
+
+from .concurrency import fanned
 from .copy_local import copy_range, is_sparse
-from .copy_spec import TEMP_MARK, CopySpec, Entry, is_temp_name, local_path, remote_path, temp_of, with_stat
+from .copy_spec import (
+    TEMP_MARK,
+    CopySpec,
+    Entry,
+    is_temp_name,
+    local_path,
+    remote_path,
+    temp_name,
+    temp_of,
+    with_stat,
+)
 from .dirfd import OpenDirs
-from .ratelimit import take_bytes, take_ops
+from .names import check_relative
+from .ratelimit import bytes_capped, ops_capped, take_bytes, take_ops
 from .safety import AncestorCheck
 
 STREAM_BLOCK = 16 << 20
+CORE_BATCH = 64  # files per native call when a cap paces them (else a whole chunk per call)
+CP_COPIED, CP_SKIP, CP_ERROR, CP_DIFFERS, CP_NO_PARENT = range(5)  # cp_files status codes (native/src/copy.rs)
+_NO_PARENT = FileNotFoundError("the destination directory does not exist yet")  # a streamed copy makes it
 
 
 def _fs(protocol: str, options: dict) -> fsspec.AbstractFileSystem:
@@ -50,10 +69,6 @@ class LocalSource:
     def path(self, rel: bytes) -> bytes:
         return local_path(self.spec.src_root, rel)
 
-    def open_dirs(self) -> OpenDirs | None:
-        """Directories kept open for one chunk's relative opens (``operators.dirfd``)."""
-        return OpenDirs(os.fsencode(self.spec.src_root))
-
     def fresh(self, e: Entry, follow: bool = False) -> Entry:
         """``e`` with the metadata the source has now (the manifest's when it cannot be read)."""
         try:
@@ -67,27 +82,6 @@ class LocalSource:
 
     def device(self, e: Entry) -> int | None:
         return os.lstat(self.path(e.rel)).st_rdev
-
-    def fill(self, dst: LocalDestination, e: Entry, tmp: bytes, dirs: OpenDirs | None) -> Entry:
-        """Copy ``e`` into the new local file ``tmp`` (holes kept), with its mode and ownership; ``e``
-        with the metadata of the file as it was read."""
-        flags = os.O_RDONLY | os.O_CLOEXEC | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW)
-        sfd = dirs.open_file(e.rel, flags) if dirs is not None else os.open(self.path(e.rel), flags)
-        try:
-            s = os.fstat(sfd)
-            e = with_stat(e, s)
-            dfd, created = dst.create(tmp, st.S_IMODE(s.st_mode))
-            try:
-                sparse = is_sparse(s)
-                copy_range(sfd, dfd, 0, s.st_size, sparse, (s.st_dev, 0))  # the size fstat saw
-                if sparse:
-                    os.ftruncate(dfd, s.st_size)
-                dst.fd_meta(dfd, e, created)
-            finally:
-                os.close(dfd)
-        finally:
-            os.close(sfd)
-        return e
 
     def read_range(self, e: Entry, dfd: int, offset: int, length: int) -> None:
         """Copy ``[offset, offset+length)`` of ``e`` to the same offsets of ``dfd``."""
@@ -115,9 +109,6 @@ class FsspecSource:
     def path(self, rel: bytes) -> str:
         return remote_path(self.spec.src_root, rel)
 
-    def open_dirs(self) -> OpenDirs | None:
-        return None
-
     def fresh(self, e: Entry, follow: bool = False) -> Entry:
         return e  # the manifest's metadata: nothing cheaper to ask
 
@@ -127,7 +118,8 @@ class FsspecSource:
     def device(self, e: Entry) -> int | None:
         return None
 
-    def fill(self, dst: LocalDestination, e: Entry, tmp: bytes, dirs: OpenDirs | None) -> Entry:
+    def fill(self, dst: LocalDestination, e: Entry, tmp: bytes) -> Entry:
+        """Download ``e`` into the new local file ``tmp``, with its mode."""
         self.fs.get_file(self.path(e.rel), os.fsdecode(tmp))
         fd = os.open(tmp, os.O_RDONLY)
         try:
@@ -173,14 +165,9 @@ class _Destination:
     def copy_batch(self, src: Source, entries: list[Entry], pool: Executor) -> list[str | BaseException]:
         """Copy a chunk of files, symlinks and special files concurrently: ``file``, ``symlink``,
         ``skip`` or the error, per entry."""
-        dirs = src.open_dirs()
-        try:
-            return list(pool.map(lambda e: self.copy_one(src, e, dirs), entries))
-        finally:
-            if dirs is not None:
-                dirs.close()
+        return list(pool.map(lambda e: self.copy_one(src, e), entries))
 
-    def copy_one(self, src: Source, e: Entry, dirs: OpenDirs | None, retry: bool = True) -> str | BaseException:
+    def copy_one(self, src: Source, e: Entry, retry: bool = True) -> str | BaseException:
         take_ops()
         try:
             if self.spec.check_existing:
@@ -198,11 +185,11 @@ class _Destination:
                 return NotImplementedError("symlink to a directory is not followed (-L copies symlinks to files)")
             if not (src.local and self.local):
                 take_bytes(e.size or 0)  # fsspec moves the data itself: charge it up front
-            self.write_file(src, e, dirs)
+            self.write_file(src, e)
             return "file"
         except FileNotFoundError as exc:
             if retry and self.spec.make_parents and self.make_parent(e):
-                return self.copy_one(src, e, dirs, retry=False)
+                return self.copy_one(src, e, retry=False)
             return exc
         except Exception as exc:
             return exc
@@ -215,9 +202,12 @@ class _Destination:
         if same and self.spec.on_exist != "overwrite":
             return "skip"
         if self.spec.on_exist == "error":
-            where = os.fsdecode(self.path(e.out_rel))
-            return f"exists and differs (size or mtime): {where}; use --overwrite or --skip-existing"
+            return self.differs(e)
         return "copy"
+
+    def differs(self, e: Entry) -> str:
+        where = os.fsdecode(self.path(e.out_rel))
+        return f"exists and differs (size or mtime): {where}; use --overwrite or --skip-existing"
 
     # what each kind says --------------------------------------------------
 
@@ -233,7 +223,7 @@ class _Destination:
     def make_parent(self, e: Entry) -> bool:
         raise NotImplementedError
 
-    def write_file(self, src: Source, e: Entry, dirs: OpenDirs | None) -> None:
+    def write_file(self, src: Source, e: Entry) -> None:
         raise NotImplementedError
 
     def symlink(self, src: Source, e: Entry) -> str:
@@ -255,34 +245,6 @@ class LocalDestination(_Destination):
 
     def path(self, rel: bytes) -> bytes:
         return local_path(self.spec.dst_root, rel)
-
-    def copy_batch(self, src: Source, entries: list[Entry], pool: Executor) -> list[str | BaseException]:
-        """Into an existing destination, every entry is written through its parent directory opened
-        down from the root with ``O_NOFOLLOW`` (:meth:`_pinned`), held for the whole chunk."""
-        if not self.spec.check_existing:
-            return super().copy_batch(src, entries, pool)
-        self._held = OpenDirs(os.fsencode(self.spec.dst_root))
-        try:
-            return super().copy_batch(src, entries, pool)
-        finally:
-            self._held.close()
-            self._held = None
-
-    @contextlib.contextmanager
-    def _pinned(self, rel: bytes) -> Iterator[bytes]:
-        """The path to write ``rel`` through: ``/proc/self/fd/<parent>/<name>``, its parent opened one
-        component at a time without following symlinks (``ELOOP`` when one was planted or swapped in
-        after the chunk's ancestor check), and kept open while the caller writes, renames and sets
-        times there; the plain path where nothing is held (a fresh destination, a top-level entry)."""
-        parent_rel, _, name = rel.rpartition(b"/")
-        if self._held is None or not parent_rel:
-            yield self.path(rel)
-            return
-        parent = self._held.handle(parent_rel)
-        try:
-            yield b"/proc/self/fd/%d/%s" % (parent.fd, name)
-        finally:
-            parent.release()
 
     def temp(self, rel: bytes) -> bytes:
         return temp_of(self.path(rel), self.spec.token)
@@ -345,11 +307,118 @@ class LocalDestination(_Destination):
         os.makedirs(os.path.dirname(self.path(e.out_rel)), 0o700, exist_ok=True)
         return True
 
-    def write_file(self, src: Source, e: Entry, dirs: OpenDirs | None) -> None:
+    def copy_batch(self, src: Source, entries: list[Entry], pool: Executor) -> list[str | BaseException]:
+        """From a local source, the chunk's regular files go to the native core in one call (which
+        opens every parent down from the root with ``O_NOFOLLOW``); the rest (symlinks, special
+        files, files from fsspec) one by one on the pool, into an existing destination through
+        parents held the same way for the whole chunk (:meth:`_pinned`)."""
+        if not self.spec.check_existing:
+            return self._copy_batch(src, entries, pool)
+        self._held = OpenDirs(os.fsencode(self.spec.dst_root))
+        try:
+            return self._copy_batch(src, entries, pool)
+        finally:
+            self._held.close()
+            self._held = None
+
+    @contextlib.contextmanager
+    def _pinned(self, rel: bytes) -> Iterator[bytes]:
+        """The path to write ``rel`` through: ``/proc/self/fd/<parent>/<name>``, its parent opened one
+        component at a time without following symlinks (``ELOOP`` when one was planted or swapped in
+        after the chunk's ancestor check), and kept open while the caller writes, renames and sets
+        times there; the plain path where nothing is held (a fresh destination, a top-level entry)."""
+        parent_rel, _, name = rel.rpartition(b"/")
+        if self._held is None or not parent_rel:
+            yield self.path(rel)
+            return
+        parent = self._held.handle(parent_rel)
+        try:
+            yield b"/proc/self/fd/%d/%s" % (parent.fd, name)
+        finally:
+            parent.release()
+
+    def _copy_batch(self, src: Source, entries: list[Entry], pool: Executor) -> list[str | BaseException]:
+        if not isinstance(src, LocalSource):
+            return super().copy_batch(src, entries, pool)
+        files = [i for i, e in enumerate(entries) if e.kind == "file"]
+        others = [i for i, e in enumerate(entries) if e.kind != "file"]
+        results: list[str | BaseException] = ["skip"] * len(entries)
+        for i, result in zip(others, super().copy_batch(src, [entries[i] for i in others], pool), strict=True):
+            results[i] = result
+        for i, result in zip(files, self.copy_local([entries[i] for i in files]), strict=True):
+            results[i] = result
+        return results
+
+    def copy_local(self, entries: list[Entry], retry: bool = True) -> list[str | BaseException]:
+        """Regular files from a local source, in the native core (``cp_files``): ``file``, ``skip``
+        or the error, per entry.  With an ops/s or bandwidth cap, their tokens are taken per
+        ``CORE_BATCH`` files before the call."""
+        spec = self.spec
+        rels = [check_relative(e.rel) for e in entries]  # never '..': the core opens what it is given
+        outs = [check_relative(e.out_rel) for e in entries]
+        temps = [temp_name(out.rpartition(b"/")[2], spec.token) for out in outs]
+        sizes, mtimes = [e.size for e in entries], [e.mtime_ns for e in entries]
+        on_exist = {"error": 0, "skip": 1, "overwrite": 2}[spec.on_exist]
+        src_root, dst_root = os.fsencode(spec.src_root), os.fsencode(spec.dst_root)
+        step = CORE_BATCH if ops_capped() or bytes_capped() else max(1, len(entries))
+        results: list[str | BaseException] = []
+        for lo in range(0, len(entries), step):
+            hi = min(len(entries), lo + step)
+            take_ops(hi - lo)
+            take_bytes(sum(size or 0 for size in sizes[lo:hi]))
+
+            def call(fan: int, lo: int = lo, hi: int = hi) -> tuple[bytes, list[int]]:
+                return _native.cp_files(
+                    src_root,
+                    dst_root,
+                    rels[lo:hi],
+                    outs[lo:hi],
+                    temps[lo:hi],
+                    sizes[lo:hi],
+                    mtimes[lo:hi],
+                    spec.follow_symlinks,
+                    spec.preserve,
+                    spec.inplace,
+                    spec.check_existing,
+                    on_exist,
+                    _umask(),
+                    fan,
+                )
+
+            status, errnos = fanned(spec.threads, hi - lo, call)
+            for e, code, err in zip(entries[lo:hi], status, errnos, strict=True):
+                results.append(self._result(e, code, err))
+        again = [i for i, r in enumerate(results) if r is _NO_PARENT]
+        if again and retry and spec.make_parents:
+            for i in again:
+                self.make_parent(entries[i])
+            for i, result in zip(again, self.copy_local([entries[i] for i in again], retry=False), strict=True):
+                results[i] = result
+        return [FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT)) if r is _NO_PARENT else r for r in results]
+
+    def _result(self, e: Entry, code: int, err: int) -> str | BaseException:
+        """What the core's status code (``native/src/copy.rs``) means for ``e``."""
+        if code == CP_COPIED:
+            return "file"
+        if code == CP_SKIP:
+            return "skip"
+        if code == CP_DIFFERS:
+            return FileExistsError(self.differs(e))
+        if code == CP_NO_PARENT:
+            return _NO_PARENT
+        return OSError(err, os.strerror(err))
+
+    def write_file(self, src: Source, e: Entry) -> None:
+        """One file (a symlink copied as its target, ``-L``): from a local source in the core."""
+        if isinstance(src, LocalSource):
+            result = self.copy_local([e])[0]
+            if isinstance(result, BaseException):
+                raise result
+            return
         with self._pinned(e.out_rel) as dst:
             tmp = dst if self.spec.inplace else temp_of(dst, self.spec.token)
             try:
-                e = src.fill(self, e, tmp, dirs)
+                e = src.fill(self, e, tmp)
                 if e.mtime_ns is not None:
                     os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns))  # after close: NFS flushes on close
                 if tmp != dst:
@@ -502,7 +571,7 @@ class FsspecDestination(_Destination):
     def make_parent(self, e: Entry) -> bool:
         return False
 
-    def write_file(self, src: Source, e: Entry, dirs: OpenDirs | None) -> None:
+    def write_file(self, src: Source, e: Entry) -> None:
         """One PUT (or a multipart upload s3fs completes at close) is atomic: no temp name there."""
         dst = self.path(e.out_rel)
         target = os.fsdecode(temp_of(os.fsencode(dst), self.spec.token)) if self.has_dirs else dst

@@ -1,52 +1,65 @@
-"""Listing local and mounted file systems (NFS, Lustre, CephFS, GlusterFS) with scandir + lstat.
+"""Scanning local and mounted file systems (NFS, Lustre, CephFS, GlusterFS) on the compiled core.
 
-Everything is bytes, so names that are not valid UTF-8 survive exactly.  Symlinks are never
-followed: ``lstat`` decides what is a directory, so a link to a directory (or a link loop) is
-recorded as a symlink and not descended into.
+Each directory is opened once, relative to its parent while that is still open
+(``operators.dirfd``: why, with measurements), and handed to the core (``operators._native``,
+``native/src/scan.rs``), which lists it and ``fstatat``s its entries relative to its descriptor
+without the interpreter lock, writing their rows as Arrow columns into the task's :class:`Sink`.
+Python sees one call per step of a directory (up to :data:`STEP_ENTRIES` entries) and one tuple
+per subdirectory, never an object per file.
 
-Each directory is opened once, relative to its parent while that is still open, and its entries
-are stat-ed relative to it (``operators.dirfd``: why, with measurements).
-The first entries of a directory go out in small batches, so even a lone directory (a deep
-chain, a narrow frontier) spreads its stats over many threads; later ones in large batches.
+Everything is bytes, so names that are not valid UTF-8 survive exactly (``path_raw``).  Symlinks
+are never followed: ``lstat`` decides what is a directory, so a link to a directory (or a link
+loop) is recorded as a symlink and not descended into.
+
+On a network mount a step's stats fan out over the core's own threads (:data:`NETWORK_WIDTH` per
+step, in chunks of :data:`NETWORK_CHUNK`), so the operations in flight are many times the Python
+threads the auto-tuned pool runs; on a local disk a step stays on its thread unless the directory
+is big.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import stat as st
 from concurrent.futures import Executor
+
+import operators._native as _native
 
 from .checksum import OPEN_FILE, checksum_and_close
 from .dirfd import OpenDirs
-from .names import join
-from .ratelimit import take_ops
-from .rows import Row, dir_row, error_row, row_from_stat
+from .mounts import is_network
+from .prune import DROP, Prune
+from .ratelimit import ops_capped, take_ops
+from .rows import Row, error_row
 from .walk import DirItem, Listing
 
-SMALL_BATCH = 8  # stats per job for a directory's first SPREAD entries
-SPREAD = 256
-STAT_BATCH = 256  # stats per job after that: fewer, larger jobs for big directories
+STEP_ENTRIES = 65_536  # entries per core call: a huge directory is written out as it goes
+LOCAL_CHUNK, LOCAL_WIDTH = 1024, 2  # local disk: only a big directory spreads over a second thread
+NETWORK_CHUNK, NETWORK_WIDTH = 4, 16  # network mount: up to 16 stats in flight per Python job
+# Local disk: a step walks on below its directory, depth first, until this many entries are written,
+# so a tree of small directories costs one Python job per few thousand entries, not one per directory.
+# Not on a network mount (there the walk spreads directories over many jobs in flight) nor with a
+# prune (the walk decides which directories are entered).
+DESCEND = 4096
+CAPPED_CHUNK = 1  # under an ops/s cap: a token per entry before its stat, as evenly as the Python path paced them
 
 
 class LocalLister:
-    """Lists a directory relative to its open descriptor and hands its entries to :meth:`batch`
-    in jobs on the pool: the seam a remover (``operators.remove``) or a native core replaces.
+    """A ``walk`` Lister on the core: rows go to :attr:`sink` (the walk's ``RowBuffer`` takes them),
+    directories come back to the walk as ``DirItem``s with their row.
 
-    Class attributes say how a subclass differs: ``follow_root`` (the scan follows a root that is
-    a symlink, like ``find -H``; a remover never does), ``dirs_by_type`` (queue directories the
-    listing's ``d_type`` names without a stat of their own), and the batch sizes.
+    ``prune`` drops non-directories by path in the core's steps (directories are the walk's to
+    decide, before they are listed).
     """
 
-    follow_root = True
-    dirs_by_type = False
-    small_batch = SMALL_BATCH
-    spread = SPREAD
-    large_batch = STAT_BATCH
-
-    def __init__(self, root: str | bytes) -> None:
+    def __init__(self, root: str | bytes, prune: Prune | None = None) -> None:
         self.root = os.fsencode(root).rstrip(b"/") or b"/"
-        self._open = OpenDirs(self.root, follow_root=self.follow_root)
+        self._open = OpenDirs(self.root, follow_root=True)  # a root that is a symlink is followed (find -H)
+        self.sink = _native.Sink()
+        network = is_network(os.fsdecode(self.root))
+        self.chunk, self.width = (NETWORK_CHUNK, NETWORK_WIDTH) if network else (LOCAL_CHUNK, LOCAL_WIDTH)
+        self.descend = 0 if network or (prune is not None and prune.active) else DESCEND
+        self._keep = _keeper(prune) if prune is not None and prune.needs_tree_walk else None
 
     def close(self) -> None:
         """Close the directories kept open for relative lookups (the end of a task)."""
@@ -55,14 +68,6 @@ class LocalLister:
     def root_error_row(self, error: BaseException) -> Row:
         return error_row(b".", "directory", error)
 
-    def open_failed(self, rel: bytes, exc: OSError, listing: Listing) -> None:
-        """A directory could not be opened: gone, or replaced by a file or a symlink (never followed),
-        is a vanished directory; anything else is its error."""
-        if isinstance(exc, FileNotFoundError | NotADirectoryError) or (rel and exc.errno == errno.ELOOP):
-            listing.vanished = True
-        else:
-            listing.error = exc
-
     def list_dir(self, item: DirItem, pool: Executor) -> Listing:
         rel = item[0]
         assert isinstance(rel, bytes)
@@ -70,75 +75,47 @@ class LocalLister:
         try:
             handle = self._open.open(rel)
         except OSError as exc:
-            self.open_failed(rel, exc, listing)
+            # gone, or replaced by a file or a symlink (never followed): a vanished directory
+            if isinstance(exc, FileNotFoundError | NotADirectoryError) or (rel and exc.errno == errno.ELOOP):
+                listing.vanished = True
+            else:
+                listing.error = exc
             return listing
-        batch: list[tuple[bytes, bool]] = []
-        seen = 0
         try:
-            with os.scandir(handle.fd) as it:  # names come back as str (surrogateescape) from a descriptor
-                for entry in it:
-                    name = os.fsencode(entry.name)
-                    try:
-                        is_dir = entry.is_dir(follow_symlinks=False)
-                    except OSError:
-                        is_dir = False  # the stat in the batch decides
-                    if is_dir and self.dirs_by_type:
-                        listing.subdirs.append(self.subdir(join(rel, name), entry))
-                        continue
-                    batch.append((name, is_dir))
-                    seen += 1
-                    if len(batch) >= (self.small_batch if seen <= self.spread else self.large_batch):
-                        listing.pending.append(handle.submit(pool, self.batch, rel, batch))
-                        batch = []
-        except FileNotFoundError:
-            listing.vanished = True
+            scan = _native.DirScan(handle.fd, rel)
         except OSError as exc:
             listing.error = exc
-        try:
-            rows, subdirs = self.batch(handle.fd, rel, batch)
+            return listing
         finally:
             handle.release()
-        listing.rows = rows
+        return self._step(scan, listing, pool)
+
+    def _step(self, scan: _native.DirScan, listing: Listing, pool: Executor) -> Listing:
+        """One core call on ``scan``; a directory not done goes on in a job of its own."""
+        take, chunk = (take_ops, min(self.chunk, CAPPED_CHUNK)) if ops_capped() else (None, self.chunk)
+        step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, self.descend)
+        counts, samples, subdirs, err, done = step
+        listing.counts.append((counts, samples))
         listing.subdirs.extend(subdirs)
+        if err == errno.ENOENT:
+            listing.vanished = True
+        elif err:
+            listing.error = OSError(err, os.strerror(err))
+        if not done:
+            rest = Listing(listing.item)
+            listing.final = False  # the directory's own row comes with its last step
+            listing.pending.append(pool.submit(self._step, scan, rest, pool))
         return listing
-
-    def subdir(self, child: bytes, entry: os.DirEntry) -> DirItem:
-        """A directory the listing's ``d_type`` names (``dirs_by_type``), queued without a stat."""
-        return child, dir_row(child)
-
-    def batch(self, dir_fd: int, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
-        """What is done to a batch of a directory's entries: the scan stats them."""
-        return self.stat_batch(dir_fd, rel, names)
-
-    def stat_batch(self, dir_fd: int, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
-        """Rows for ``names`` in directory ``rel``, stat-ed relative to its descriptor ``dir_fd``."""
-        rows: list[Row] = []
-        subdirs: list[DirItem] = []
-        for name, looked_like_dir in names:
-            path = join(rel, name)
-            take_ops()
-            try:
-                s = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # vanished since the listing: no phantom row
-            except OSError as exc:
-                rows.append(error_row(path, "directory" if looked_like_dir else "other", exc))
-                continue
-            if st.S_ISDIR(s.st_mode):
-                subdirs.append((path, row_from_stat(path, s)))
-                continue
-            target = None
-            if st.S_ISLNK(s.st_mode):
-                try:
-                    target = os.readlink(name, dir_fd=dir_fd)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    rows.append(error_row(path, "symlink", exc))
-                    continue
-            rows.append(row_from_stat(path, s, target))
-        return rows, subdirs
 
     def checksum(self, rel: bytes, algorithm: str) -> str:
         """A file's checksum, opened relative to its parent directory (kept open, or opened once)."""
         return checksum_and_close(self._open.open_file(rel, OPEN_FILE), algorithm)
+
+
+def _keeper(prune: Prune):
+    """What the core asks of a prune for a chunk of non-directories: keep each path or not."""
+
+    def keep(paths: list[str]) -> list[bool]:
+        return [prune.decide(p, False) != DROP for p in paths]
+
+    return keep

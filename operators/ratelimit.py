@@ -159,6 +159,16 @@ def take_ops(n: int = 1) -> None:
         bucket.take(n)
 
 
+def ops_capped() -> bool:
+    """Whether this process has an ops/s cap to honour (the core then calls :func:`take_ops` per chunk)."""
+    return _ops is not None
+
+
+def bytes_capped() -> bool:
+    """Whether this process has a bandwidth cap (cp then takes tokens per batch of files)."""
+    return _bytes is not None
+
+
 def take_bytes(n: int) -> None:
     """Account for ``n`` bytes of data about to be read."""
     bucket = _bytes

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
@@ -33,8 +32,7 @@ from .concurrency import in_flight_cap
 from .names import to_bytes
 from .pool import get_pool
 from .prune import STOP, Prune
-from .ratelimit import take_ops
-from .removers import BATCH, Entry, FsspecRemover, LocalRemover
+from .removers import Entry, FsspecRemover, LocalRemover
 from .rm_counts import FAILED, SAMPLES, RmCounts
 from .rows import Row
 from .safety import check_paths
@@ -128,6 +126,7 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
         )
     finally:
         lister.close()
+    counts.add(lister.counts, spec.sample_limit)  # what the lister removed without rows (the native core)
     kept = ancestors(lister.kept)
     blocked = set()
     for rel in [r for r, _ in frontier] + failed_dirs:
@@ -141,7 +140,7 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
     for rel in done:
         by_depth.setdefault(rel.count(b"/") + 1 if rel else 0, []).append(rel)
     for depth in sorted(by_depth, reverse=True):  # deepest level first, each level in parallel
-        counts.add(_batched(spec, pool, lambda b: remover.rmdirs(b, False), by_depth[depth]), spec.sample_limit)
+        counts.add(remover.rmdir_chunk(by_depth[depth], False), spec.sample_limit)
     return TreeChunkResult(counts, left, frontier, tally.entries, time.monotonic() - start, sorted(kept))
 
 
@@ -162,26 +161,12 @@ def ancestors(rels: set[bytes]) -> set[bytes]:
 
 def rmdir_entries(spec: RemoveSpec, rels: list[bytes], check: bool = True) -> RmCounts:
     """Remove a chunk of directories of one depth level (manifest mode and the driver's last pass)."""
-    remover = spec.remover()
-    return _batched(spec, spec.pool(), lambda b: remover.rmdirs(b, check), rels)
+    return spec.remover().rmdir_chunk(rels, check)
 
 
 def unlink_entries(spec: RemoveSpec, entries: list[Entry]) -> RmCounts:
     """Remove a chunk of non-directory manifest rows; rows that changed since the scan are skipped."""
-    return _batched(spec, spec.pool(), spec.remover().unlink, entries)
-
-
-def _batched(spec: RemoveSpec, pool: Executor, fn: Callable[[list], RmCounts], items: list) -> RmCounts:
-    """``fn`` over ``items`` in batches of ``BATCH`` on the pool, the counts added up."""
-
-    def one(batch: list) -> RmCounts:
-        take_ops(len(batch))
-        return fn(batch)
-
-    counts = RmCounts()
-    for job in [pool.submit(one, items[i : i + BATCH]) for i in range(0, len(items), BATCH)]:
-        counts.add(job.result(), spec.sample_limit)
-    return counts
+    return spec.remover().unlink_chunk(entries)
 
 
 # ---------------------------------------------------------------- manifest rows as the driver ships them

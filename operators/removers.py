@@ -1,43 +1,43 @@
 """Where removing happens: one backend per kind of file system, chosen once per task.
 
 A backend lists a tree while removing it (:meth:`tree_lister`, a ``walk`` Lister), unlinks a
-batch of manifest rows (:meth:`unlink`) and removes a batch of directories (:meth:`rmdirs`).
-:class:`LocalRemover` works relative to open directory descriptors on local and mounted file
-systems (its tree lister is the scan's ``LocalLister`` with an unlink per batch: the seam a native
-core can replace); :class:`FsspecRemover` deletes through fsspec, in bulk requests.
+chunk of manifest rows (:meth:`unlink_chunk`) and removes a chunk of directories
+(:meth:`rmdir_chunk`).  :class:`LocalRemover` hands whole chunks (and each listed directory) to
+the native core (``operators._native``, ``native/src/remove.rs``), which works relative to open
+directory descriptors without the interpreter lock and keeps many operations in flight on its own
+threads (``operators.concurrency.fanned``); :class:`FsspecRemover` deletes through fsspec, in bulk
+requests, batches spread over the process's pool.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import stat as st
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+import operators._native as _native
+
+from .concurrency import fanned
 from .dirfd import OpenDirs
-from .local_scan import LocalLister
-from .names import decode, join, to_bytes
+from .names import check_relative, decode, join, to_bytes
 from .prune import DROP
-from .ratelimit import take_ops
+from .ratelimit import ops_capped, take_ops
 from .remote_scan import FLAT_PROTOCOLS, FsspecLister
 from .rm_counts import CHANGED, FAILED, NONEMPTY, RmCounts
-from .rows import Row, dir_row, error_row, row_from_stat, type_of_mode, with_error
+from .rows import Row, dir_row, error_row, with_error
 from .safety import resolve_under
 from .walk import DirItem, Listing
 
 if TYPE_CHECKING:
-    from .prune import Prune
     from .remove import RemoveSpec
 
 BATCH = 64  # entries per pool job: a few syscalls each, so jobs stay cheap to schedule
 S3_BATCH = 1000  # keys per bulk delete request
 
 P = TypeVar("P", bytes, str)  # where an entry is: a local path, or a URL
-T = TypeVar("T")
 
 # one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns)
 Entry = tuple[str, bytes | None, str, int | None, int | None]
@@ -89,113 +89,96 @@ class _Remover(Generic[P]):
         raise NotImplementedError
 
 
-class LocalRemover(_Remover[bytes]):
-    """Removing on a local or mounted file system; symlinks are never followed.
-
-    Every manifest row is reached relative to its parent directory, opened down from the root one
-    component at a time with ``O_NOFOLLOW`` (``operators.dirfd``): a directory swapped for a symlink
-    after the scan (even after the driver's safety check) makes its rows fail, never leads the
-    ``unlink``/``rmdir`` out of the tree.
-    """
+class LocalRemover:
+    """Removing on a local or mounted file system, in the native core (``operators._native``):
+    whole chunks per call, relative to directory descriptors, symlinks never followed."""
 
     def __init__(self, spec: RemoveSpec) -> None:
         self.spec = spec
-        self._local = threading.local()  # one OpenDirs per batch: batches run on the pool at once
 
     def tree_lister(self) -> LocalTreeRemover:
-        return LocalTreeRemover(self.spec.root_bytes, self.spec.dry_run, self.spec.prune)
+        return LocalTreeRemover(self.spec)
 
-    def unlink(self, entries: list[Entry]) -> RmCounts:
-        with self._opened():
-            return super().unlink(entries)
-
-    def locate(self, rel: bytes) -> bytes:
-        resolve_under(self.spec.root_bytes, rel)  # a relative path, no ".."
-        return rel
-
-    def look(self, rel: bytes) -> tuple[str, int | None, int | None]:
-        s = self._at(rel, _lstat_at)
-        return type_of_mode(s.st_mode), s.st_size, s.st_mtime_ns
-
-    def unlink_now(self, found: list[tuple[bytes, bytes, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
-        return [(rel, size) for rel, where, size in found if counts.tried(rel, self._at, where, _unlink_at)[0]]
-
-    def rmdirs(self, rels: list[bytes], check: bool) -> RmCounts:
-        """Remove a batch of directories of one depth level; ``check``: only if still directories."""
-        with self._opened():
-            return self._rmdirs(rels, check)
-
-    def _rmdirs(self, rels: list[bytes], check: bool) -> RmCounts:
+    def unlink_chunk(self, entries: list[Entry]) -> RmCounts:
+        """Remove non-directory manifest rows, skipping those that changed since the scan."""
         spec = self.spec
+        rels = [check_relative(to_bytes(e[0], e[1])) for e in entries]  # refuses '..' and absolute paths
+        kinds = bytes(KIND_CODES.get(e[2], 255) for e in entries)
+        sizes, mtimes = [e[3] for e in entries], [e[4] for e in entries]
         counts = RmCounts()
-        root = spec.root_bytes
-        for rel in rels:
-            if rel:
-                resolve_under(root, rel)
-            if check and not spec.ignore_changes:
-                _, s = counts.tried(rel, self._at, rel, _lstat_at) if rel else counts.tried(rel, os.lstat, root)
-                if s is None:
-                    continue
-                if not st.S_ISDIR(s.st_mode):
-                    counts.problem(rel, CHANGED, "no longer a directory")
-                    continue
-            if spec.dry_run:
-                counts.removed_dirs += 1
-                counts.sample(rel, spec.sample_limit)
-                continue
-            try:
-                if rel:
-                    self._at(rel, _rmdir_at)
-                else:
-                    os.rmdir(root)
-                counts.removed_dirs += 1
-            except FileNotFoundError:
-                counts.skipped_missing += 1
-            except OSError as exc:
-                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    counts.problem(rel, NONEMPTY, "directory not empty: left in place")
-                elif exc.errno == errno.ENOTDIR:
-                    counts.problem(rel, CHANGED, "no longer a directory")
-                else:
-                    counts.problem(rel, FAILED, exc)
+        for lo, hi in _spans(len(rels)):
+
+            def call(fan: int, lo: int = lo, hi: int = hi) -> _native.RmBatch:
+                return _native.rm_unlink_rels(
+                    spec.root_bytes,
+                    rels[lo:hi],
+                    kinds[lo:hi],
+                    sizes[lo:hi],
+                    mtimes[lo:hi],
+                    not spec.ignore_changes,
+                    spec.dry_run,
+                    fan,
+                    spec.sample_limit,
+                )
+
+            _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=False)
         return counts
 
-    @contextlib.contextmanager
-    def _opened(self) -> Iterator[None]:
-        self._local.dirs = OpenDirs(self.spec.root_bytes)
-        try:
-            yield
-        finally:
-            self._local.dirs.close()
-            self._local.dirs = None
+    def rmdir_chunk(self, rels: list[bytes], check: bool) -> RmCounts:
+        """Remove directories of one depth level (``b""``: the root); ``check``: only if still directories."""
+        spec = self.spec
+        rels = [check_relative(rel) if rel else rel for rel in rels]
+        counts = RmCounts()
+        for lo, hi in _spans(len(rels)):
 
-    def _at(self, rel: bytes, fn: Callable[[bytes, int], T]) -> T:
-        """``fn(name, parent_fd)`` for ``rel``; a parent reached through a symlink is refused."""
-        parent_rel, _, name = rel.rpartition(b"/")
-        try:
-            parent = self._local.dirs.handle(parent_rel)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise OSError(
-                    exc.errno, "a directory above it is no longer a directory (a symlink?): left alone"
-                ) from None
-            raise
-        try:
-            return fn(name, parent.fd)
-        finally:
-            parent.release()
+            def call(fan: int, lo: int = lo, hi: int = hi) -> _native.RmBatch:
+                return _native.rm_rmdir_rels(
+                    spec.root_bytes,
+                    rels[lo:hi],
+                    check and not spec.ignore_changes,
+                    spec.dry_run,
+                    fan,
+                    spec.sample_limit,
+                )
+
+            _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=True)
+        return counts
 
 
-def _lstat_at(name: bytes, fd: int) -> os.stat_result:
-    return os.stat(name, dir_fd=fd, follow_symlinks=False)
+KIND_CODES = {"file": 0, "directory": 1, "symlink": 2, "other": 3}  # as operators._native reads them
+STATUSES = (FAILED, CHANGED, NONEMPTY)  # the core's status codes, in order
 
 
-def _unlink_at(name: bytes, fd: int) -> None:
-    os.unlink(name, dir_fd=fd)
+def _spans(n: int) -> Iterator[tuple[int, int]]:
+    """Slices of a chunk, one native call each: the whole chunk, or ``BATCH`` entries at a time with
+    their tokens taken first when an ops/s cap is set (so the cap paces the batch, not the chunk)."""
+    if not ops_capped():
+        if n:
+            yield 0, n
+        return
+    for lo in range(0, n, BATCH):
+        hi = min(n, lo + BATCH)
+        take_ops(hi - lo)
+        yield lo, hi
 
 
-def _rmdir_at(name: bytes, fd: int) -> None:
-    os.rmdir(name, dir_fd=fd)
+def _problem(errno_: int, message: str | None) -> BaseException | str:
+    return message if message else OSError(errno_, os.strerror(errno_))
+
+
+def _add_batch(counts: RmCounts, rels: list[bytes], result: _native.RmBatch, limit: int, dirs: bool) -> None:
+    """Fold what ``rm_unlink_rels``/``rm_rmdir_rels`` returned into ``counts``."""
+    removed, nbytes, missing, problems, samples = result
+    if dirs:
+        counts.removed_dirs += removed
+    else:
+        counts.removed_files += removed
+        counts.bytes += nbytes
+    counts.skipped_missing += missing
+    for index, status, errno_, message in problems:
+        counts.problem(rels[index], STATUSES[status], _problem(errno_, message))
+    for index in samples:
+        counts.sample(rels[index], limit)
 
 
 class FsspecRemover(_Remover[str]):
@@ -204,6 +187,12 @@ class FsspecRemover(_Remover[str]):
     def __init__(self, spec: RemoveSpec) -> None:
         self.spec = spec
         self.fs = spec.filesystem()
+
+    def unlink_chunk(self, entries: list[Entry]) -> RmCounts:
+        return _pooled(self.spec, self.unlink, entries)
+
+    def rmdir_chunk(self, rels: list[bytes], check: bool) -> RmCounts:
+        return _pooled(self.spec, lambda batch: self.rmdirs(batch, check), rels)
 
     def tree_lister(self) -> FsspecTreeRemover:
         return FsspecTreeRemover(self.spec)
@@ -249,29 +238,31 @@ class FsspecRemover(_Remover[str]):
         return counts
 
 
-class LocalTreeRemover(LocalLister):
-    """A ``walk`` Lister that lists like the scan and unlinks each batch of what it lists (only lists,
-    for a dry run): directories go on by their ``d_type``, never through a symlink, root included."""
+class LocalTreeRemover:
+    """A ``walk`` Lister that empties each directory it lists of everything but directories, in the
+    native core (``rm_clear_dir``, one call per directory), and hands the directories to the walk,
+    which opens them relative to their parent with ``O_NOFOLLOW`` (root included): a directory
+    swapped for a symlink is never followed.  Counts and problems gather in :attr:`counts`.
 
-    follow_root = False
-    dirs_by_type = True
-    small_batch = large_batch = BATCH
-    spread = 0
+    With a prune, or an ops/s cap, Python lists the directory (the prune decides per name; the cap
+    is paced per ``BATCH``) and the core removes the names it is given.
+    """
 
-    def __init__(self, root: bytes, dry_run: bool, prune: Prune | None = None) -> None:
-        super().__init__(root)
-        self.dry_run = dry_run
-        self.prune = prune if prune is not None and prune.active else None
+    def __init__(self, spec: RemoveSpec) -> None:
+        self.spec = spec
+        self._open = OpenDirs(spec.root_bytes, follow_root=False)
+        self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
+        self.want_dev = self.prune is not None and self.prune.device is not None  # --one-file-system
         self.kept: set[bytes] = set()  # directories holding a non-directory the prune keeps in place
+        self.counts = RmCounts()
+        self._lock = threading.Lock()
 
-    def subdir(self, child: bytes, entry: os.DirEntry) -> DirItem:
-        """With ``--one-file-system``, the directory's device (one more lstat) for the walk's prune."""
-        if self.prune is None or self.prune.device is None:
-            return child, dir_row(child)
-        try:
-            return child, dir_row(child, entry.stat(follow_symlinks=False).st_dev)
-        except OSError:
-            return child, dir_row(child)  # gone or unreadable: opening it tells
+    def close(self) -> None:
+        """Close the directories kept open for relative opens (the end of a task)."""
+        self._open.close()
+
+    def root_error_row(self, error: BaseException) -> Row:
+        return error_row(b".", "directory", error)
 
     def open_failed(self, rel: bytes, exc: OSError, listing: Listing) -> None:
         if isinstance(exc, FileNotFoundError):
@@ -281,43 +272,82 @@ class LocalTreeRemover(LocalLister):
         else:
             listing.error = exc
 
-    def batch(self, dir_fd: int, rel: bytes, names: list[tuple[bytes, bool]]) -> tuple[list[Row], list[DirItem]]:
-        if self.prune is None:
-            return self.unlink_batch(dir_fd, rel, [name for name, _ in names])
-        go = []
-        for name, _ in names:  # never unlinked: the walk's prune would see the row only after
-            if self.prune.decide(decode(join(rel, name))[0], False) == DROP:
-                self.kept.add(rel)
+    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
+        rel = item[0]
+        assert isinstance(rel, bytes)
+        listing = Listing(item)
+        try:
+            handle = self._open.open(rel)
+        except OSError as exc:
+            self.open_failed(rel, exc, listing)
+            return listing
+        try:
+            if self.prune is None and not ops_capped():
+                self._clear(handle.fd, rel, None, listing)
             else:
-                go.append(name)
-        return self.unlink_batch(dir_fd, rel, go)
+                names = self._names(handle.fd, rel, listing)
+                for lo in range(0, len(names), BATCH):
+                    take_ops(min(BATCH, len(names) - lo))
+                    self._clear(handle.fd, rel, names[lo : lo + BATCH], listing)
+        finally:
+            handle.release()
+        return listing
 
-    def unlink_batch(self, fd: int, rel: bytes, names: list[bytes]) -> tuple[list[Row], list[DirItem]]:
-        rows: list[Row] = []
-        subdirs: list[DirItem] = []
-        for name in names:
-            path = join(rel, name)
-            take_ops()
-            try:
-                s = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                rows.append(error_row(path, "other", exc))
-                continue
-            if st.S_ISDIR(s.st_mode):  # d_type was unknown, or it was replaced since the listing
-                subdirs.append((path, dir_row(path, s.st_dev)))
-                continue
-            row = row_from_stat(path, s)
-            if not self.dry_run:
-                try:
-                    os.unlink(name, dir_fd=fd)
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    row = with_error(row, exc)
-            rows.append(row)
-        return rows, subdirs
+    def _names(self, fd: int, rel: bytes, listing: Listing) -> list[bytes]:
+        """The non-directories of ``fd`` the prune lets go (directories go to the walk by ``d_type``)."""
+        names = []
+        try:
+            with os.scandir(fd) as it:  # names come back as str (surrogateescape) from a descriptor
+                for entry in it:
+                    name = os.fsencode(entry.name)
+                    if entry.is_dir(follow_symlinks=False):
+                        listing.subdirs.append(self._subdir(fd, rel, name))
+                    elif self.prune is not None and self.prune.decide(decode(join(rel, name))[0], False) == DROP:
+                        self.kept.add(rel)  # never unlinked: the walk's prune would see the row only after
+                    else:
+                        names.append(name)
+        except FileNotFoundError:
+            listing.vanished = True
+        except OSError as exc:
+            listing.error = exc
+        return names
+
+    def _subdir(self, fd: int, rel: bytes, name: bytes) -> DirItem:
+        """A directory to walk, with its device for ``--one-file-system`` (one more lstat)."""
+        child = join(rel, name)
+        if not self.want_dev:
+            return child, dir_row(child)
+        try:
+            return child, dir_row(child, os.stat(name, dir_fd=fd, follow_symlinks=False).st_dev)
+        except OSError:
+            return child, dir_row(child)  # gone or unreadable: opening it tells
+
+    def _clear(self, fd: int, rel: bytes, names: list[bytes] | None, listing: Listing) -> None:
+        spec = self.spec
+        result = fanned(
+            spec.threads,
+            len(names) if names is not None else None,
+            lambda fan: _native.rm_clear_dir(fd, spec.dry_run, self.want_dev, fan, spec.sample_limit, names),
+            count=lambda r: r[1],
+        )
+        list_errno, seen, removed, nbytes, subdirs, problems, samples = result
+        if list_errno == errno.ENOENT:
+            listing.vanished = True
+        elif list_errno:
+            listing.error = OSError(list_errno, os.strerror(list_errno))
+        for name, dev in subdirs:
+            child = join(rel, name)
+            listing.subdirs.append((child, dir_row(child, dev if self.want_dev else None)))
+        # (entries, files, symlinks, other, bytes, errors, pruned, directories) for the walk's tally and budget
+        listing.counts.append(((seen - len(subdirs), removed, 0, 0, nbytes, len(problems), 0, 0), []))
+        with self._lock:
+            counts = self.counts
+            counts.removed_files += removed
+            counts.bytes += nbytes
+            for name, errno_ in problems:
+                counts.problem(join(rel, name), FAILED, OSError(errno_, os.strerror(errno_)))
+            for name in samples:
+                counts.sample(join(rel, name), spec.sample_limit)
 
 
 class FsspecTreeRemover:
@@ -329,6 +359,7 @@ class FsspecTreeRemover:
         self.dry_run = spec.dry_run
         self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
         self.kept: set[bytes] = set()
+        self.counts = RmCounts()  # nothing here: removed keys come back as rows
 
     def root_error_row(self, error: BaseException) -> Row:
         return self.lister.root_error_row(error)
@@ -364,6 +395,20 @@ class FsspecTreeRemover:
         except Exception as exc:  # one bulk request: its failure is every key's
             return [with_error(r, exc) for r in rows], []
         return rows, []
+
+
+def _pooled(spec: RemoveSpec, fn: Callable[[list], RmCounts], items: list) -> RmCounts:
+    """``fn`` over ``items`` in batches of ``BATCH`` on the process's pool, the counts added up."""
+
+    def one(batch: list) -> RmCounts:
+        take_ops(len(batch))
+        return fn(batch)
+
+    counts = RmCounts()
+    pool = spec.pool()
+    for job in [pool.submit(one, items[i : i + BATCH]) for i in range(0, len(items), BATCH)]:
+        counts.add(job.result(), spec.sample_limit)
+    return counts
 
 
 def _changed(entry: Entry, kind: str, size: int | None, mtime_ns: int | None) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .checksum import checksum_remote, fill_rows
+from .checksum import checksum_remote, fill_table
 from .concurrency import in_flight_cap
 from .local_scan import LocalLister
 from .names import to_bytes
@@ -40,7 +40,7 @@ class ScanSpec:
 
     def lister(self):
         if self.protocol in ("file", "local"):
-            return LocalLister(self.root)
+            return LocalLister(self.root, self.prune)
         tree = self.prune is not None and self.prune.needs_tree_walk  # prune prefixes instead of listing them
         return FsspecLister(self.protocol, self.root, self.storage_options, flat=False if tree else None)
 
@@ -60,6 +60,8 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
     check_root(spec.root, spec.root_id)  # an unmounted root would list as empty
     parts: list[str] = []
     lister = spec.lister()
+    if isinstance(lister, LocalLister):  # a step's descent stays a small share of the task's budget
+        lister.descend = min(lister.descend, budget.max_entries // 16)
     sum_failures: list[str] = []
 
     algorithm = spec.checksum or ""  # only called when there is one
@@ -71,9 +73,10 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
 
     def emit(buf: RowBuffer) -> None:
         if len(buf):
-            if spec.checksum:
-                sum_failures.extend(fill_rows(buf.rows, checksum_of))
             table = buf.take_table()
+            if spec.checksum:
+                table, failed = fill_table(table, checksum_of)
+                sum_failures.extend(failed)
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
 
     cap = in_flight_cap(spec.threads)

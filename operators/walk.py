@@ -9,10 +9,11 @@ to list one directory (:class:`Lister`); the scheduling here is shared by all of
 
 from __future__ import annotations
 
+import queue
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,14 +29,22 @@ DirItem = tuple[bytes | str, Row | None]
 
 @dataclass
 class Listing:
-    """What listing one directory produced."""
+    """What listing one directory (or one step of it) produced.
+
+    ``pending`` holds jobs still running: each returns ``(rows, subdirs)`` or a further
+    ``Listing`` (the next step of a big directory).  ``counts`` are tallies of rows a lister wrote
+    to its sink itself (the compiled core), as ``((entries, files, symlinks, other, bytes, errors,
+    pruned, directories), samples)``.  Only the ``final`` step of a directory brings the directory's own row.
+    """
 
     item: DirItem
     vanished: bool = False
     error: BaseException | None = None
     rows: list[Row] = field(default_factory=list)
     subdirs: list[DirItem] = field(default_factory=list)
-    pending: list[Future] = field(default_factory=list)  # stat batches still running -> (rows, subdirs)
+    pending: list[Future] = field(default_factory=list)
+    counts: list[tuple[tuple[int, ...], list[str]]] = field(default_factory=list)
+    final: bool = True
 
 
 class Lister(Protocol):
@@ -75,6 +84,22 @@ class Tally:
             self.errors += 1
             if len(self.error_samples) < 5:
                 self.error_samples.append(f"{row[0]}: {err}")
+
+    def add_counts(self, counts: tuple[int, ...], samples: list[str]) -> None:
+        """Rows counted where they were made (the core): ``(entries, files, symlinks, other, bytes,
+        errors, pruned, directories)`` and error samples."""
+        entries, files, symlinks, other, nbytes, errors, pruned, directories = counts
+        self.directories += directories
+        self.entries += entries
+        self.files += files
+        self.symlinks += symlinks
+        self.other += other
+        self.bytes += nbytes
+        self.errors += errors
+        self.pruned += pruned
+        room = 5 - len(self.error_samples)
+        if room > 0 and samples:
+            self.error_samples.extend(samples[:room])
 
     def add(self, other: Tally) -> None:
         for name in ("entries", "files", "directories", "symlinks", "other", "bytes", "errors", "pruned"):
@@ -122,10 +147,15 @@ def walk(
     (``operators.prune``); ``on_pruned(row, decision)`` hears of every entry left out or not entered.
     """
     tally = Tally()
-    buf = RowBuffer()
+    buf = RowBuffer(getattr(lister, "sink", None))  # a lister on the core writes its rows there
     pending: deque[DirItem] = deque(items)
     inflight: set[Future] = set()
+    finished: queue.SimpleQueue[Future] = queue.SimpleQueue()  # O(1) per completion, unlike wait() on the set
     start = time.monotonic()
+
+    def submit(fut: Future) -> None:
+        inflight.add(fut)
+        fut.add_done_callback(finished.put)
 
     def stop() -> bool:
         elapsed = time.monotonic() - start
@@ -167,40 +197,43 @@ def walk(
         if len(buf) >= flush_rows:
             emit(buf)
 
+    def fold(listing: Listing, own: bool) -> None:
+        """A listing's (or a step's) rows, counts and directories; ``own``: its directory's row too."""
+        own_row = None
+        if own:
+            _, own_row = listing.item
+            if listing.vanished:
+                own_row = None
+            elif listing.error is not None:
+                own_row = (
+                    with_error(own_row, listing.error) if own_row is not None else lister.root_error_row(listing.error)
+                )
+        for counts, samples in listing.counts:
+            tally.add_counts(counts, samples)
+        rows, subdirs = sift(listing.rows, listing.subdirs)
+        take(rows + ([own_row] if own_row is not None else []))
+        pending.extend(subdirs)
+        for fut in listing.pending:
+            submit(fut)
+
     while True:
         cap = concurrency() if callable(concurrency) else concurrency
         while pending and len(inflight) < cap and not stop():
             item = pending.popleft()
-            fut = pool.submit(lister.list_dir, item, pool)
-            fut.pfs_kind = "list"  # type: ignore[attr-defined]
-            inflight.add(fut)
+            submit(pool.submit(lister.list_dir, item, pool))
         if not inflight:
             break
-        done, inflight = wait(inflight, return_when=FIRST_COMPLETED)
+        done = [finished.get()]
+        while not finished.empty():
+            done.append(finished.get())
         for fut in done:
-            if getattr(fut, "pfs_kind", "") == "list":
-                listing: Listing = fut.result()
-                _, own_row = listing.item
-                if listing.vanished:
-                    own_row = None
-                elif listing.error is not None:
-                    own_row = (
-                        with_error(own_row, listing.error)
-                        if own_row is not None
-                        else lister.root_error_row(listing.error)
-                    )
-                rows, subdirs = sift(listing.rows, listing.subdirs)
-                take(rows + ([own_row] if own_row is not None else []))
-                pending.extend(subdirs)
-                inflight.update(listing.pending)
-            else:
-                rows, subdirs = sift(*_batch_result(fut))
+            inflight.discard(fut)
+            result = fut.result()
+            if isinstance(result, Listing):  # a listing, or the next step of a big directory
+                fold(result, own=result.final)
+            else:  # a batch job: its rows, and directories it found to walk
+                rows, subdirs = sift(*result)
                 take(rows)
                 pending.extend(subdirs)
     emit(buf)
     return tally, list(pending)
-
-
-def _batch_result(fut: Future) -> tuple[list[Row], list[DirItem]]:
-    """What a lister's batch job returned: its rows, and directories it found to walk."""
-    return fut.result()

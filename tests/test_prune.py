@@ -102,7 +102,8 @@ def test_pruned_subtrees_are_never_opened_or_listed(tmp_path):
     plain = _strace(tmp_path, "scan", str(root), "-o", str(tmp_path / "m1"), *common)
     pruned = _strace(tmp_path, "scan", str(root), "-o", str(tmp_path / "m2"), "--exclude", "skipme/", *common)
     opened = re.compile(r'openat\([^"]*"(skipme|inner\d{3})"')
-    assert len(opened.findall(plain)) == 41  # the control run opens the subtree: the check can fail
+    # the control run opens the subtree (41 directories; a task handed part of it re-opens skipme/ on its way down)
+    assert len(opened.findall(plain)) >= 41
     assert opened.findall(pruned) == []
     dirs_listed = [len(re.findall(r"O_DIRECTORY", log)) for log in (plain, pruned)]
     assert dirs_listed[0] - dirs_listed[1] >= 41

@@ -1,0 +1,68 @@
+"""Types of the compiled core (``native/``, built by maturin into ``operators._native``)."""
+
+from collections.abc import Callable
+
+def version() -> str: ...
+def describe_errno(errno: int) -> str: ...
+def pool_threads() -> int: ...
+
+class Sink:
+    """Manifest rows held as columns by the core until :meth:`take`."""
+
+    def __init__(self) -> None: ...
+    def __len__(self) -> int: ...
+    def take(self) -> tuple[int, dict[str, tuple[bytes | None, ...]], tuple[int, bytes, bytes]]: ...
+
+class DirScan:
+    """One directory listed and stat-ed in steps (``native/src/scan.rs``)."""
+
+    def __init__(self, dir_fd: int, rel: bytes) -> None: ...
+    def step(
+        self,
+        sink: Sink,
+        max_entries: int,
+        chunk: int,
+        width: int,
+        take_ops: Callable[[int], object] | None = None,
+        keep: Callable[[list[str]], list[bool]] | None = None,
+        descend: int = 0,
+    ) -> tuple[tuple[int, int, int, int, int, int, int, int], list[str], list[tuple[bytes, tuple]], int, bool]: ...
+
+# rm (native/src/remove.rs): (removed, bytes, missing, [(index, status, errno, message)], [sample index])
+RmBatch = tuple[int, int, int, list[tuple[int, int, int, str | None]], list[int]]
+
+def rm_clear_dir(
+    dir_fd: int, dry_run: bool, want_dev: bool, fanout: int, sample_limit: int, names: list[bytes] | None = None
+) -> tuple[int, int, int, int, list[tuple[bytes, int]], list[tuple[bytes, int]], list[bytes]]: ...
+def rm_unlink_rels(
+    root: bytes,
+    rels: list[bytes],
+    kinds: bytes,
+    sizes: list[int | None],
+    mtimes: list[int | None],
+    check: bool,
+    dry_run: bool,
+    fanout: int,
+    sample_limit: int,
+) -> RmBatch: ...
+def rm_rmdir_rels(
+    root: bytes, rels: list[bytes], check: bool, dry_run: bool, fanout: int, sample_limit: int
+) -> RmBatch: ...
+
+# cp (native/src/copy.rs): one status byte per file (COPIED, SKIP, ERROR, DIFFERS, DST_PARENT), one errno per file
+def cp_files(
+    src_root: bytes,
+    dst_root: bytes,
+    rels: list[bytes],
+    outs: list[bytes],
+    temps: list[bytes],
+    sizes: list[int | None],
+    mtimes: list[int | None],
+    follow: bool,
+    preserve: bool,
+    inplace: bool,
+    check_existing: bool,
+    on_exist: int,
+    umask: int,
+    fanout: int,
+) -> tuple[bytes, list[int]]: ...
