@@ -24,11 +24,11 @@ import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import duckdb
 import fsspec
 import pyarrow.parquet as pq
-from distributed import Client
 
 from operators.prune import Prune
 from operators.schema import PART_PREFIX, PART_SUFFIX
@@ -42,6 +42,9 @@ from .progress import NullProgress, Reporter
 from .results import JobResult
 from .runtime import job_client
 from .sides import Side, scan_sides
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 CHANGES = ("added", "removed", "changed", "error")
 

@@ -15,12 +15,13 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Iterator
-
-from distributed import Client
-from distributed.diagnostics.plugin import WorkerPlugin
+from typing import TYPE_CHECKING, Any
 
 from operators import concurrency, ratelimit
 from operators.ratelimit import Limits, TokenBucket
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 log = logging.getLogger("pfs.limits")
 
@@ -46,28 +47,47 @@ def _uninstall(job: str, dask_scheduler=None) -> None:
         _BUCKETS.pop((job, kind), None)
 
 
-class _LimitsPlugin(WorkerPlugin):
-    """Points a worker's rate limits at the job's buckets on the scheduler."""
+def _plugin_class() -> Any:
+    """The worker plugin class, made on first use so that a job which never starts a cluster never
+    imports ``distributed`` (0.7 s of a small scan).  Module ``__getattr__`` hands the same class to
+    pickle on the workers, by its name ``dask_pfs.limits._LimitsPlugin``."""
+    made = globals().get("_LimitsPlugin")
+    if made is not None:
+        return made
+    from distributed.diagnostics.plugin import WorkerPlugin
 
-    def __init__(self, job: str, limits: Limits) -> None:
-        self.job = job
-        self.limits = limits
+    class _LimitsPlugin(WorkerPlugin):
+        """Points a worker's rate limits at the job's buckets on the scheduler."""
 
-    def setup(self, worker) -> None:
-        from distributed.utils import sync
+        def __init__(self, job: str, limits: Limits) -> None:
+            self.job = job
+            self.limits = limits
 
-        job, rate = self.job, self.limits
+        def setup(self, worker) -> None:
+            from distributed.utils import sync
 
-        def lease(kind: str, n: float) -> float:
-            try:
-                return sync(worker.loop, worker.scheduler.pfs_lease, job=job, kind=kind, n=n)
-            except Exception:  # scheduler unreachable: pace as if this worker had the whole rate
-                return n / ((rate.ops_per_second if kind == "ops" else rate.bytes_per_second) or n)
+            job, rate = self.job, self.limits
 
-        ratelimit.configure(self.limits, lease=lease)
+            def lease(kind: str, n: float) -> float:
+                try:
+                    return sync(worker.loop, worker.scheduler.pfs_lease, job=job, kind=kind, n=n)
+                except Exception:  # scheduler unreachable: pace as if this worker had the whole rate
+                    return n / ((rate.ops_per_second if kind == "ops" else rate.bytes_per_second) or n)
 
-    def teardown(self, worker) -> None:
-        ratelimit.configure(None)
+            ratelimit.configure(self.limits, lease=lease)
+
+        def teardown(self, worker) -> None:
+            ratelimit.configure(None)
+
+    _LimitsPlugin.__qualname__ = "_LimitsPlugin"
+    globals()["_LimitsPlugin"] = _LimitsPlugin
+    return _LimitsPlugin
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_LimitsPlugin":
+        return _plugin_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextlib.contextmanager
@@ -78,7 +98,7 @@ def job_limits(client: Client, limits: Limits | None) -> Iterator[None]:
         return
     job = f"pfs-limits-{uuid.uuid4().hex[:8]}"
     client.run_on_scheduler(_install, job, limits.ops_per_second, limits.bytes_per_second)
-    client.register_plugin(_LimitsPlugin(job, limits), name=job)
+    client.register_plugin(_plugin_class()(job, limits), name=job)
     log.info("job-wide caps %s held by the scheduler", limits)
     try:
         yield

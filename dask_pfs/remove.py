@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-
-from distributed import Client
+from typing import TYPE_CHECKING
 
 from operators.prune import Prune
 
@@ -32,6 +31,9 @@ from .progress import NullProgress, Reporter
 from .rm_job import CHUNK, Removal, RemoveResult, RemoveTuning
 from .runtime import job_client
 from .sql import Filter
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 @takes_selection("manifest")

@@ -12,9 +12,9 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import fsspec
-from distributed import Client
 
 from operators.journal import Journal
 from operators.names import decode
@@ -42,6 +42,9 @@ from .results import JobResult, ProblemLog
 from .runtime import Submitter, WalkTuning, new_run_id, walk_frontier
 from .sql import Filter
 from .urls import Location, probe, pruned_at, refuse_target, resolve
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 CHUNK = 2000  # manifest rows per unlink / rmdir task
 CHECK_CHUNK = 20_000  # manifest rows per safety-check task (cheap: one lstat per distinct directory)

@@ -25,9 +25,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import Any
-
-from distributed import Client, Future, as_completed
+from typing import TYPE_CHECKING, Any
 
 from operators.root_guard import RootChangedError
 from operators.walk import Budget, DirItem
@@ -35,6 +33,9 @@ from operators.walk import Budget, DirItem
 from .cluster import ClusterOptions, connect, total_task_slots
 from .limits import Limits, job_limits
 from .stall import Watch, storage_gone
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
 
 RETRIES = 2
 PER_SLOT = 2  # tasks in flight per worker thread: one running, one queued behind it
@@ -73,6 +74,8 @@ class Submitter:
         self.limit = self.slots * per_slot
         self.tasks = 0  # submitted so far: the next task's number
         self.inflight = 0  # weight in flight
+        from distributed import as_completed  # here: a job that needs no cluster never imports distributed
+
         self._ac = as_completed(loop=client.loop)
         self._then: dict[Hashable, tuple[int, Callable[[Any], None], Callable[[BaseException], None] | None]] = {}
         self.watch = Watch()  # no task back within the stall timeout: StalledError (dask_pfs.stall)

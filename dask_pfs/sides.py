@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from distributed import Client
 
 from operators.checksum import checksum_table
 from operators.parts import part_name
@@ -25,6 +25,9 @@ from .runtime import Submitter
 from .scanning import scan_tree
 from .sql import Filter
 from .urls import resolve
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 CHUNK_ROWS = 2000  # rows per checksum task
 

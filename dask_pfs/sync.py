@@ -28,8 +28,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from distributed import Client
+from typing import TYPE_CHECKING
 
 from operators.checksum import DEFAULT
 from operators.journal import write_atomic
@@ -50,6 +49,9 @@ from .runtime import job_client
 from .scanning import check_checksum
 from .sides import Side, manifest_side, scan_sides, with_checksums
 from .urls import Location, is_dir, resolve, root_times_from
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 @dataclass(kw_only=True)

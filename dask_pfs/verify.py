@@ -14,9 +14,9 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
-from distributed import Client
 
 from operators.checksum import DEFAULT
 
@@ -30,6 +30,9 @@ from .scanning import check_checksum
 from .sides import Side, manifest_side, scan_sides, with_checksums
 from .sql import Filter, where_filter, write_parquet
 from .sql import connect as locked
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 STATUSES = ("missing", "extra", "different", "error")
 

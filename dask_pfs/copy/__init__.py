@@ -26,8 +26,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-
-from distributed import Client
+from typing import TYPE_CHECKING
 
 from operators.copy import CopySpec
 from operators.copy_plan import ChunkLimits
@@ -52,6 +51,9 @@ from ..urls import Location, make_root, resolve, root_times_from
 from .phases import CopyJob
 from .streaming import Streamer
 from .target import Target, live_target, manifest_target
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 MiB = 1 << 20
 SPLIT_SIZE = 256 * MiB

@@ -14,8 +14,6 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from distributed import Future
-
 from operators.copy import Entry, Outcome, copy_files, copy_part, finish_file
 from operators.copy_multipart import (
     abort_upload,
@@ -29,6 +27,8 @@ from operators.copy_plan import BigFile
 from operators.journal import Journal
 
 if TYPE_CHECKING:
+    from distributed import Future
+
     from .phases import CopyJob
 
 

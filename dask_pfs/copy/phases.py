@@ -16,9 +16,9 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from distributed import Client
 
 from operators.copy import CopySpec, Entry, Outcome, copy_files, link_files, make_dirs, set_dir_meta
 from operators.copy_multipart import has_multipart
@@ -34,6 +34,9 @@ from ..urls import make_root
 from .bigfiles import BigFiles
 from .rows import CopyRows
 from .target import Target
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 DIR_CHUNK = 1_000  # directories per task
 
