@@ -34,9 +34,10 @@ from operators import ratelimit
 from operators.checksum import check_algorithm, checksum_local, checksum_remote, fill_rows
 from operators.concurrency import report as process_concurrency
 from operators.concurrency import summarize
+from operators.mounts import is_network
 from operators.parts import part_name, write_part
 from operators.prune import Prune
-from operators.root_guard import root_id
+from operators.root_guard import RootChangedError, root_id
 from operators.rows import Row, row_from_info, row_from_stat, rows_to_table
 from operators.scan_task import ChunkResult, ScanSpec, scan_chunk
 from operators.walk import Budget, DirItem, Tally
@@ -49,6 +50,7 @@ from .manifest import has_marker, prepare_output, remove_manifest_files, write_m
 from .progress import NullProgress, Reporter
 from .results import JobResult
 from .runtime import Submitter, WalkTuning, new_run_id, walk_frontier
+from .stall import in_thread_within_stall, storage_gone
 from .urls import Location, probe, pruned_at, resolve
 
 if TYPE_CHECKING:
@@ -158,12 +160,19 @@ class TreeScan:
         spec, journal = self.spec, self.journal
         if self.done is not None or self.prior is not None or spec.protocol not in ("file", "local"):
             return
+        if is_network(self.loc.path):
+            # a process that opened files on hung network storage cannot even exit until it answers:
+            # there the driver touches nothing but the root, and the workers walk (dask_pfs.stall)
+            return
         if journal is not None:
             sj.start(journal, self.loc.url, self.out, spec.checksum, spec.prune.describe() if spec.prune else None)
         ratelimit.configure(limits)  # the job's caps, whole, for the one process working
         try:
             items = [_root_item(self.loc)]
-            head = scan_chunk(spec, items, sj.task_id(0, 0), budget)
+            # no worker to lose here: hung storage must still end the job within the stall timeout
+            head = in_thread_within_stall(lambda: scan_chunk(spec, items, sj.task_id(0, 0), budget))
+        except RootChangedError as exc:  # unmounted under the driver's slice
+            raise storage_gone(exc) from exc
         finally:
             ratelimit.configure(None)
         if journal is not None:

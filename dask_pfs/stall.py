@@ -118,3 +118,28 @@ def stalled(seconds: float, inflight: int) -> StalledError:
         f"hangs; stopped (PFS_STALL_TIMEOUT={seconds:g}). What finished is journaled: rerun the same "
         "command with --resume once the storage answers again"
     )
+
+
+def in_thread_within_stall(fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a daemon thread, waited for at most the stall timeout (:class:`StalledError` after).
+
+    For work the driver does itself (its first slice of a scan): a thread stuck on hung storage
+    cannot be interrupted, but a daemon thread does not keep the process from exiting with code 1.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="pfs-driver-slice", daemon=True)
+    t.start()
+    limit = stall_timeout()
+    t.join(limit)
+    if t.is_alive():
+        raise stalled(limit or 0.0, 1)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

@@ -16,6 +16,10 @@ NETWORK_TYPES = frozenset(
 )
 
 
+# FUSE file systems that answer from this host's memory (procfs emulation, desktop portals).
+LOCAL_FUSE = frozenset({"lxcfs", "portal", "gvfsd-fuse", "fuse-overlayfs", "squashfuse"})
+
+
 def _unescape(field: str) -> str:
     """mountinfo escapes space, tab, newline and backslash as octal (``\\040``)."""
     return field.encode().decode("unicode_escape") if "\\" in field else field
@@ -52,8 +56,10 @@ def is_network(path: str | bytes) -> bool:
 
 
 def is_network_type(kind: str | None) -> bool:
-    """``nfs4``, ``lustre``, ``fuse.glusterfs``, ``fuse.sshfs``, ``ceph``... yes; ``ext4``, ``xfs``, ``tmpfs`` no."""
+    """``nfs4``, ``lustre``, ``ceph``, any FUSE file system (``fuse.glusterfs``, ``fuse.sshfs``, ``fuseblk``...)
+    yes; ``ext4``, ``xfs``, ``tmpfs`` no.  Every FUSE request is a round trip to a user-space daemon,
+    most often one that goes over a network: many operations in flight, never a long core step."""
     kind = kind or ""
-    if kind.startswith("fuse."):
-        kind = kind[5:]
+    if kind == "fuseblk" or kind.startswith("fuse."):
+        return kind[5:] not in LOCAL_FUSE
     return kind in NETWORK_TYPES or kind.startswith(("ceph", "nfs", "sshfs"))

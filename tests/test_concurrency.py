@@ -164,7 +164,10 @@ def test_network_storage_is_told_from_the_mount_table(tmp_path):
 
     assert fs_type("/proc/self/status") == "proc"
     assert not is_network("/proc") and not is_network(tmp_path)
-    assert all(is_network_type(t) for t in ("nfs4", "lustre", "ceph", "fuse.glusterfs", "fuse.sshfs", "cifs"))
+    assert all(
+        is_network_type(t)
+        for t in ("nfs4", "lustre", "ceph", "fuse.glusterfs", "fuse.sshfs", "cifs", "fuse.latfs", "fuse.s3fs")
+    )
     assert not any(is_network_type(t) for t in ("ext4", "xfs", "tmpfs", "overlay", "fuse.lxcfs", None))
 
 
