@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
+import os
 import sys
 from collections.abc import Callable
+
+# pfs never does linear algebra; numpy (pulled in by pyarrow) would otherwise start one OpenBLAS
+# thread per core at import, ~0.1 s of CPU in every pfs process and every embedded worker.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
 
@@ -42,7 +48,35 @@ class SizeType(click.ParamType):
 SIZE = SizeType()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+COMMAND_MODULES = {  # subcommand -> module under dask_pfs.commands that registers it
+    "cp": "cp",
+    "diff": "diff",
+    "du": "query",
+    "info": "query",
+    "query": "query",
+    "retire-worker": "workers",
+    "rm": "rm",
+    "scan": "scan",
+    "sync": "sync",
+    "verify": "verify",
+    "workers": "workers",
+}
+
+
+class LazyGroup(click.Group):
+    """Imports a subcommand's module only when that command runs (``pfs scan`` never loads DuckDB)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMAND_MODULES, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"{__package__}.commands.{module}")  # its @cli.command registers it
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="pfs")
 def cli() -> None:
     """Parallel file-system tools: scan trees into Parquet manifests and act on them with Dask."""
@@ -301,8 +335,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run one ``pfs`` command and return its exit code (no process exit: usable in-process)."""
-    from . import commands  # noqa: F401  (registers the subcommands)
-
     try:
         cli.main(args=argv, prog_name="pfs", standalone_mode=False)
     except PfsError as exc:
@@ -351,7 +383,3 @@ def exit_now(code: int) -> None:
     atexit._run_exitfuncs()  # coverage, multiprocessing and logging handlers still run
     logging.shutdown()
     os._exit(code)
-
-
-if __name__ == "__main__":
-    main()

@@ -17,9 +17,8 @@ import socket
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import fsspec
 import pyarrow as pa
 
@@ -30,6 +29,9 @@ from .errors import IncompleteManifestError, PfsError, QueryError
 from .sql import Filter, sql_str, where_filter, write_parquet
 from .sql import connect as locked
 from .version import __version__
+
+if TYPE_CHECKING:
+    import duckdb
 
 JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directory (docs/journal.md)
 BATCH_ROWS = 20_000  # rows per record batch streamed out of DuckDB
@@ -141,6 +143,8 @@ class Manifest:
 
 def connection() -> duckdb.DuckDBPyConnection:
     """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
+    import duckdb
+
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
@@ -186,6 +190,8 @@ class Selection:
         return sql + (f" ORDER BY {order}" if order else "")
 
     def fetch(self, sql: str) -> list[tuple]:
+        import duckdb
+
         try:
             return self.con.execute(sql).fetchall()
         except duckdb.Error as exc:
@@ -214,6 +220,8 @@ class Selection:
 
     def batches(self, sql: str, rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         """Stream the result of ``sql`` in record batches of at most ``rows`` rows."""
+        import duckdb
+
         try:
             reader = self.con.cursor().sql(sql).to_arrow_reader(rows)
         except duckdb.Error as exc:

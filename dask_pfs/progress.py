@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def human_bytes(n: float) -> str:
@@ -85,6 +85,9 @@ class RichProgress:
     """A live status line: entries, bytes, entries/s, errors, elapsed."""
 
     def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console  # only for a terminal: rich costs ~40 ms to import
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
         self.console = console or Console(stderr=True)
         self.progress = Progress(
             SpinnerColumn(),

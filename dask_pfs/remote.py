@@ -33,13 +33,17 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any
-
-from distributed import Client, Event, Variable, get_worker, worker_client
+from typing import TYPE_CHECKING, Any
 
 from .cluster import ClusterOptions, connect, dashboard_link
 from .errors import PfsError
 from .progress import LogProgress, Reporter
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+# distributed is imported inside the functions that use it: a local-driver command (the common
+# case) never needs it unless it starts a cluster, and it costs ~0.35 s to import.
 
 log = logging.getLogger("pfs.job")
 
@@ -139,6 +143,8 @@ def run_engine(spec: JobSpec, client: Client, progress: Reporter) -> dict:
 def orphaned(key: str) -> bool:
     """True when the scheduler released this driver task: no client holds it any more (Ctrl-C'd,
     killed, disconnected) and it is not published.  Dask cannot stop a running task; the driver asks."""
+    from distributed import get_worker
+
     try:
         ts = get_worker().state.tasks.get(key)
     except (ValueError, AttributeError):  # not on a worker, or another worker state API
@@ -150,6 +156,8 @@ class JobProgress:
     """Driver-side reporter: worker log lines, counters into the state record, the cancel check."""
 
     def __init__(self, name: str, key: str, client: Client, interval: float) -> None:
+        from distributed import Event, Variable
+
         self.logger = LogProgress(log, interval)
         self.record = Variable(state_name(name), client=client)
         self.cancel = Event(cancel_name(name), client=client)
@@ -189,6 +197,8 @@ class RemoteConfirm:
     key: str
 
     def __call__(self, message: str) -> bool:
+        from distributed import Event, Variable, worker_client
+
         with worker_client() as client:
             asked = uuid.uuid4().hex
             Variable(state_name(self.name), client=client).set(
@@ -214,6 +224,8 @@ def drive(spec: JobSpec, name: str, interval: float) -> dict:
     finished) sees the record and does not run the engine a second time.  The returned dict is
     the record plus ``value``, the engine's result object (for the CLI, which prints it).
     """
+    from distributed import Event, Variable, get_worker, worker_client
+
     key = str(get_worker().get_current_task())
     with worker_client() as client:
         record = Variable(state_name(name), client=client)
@@ -246,6 +258,8 @@ def describe_error(exc: BaseException) -> str:
 
 def read_record(client: Client, name: str) -> dict:
     """The job's state record, or ``{}`` when there is none (never submitted, or forgotten)."""
+    from distributed import Variable
+
     try:
         return Variable(state_name(name), client=client).get(timeout=RECORD_TIMEOUT) or {}
     except TimeoutError:
@@ -279,6 +293,8 @@ def status(client: Client, name: str, wait_seconds: float = 1.0) -> tuple[str, d
 
 def start(client: Client, name: str, spec: JobSpec, interval: float, key: str | None = None):
     """Start the driver under ``key`` (default: a fresh one); return its future (held by this client only)."""
+    from distributed import Event, Variable
+
     Event(cancel_name(name), client=client).clear()
     key = key or f"{name}-{uuid.uuid4().hex[:8]}"
     Variable(state_name(name), client=client).set({"key": key, "state": "submitted"})
@@ -312,6 +328,8 @@ def release(client: Client, name: str) -> None:
 
 def forget(client: Client, name: str) -> None:
     """Drop everything the job left on the scheduler (after its result was reported)."""
+    from distributed import Variable
+
     release(client, name)
     Variable(state_name(name), client=client).delete()
     Variable(answer_name(name), client=client).delete()
@@ -319,6 +337,8 @@ def forget(client: Client, name: str) -> None:
 
 def cancel(client: Client, name: str) -> bool:
     """Ask the driver to stop and cancel its task; True if there was a job."""
+    from distributed import Event
+
     Event(cancel_name(name), client=client).set()
     if name not in client.list_datasets():
         return False
@@ -401,6 +421,8 @@ def follow(
     confirm: Callable[[str], bool] | None,
 ) -> Any:
     """Start the driver on the cluster, show its progress, answer its questions, return its result."""
+    from distributed import Variable
+
     name = f"pfs-cli-{spec.engine.replace(':', '.')}-{uuid.uuid4().hex[:12]}"
     key = f"{name}-driver"
     kwargs = dict(spec.kwargs)
@@ -453,6 +475,8 @@ def _show(progress: Reporter, shown: str | None, record: dict) -> str:
 def _stop(client: Client, name: str, future) -> None:
     """Ctrl-C: ask the driver to stop, and wait (a second Ctrl-C does not) until it has, so its
     journal is consistent for ``--resume``."""
+    from distributed import Event
+
     print("pfs: stopping the driver on the cluster (Ctrl-C again to leave it)...", file=sys.stderr, flush=True)
     Event(cancel_name(name), client=client).set()
     with contextlib.suppress(Exception):

@@ -31,11 +31,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-import duckdb
-
 from .errors import PfsError
 
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
     from .manifest import Manifest
@@ -102,6 +101,8 @@ def _check(text: Any, option: str, kind: str, wanted: str) -> str | None:
 
 def _refusal(text: str, kind: str) -> str | None:
     """Why ``text`` is not one clause of ``kind`` (None when it is)."""
+    import duckdb
+
     template, neutral, changes = _TEMPLATES[kind]
     if _has_semicolon(text):
         return "';' ends a statement (only one expression is run, never statements)"
@@ -127,6 +128,8 @@ def _refusal(text: str, kind: str) -> str | None:
 
 def _has_semicolon(text: str) -> bool:
     """A ``;`` outside string literals and comments (DuckDB's own tokenizer decides which is which)."""
+    import duckdb
+
     try:
         tokens = duckdb.tokenize(text)
     except duckdb.Error:
@@ -144,6 +147,8 @@ _parser_lock = threading.Lock()
 @functools.cache
 def _parser() -> duckdb.DuckDBPyConnection:
     """A connection used only to parse (``json_serialize_sql``); it reads and runs nothing."""
+    import duckdb
+
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -209,6 +214,8 @@ def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyC
     A local manifest is read from its directory (``Manifest.relation_sql``); one on an object
     store is registered as a pyarrow dataset under the name its ``relation_sql`` gives.
     """
+    import duckdb
+
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
@@ -249,6 +256,8 @@ class _Registered:
 
 def arrow_reader(con: duckdb.DuckDBPyConnection, sql: str, rows: int = BATCH_ROWS) -> pa.RecordBatchReader:
     """The result of ``sql`` as Arrow batches; a DuckDB error becomes a one-line PfsError."""
+    import duckdb
+
     try:
         return con.cursor().sql(sql).to_arrow_reader(rows)
     except duckdb.Error as exc:
@@ -301,6 +310,8 @@ def select_sql(
 
 
 def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelation:
+    import duckdb
+
     try:
         return con.sql(sql)
     except duckdb.Error as exc:

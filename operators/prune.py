@@ -23,8 +23,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
 
-import pathspec
+if TYPE_CHECKING:
+    import pathspec
 
 DROP = "drop"  # left out: no row, never entered
 KEEP = "keep"  # a row; a directory is also entered
@@ -33,6 +35,8 @@ STOP = "stop"  # a directory's row, but not entered (--max-depth reached, anothe
 
 @functools.lru_cache(maxsize=32)
 def _spec(patterns: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
+    import pathspec  # only when patterns are given
+
     return pathspec.GitIgnoreSpec.from_lines(patterns)
 
 
@@ -68,8 +72,9 @@ class Prune:
         if self.max_depth is not None and self.max_depth < 1:
             raise ValueError("--max-depth must be at least 1")
         try:
-            _spec(self.exclude)
-            _spec(self.include)
+            for patterns in (self.exclude, self.include):
+                if patterns:
+                    _spec(patterns)
         except ValueError as exc:  # pathspec's GitWildMatchPatternError
             raise ValueError(f"bad pattern: {exc}") from None
 

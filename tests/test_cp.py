@@ -301,7 +301,6 @@ def test_cli_copy_json_and_refusal(tmp_path):
 def test_cli_help_documents_semantics():
     from click.testing import CliRunner
 
-    import dask_pfs.commands  # noqa: F401  (registers the commands)
     from dask_pfs.cli import cli
 
     out = CliRunner().invoke(cli, ["cp", "--help"]).output

@@ -1,3 +1,4 @@
-"""One module per ``pfs`` subcommand; importing this package registers them all."""
+"""One module per ``pfs`` subcommand, imported on demand by ``dask_pfs.cli.LazyGroup``.
 
-from . import cp, diff, query, rm, scan, sync, verify, workers  # noqa: F401
+Importing this package imports none of them: ``pfs scan`` should not pay for the copy engine.
+"""
