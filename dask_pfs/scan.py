@@ -58,8 +58,8 @@ def scan(
     includes, a maximum depth, one file system); directories it leaves out are never listed.
 
     With neither ``client`` nor a cluster to connect to (an embedded cluster), the driver walks the
-    first slice itself before the cluster starts (``scanning.HEAD_BUDGET``), and a tree that fits is
-    done without one (unless a dashboard is asked for).
+    tree itself before the cluster starts (``dask_pfs.scan_here``), and a tree it finishes within
+    ``scan_here.DRIVER_SECONDS`` is done without one (unless a dashboard is asked for).
     """
     with writer_lock(resolve(os.fspath(out), out_storage_options), "scan into"):  # dask_pfs.locking
         job = TreeScan(
@@ -79,7 +79,7 @@ def scan(
         if client is None:
             cluster = cluster or ClusterOptions.from_env(threads=threads)
             if cluster.embedded and not cluster.dashboard_asked:  # a dashboard asked for needs the cluster
-                job.start_here(limits)
+                job.start_here(limits, progress)
                 if job.done is not None:
                     return job.done
         with job_client(client, cluster, threads, limits) as c:

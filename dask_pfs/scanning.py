@@ -10,10 +10,11 @@ over free task slots, so unbalanced trees (one huge directory, a 200-deep chain)
 busy.  Every finished task is journaled (``dask_pfs.scan_journal``); ``resume`` after a killed
 driver keeps the parts of finished tasks and walks only the frontier they left.
 
-A fresh local scan on an embedded cluster walks its first slice in the driver's own process
-(:meth:`TreeScan.start_here`, task ``0000000``) before any cluster exists: a tree that fits in
-:data:`HEAD_BUDGET` is finished there, with the same parts, marker and journal a cluster run writes,
-and never pays for the scheduler and forked workers; a bigger one hands the cluster its frontier.
+A fresh local scan on an embedded cluster is walked in the driver's own process first
+(:meth:`TreeScan.start_here`, ``dask_pfs.scan_here``: slices journaled as tasks ``0000000``...)
+before any cluster exists: a tree done within ``scan_here.DRIVER_SECONDS`` is finished there, with
+the same parts, marker and journal a cluster run writes, and never pays for the scheduler and
+worker processes; a bigger one hands the cluster its frontier.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from operators.concurrency import summarize
 from operators.mounts import is_network
 from operators.parts import part_name, write_part
 from operators.prune import Prune
-from operators.root_guard import RootChangedError, root_id
+from operators.root_guard import root_id
 from operators.rows import Row, row_from_info, row_from_stat, rows_to_table
 from operators.scan_task import ChunkResult, ScanSpec, scan_chunk
 from operators.walk import Budget, DirItem, Tally
@@ -50,18 +51,13 @@ from .manifest import has_marker, prepare_output, remove_manifest_files, write_m
 from .progress import NullProgress, Reporter
 from .results import JobResult
 from .runtime import Submitter, WalkTuning, new_run_id, walk_frontier
-from .stall import in_thread_within_stall, storage_gone
+from .scan_here import HereResult, walk_here
 from .urls import Location, probe, pruned_at, resolve
 
 if TYPE_CHECKING:
     from distributed import Client
 
 ScanTuning = WalkTuning  # the scan's task sizes
-# The driver's own first slice (start_here): short enough that a big tree's cluster is not held up
-# for long (it starts right after, and the slice's work is kept), long enough that a tree the driver
-# walks faster than a cluster starts never needs one: on the core a warm local walk costs ~3.5 us of
-# CPU an entry in one process, an embedded cluster ~1-2 s of CPU to start and stop (2 cores here).
-HEAD_BUDGET = Budget(max_entries=400_000, max_seconds=1.0, lone_seconds=1.0)
 
 
 @dataclass(kw_only=True)
@@ -118,7 +114,8 @@ class TreeScan:
         self.out_options = out_storage_options
         self.done: ScanResult | None = None
         self.prior: sj.Resumed | None = None
-        self.head: ChunkResult | None = None  # the slice start_here walked in this process
+        self.head: HereResult | None = None  # what start_here walked in this process
+        self.shown: Reporter | None = None  # the progress start_here began (run goes on with it)
         root = probe(loc, follow=True)  # the root may be a symlink (like find -H); nothing below is followed
         if not root.exists:
             raise PfsError(f"{loc.url}: no such file or directory")
@@ -150,12 +147,12 @@ class TreeScan:
             root_id=root_id(loc.path) if loc.is_local else None,  # a task on an unmounted root fails
         )
 
-    def start_here(self, limits: Limits | None = None, budget: Budget = HEAD_BUDGET) -> None:
-        """Walk the first slice of a fresh local scan in this process, as task ``0000000``.
+    def start_here(self, limits: Limits | None = None, progress: Reporter | None = None) -> None:
+        """Walk a fresh local scan in this process (``dask_pfs.scan_here``), before any cluster.
 
-        A tree that fits in ``budget`` is finished here (:attr:`done`: manifest, marker and journal as
-        a cluster run leaves them); else :meth:`run` goes on from the frontier the slice left.  Only
-        for a driver that would start an embedded cluster (the tree is mounted here).
+        A tree done within ``scan_here.DRIVER_SECONDS`` is finished here (:attr:`done`: manifest,
+        marker and journal as a cluster run leaves them); else :meth:`run` goes on from the frontier
+        left.  Only for a driver that would start an embedded cluster (the tree is mounted here).
         """
         spec, journal = self.spec, self.journal
         if self.done is not None or self.prior is not None or spec.protocol not in ("file", "local"):
@@ -166,28 +163,27 @@ class TreeScan:
             return
         if journal is not None:
             sj.start(journal, self.loc.url, self.out, spec.checksum, spec.prune.describe() if spec.prune else None)
+        self.shown = progress = progress or NullProgress()
+        progress.start(f"scan {self.loc.url}")
         ratelimit.configure(limits)  # the job's caps, whole, for the one process working
         try:
-            items = [_root_item(self.loc)]
-            # no worker to lose here: hung storage must still end the job within the stall timeout
-            head = in_thread_within_stall(lambda: scan_chunk(spec, items, sj.task_id(0, 0), budget))
-        except RootChangedError as exc:  # unmounted under the driver's slice
-            raise storage_gone(exc) from exc
+            self.head = head = walk_here(spec, _root_item(self.loc), journal, progress)
+        except BaseException:
+            progress.stop()
+            raise
         finally:
             ratelimit.configure(None)
-        if journal is not None:
-            sj.record(journal, head.task_id, [i[0] for i in items], head)
-        self.head = head
         if head.frontier:
             return
+        progress.stop()
         options = self._options(workers=0, slots=0, run_id=new_run_id(), resumed=0, limits=limits)
         options["concurrency"] = summarize({"driver": process_concurrency()})
         if journal is not None:
             journal.close()
-        self.done = res = self._finish(self.loc.url, head.tally, head.parts, 1, options)
+        self.done = res = self._finish(self.loc.url, head.tally, head.parts, head.tasks, options)
         if journal is not None:
             journal.remove()
-        res.tasks = 1
+        res.tasks = head.tasks
 
     def _options(self, *, workers: int, slots: int, run_id: str, resumed: int, limits: Limits | None) -> dict:
         """The manifest's ``options``: how the scan ran."""
@@ -219,7 +215,7 @@ class TreeScan:
         link = dashboard_link(client)
         if on_dashboard and link:
             on_dashboard(link)
-        progress = progress or NullProgress()
+        progress = self.shown or progress or NullProgress()
         tuning = tuning or ScanTuning()
         spec, journal, prior, head = self.spec, self.journal, self.prior, self.head
         attempt = prior.attempt if prior else 0
@@ -228,7 +224,7 @@ class TreeScan:
         if prior is not None:
             tally.add(prior.tally)
             parts.extend(prior.parts)
-        elif head is not None:  # start_here walked task 0 (and started the journal)
+        elif head is not None:  # start_here walked the first tasks (and started the journal)
             tally.add(head.tally)
             parts.extend(head.parts)
         elif journal is not None:
@@ -250,12 +246,13 @@ class TreeScan:
                 on_parts(result.parts)  # after the next tasks are out: the walk does not wait on it
 
         frontier = deque(prior.frontier if prior else head.frontier if head else [_root_item(self.loc)])
-        progress.start(f"scan {self.loc.url}")
+        if self.shown is None:  # else start_here's bar goes on
+            progress.start(f"scan {self.loc.url}")
         if prior is not None or head is not None:
             progress.update(tally.as_dict())
         try:
             with Submitter(client, "scan", per_slot=tuning.inflight_per_slot) as sub:
-                sub.tasks = 1 if head is not None else 0  # task 0 ran here: numbers (and parts) go on from 1
+                sub.tasks = head.tasks if head is not None else 0  # tasks ran here: numbers (and parts) go on
                 walk_frontier(sub, frontier, tuning, task, fold, after)
         finally:
             if journal is not None:

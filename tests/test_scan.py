@@ -473,3 +473,51 @@ def test_open_dirs_lifts_a_low_soft_limit_on_open_files(tmp_path):
         cwd=Path(__file__).parents[1],
     ).stdout
     assert out.strip() == "4096"
+
+
+def _without_atime(got: dict[str, dict]) -> dict[str, dict]:
+    """Rows less ``atime``: listing a directory (the first scan) moves its atime."""
+    return {path: {k: v for k, v in row.items() if k != "atime"} for path, row in got.items()}
+
+
+def _task_ids(manifest: Path) -> set[str]:
+    return {p.name.split("-")[1] for p in manifest.glob("part-*.parquet")}
+
+
+def test_driver_walks_a_local_tree_in_journaled_slices(tmp_path, dask_client, monkeypatch):
+    """No cluster given: the driver walks the local tree itself (``dask_pfs.scan_here``), slice by
+    slice, each a task with its own parts, and finishes without a worker; rows equal a cluster's."""
+    from dask_pfs import scan_here
+    from dask_pfs.cluster import ClusterOptions
+
+    n = make_balanced(tmp_path / "t", dirs=30, files_per_dir=20)
+    on_cluster = scan(tmp_path / "t", tmp_path / "on-cluster", dask_client, tuning=SMALL_TASKS)
+    expected = _without_atime(rows(Path(on_cluster.manifest)))
+    monkeypatch.setattr(scan_here, "SLICE", Budget(max_entries=100, max_seconds=30, lone_seconds=30))
+    res = scan(tmp_path / "t", tmp_path / "m", cluster=ClusterOptions(workers=1, dashboard=False))
+    info = json.loads((tmp_path / "m" / MARKER_NAME).read_text())
+    assert res.counts["entries"] == n and res.tasks > 1  # several slices (each past its 100 entries)
+    assert info["options"]["workers"] == 0 and info["tasks"] == res.tasks
+    assert _task_ids(tmp_path / "m") == {f"{i:07d}" for i in range(res.tasks)}
+    assert _without_atime(rows(tmp_path / "m")) == expected
+    assert not list((tmp_path / "m").glob(".pfs-journal-*"))  # the journal went with completion
+
+
+def test_driver_hands_its_frontier_to_the_cluster_after_its_time(tmp_path, monkeypatch):
+    """Past ``DRIVER_SECONDS`` the embedded cluster takes over from the frontier the driver left:
+    task numbers go on, nothing is walked twice or missed."""
+    from dask_pfs import scan_here
+    from dask_pfs.cluster import ClusterOptions
+
+    n = make_balanced(tmp_path / "t", dirs=30, files_per_dir=20)
+    monkeypatch.setattr(scan_here, "SLICE", Budget(max_entries=100, max_seconds=30, lone_seconds=30))
+    monkeypatch.setattr(scan_here, "DRIVER_SECONDS", 0.0)  # one slice here, the rest on the cluster
+    res = scan(tmp_path / "t", tmp_path / "m", cluster=ClusterOptions(workers=1, dashboard=False))
+    info = json.loads((tmp_path / "m" / MARKER_NAME).read_text())
+    assert info["options"]["workers"] == 1 and res.tasks >= 2
+    assert "0000000" in _task_ids(tmp_path / "m")  # the driver's slice is kept
+    got = rows(tmp_path / "m")
+    assert len(got) == n and res.counts["entries"] == n
+    assert {p for p in got if p.endswith(".dat")} == {
+        f"d{d:03d}/sub/f{i:04d}.dat" for d in range(30) for i in range(20)
+    }
