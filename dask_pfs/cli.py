@@ -27,7 +27,7 @@ from .errors import PfsError
 from .security import TlsFiles
 from .version import __version__
 
-DRIVERS = ("auto", "local", "cluster")  # where a driver runs: dask_pfs.remote.remote_driver
+DRIVERS = ("auto", "local", "cluster")  # where a driver runs: dask_pfs.remote_cli.remote_driver
 SIZES = "256M = 256*10^6 bytes, 256MiB = 256*2^20 (as dask.utils.parse_bytes)"
 
 
@@ -115,7 +115,7 @@ def pop_scheduler_options(kwargs: dict) -> dict:
 
 
 def driver_option() -> Callable:
-    """``--driver``: where the job's driver runs when a scheduler is given (``dask_pfs.remote``)."""
+    """``--driver``: where the job's driver runs when a scheduler is given (``dask_pfs.remote_cli``)."""
     return click.option(
         "--driver",
         type=click.Choice(DRIVERS),

@@ -45,7 +45,7 @@ class ClusterOptions:
     dashboard: bool | None = None  # embedded cluster: serve the dashboard (None: PFS_DASHBOARD, else a TTY)
     # a running tls:// scheduler: the client's certificates (None: PFS_TLS_* via from_env, or Dask's config)
     security: TlsFiles | Security | None = None
-    # where the driver runs with a scheduler given: auto, local or cluster (dask_pfs.remote.remote_driver)
+    # where the driver runs with a scheduler given: auto, local or cluster (dask_pfs.remote_cli.remote_driver)
     driver: str = "auto"
 
     @property

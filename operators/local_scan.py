@@ -92,8 +92,12 @@ class LocalLister:
 
     def _step(self, scan: _native.DirScan, listing: Listing, pool: Executor) -> Listing:
         """One core call on ``scan``; a directory not done goes on in a job of its own."""
-        take, chunk = (take_ops, min(self.chunk, CAPPED_CHUNK)) if ops_capped() else (None, self.chunk)
-        step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, self.descend)
+        # under an ops/s cap the walk is paced, not CPU-bound: no descent, so a step (and with it a
+        # task's or the driver's slice) never runs for thousands of capped operations past its budget
+        capped = ops_capped()
+        take, chunk = (take_ops, min(self.chunk, CAPPED_CHUNK)) if capped else (None, self.chunk)
+        descend = 0 if capped else self.descend
+        step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, descend)
         counts, samples, subdirs, err, done = step
         listing.counts.append((counts, samples))
         listing.subdirs.extend(subdirs)

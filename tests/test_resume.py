@@ -281,7 +281,9 @@ def test_scan_resume_walks_directories_a_task_handed_back(tmp_path):
 
 def test_scan_driver_killed_then_resume_completes(tmp_path, dask_client):
     src, out = tmp_path / "src", tmp_path / "m"
-    make_balanced(src, dirs=40, files_per_dir=100, size=10)
+    # many small directories: under the ops cap a slice ends ~1 s after it starts (a task's or the
+    # driver's: this local scan is walked by the driver, dask_pfs.scan_here), so ~5 get journaled
+    make_balanced(src, dirs=400, files_per_dir=10, size=10)
     args = ["scan", str(src), "-o", str(out), "--workers", "1", "--json"]
     seen = start_and_kill([*args, "--max-ops-per-second", "1000"], f"{out}/.pfs-journal-*/done.jsonl", 2)
     journal = glob.glob(f"{out}/.pfs-journal-*")

@@ -13,7 +13,8 @@ from ..cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
 from ..copy import CopyResult
 from ..errors import PfsError
 from ..progress import NullProgress, Reporter, describe, human_bytes
-from ..remote import JobSpec, run_job
+from ..remote import JobSpec
+from ..remote_cli import run_job
 
 
 class CopyProgress:

@@ -36,7 +36,8 @@ def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, thre
     Exit codes (like diff): 0 the same; 1 different; 2 trouble (bad input, or entries that
     either side could not read: those are listed as "error", never as removed or added).
     """
-    from ..remote import JobSpec, run_job
+    from ..remote import JobSpec
+    from ..remote_cli import run_job
 
     spec = JobSpec(
         "diff",

@@ -69,7 +69,8 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
     With --scheduler and a manifest only the workers see, the query runs on a worker and its
     rows come back through the scheduler (use --limit); -o is written here.
     """
-    from ..remote import JobSpec, remote_driver, run_job
+    from ..remote import JobSpec
+    from ..remote_cli import remote_driver, run_job
 
     if fmt == "parquet" and not output:
         raise PfsError("--format parquet needs -o FILE")
@@ -177,7 +178,8 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
     if by == "parent" and depth is None:
         depth = 1
     check_where(where)  # refused before any scan
-    from ..remote import JobSpec, run_job
+    from ..remote import JobSpec
+    from ..remote_cli import run_job
 
     spec = JobSpec(f"{__name__}:du_rows", (target, by, depth, where), {"threads": threads})
     report = run_job(spec, cluster, make_reporter(progress), inputs=[target])
@@ -265,7 +267,8 @@ def _looks_like_manifest(path: str) -> bool:
 @reader_options
 def info_cmd(manifest, as_json, cluster) -> None:
     """Show a manifest's completion marker: root, counts, errors, timings."""
-    from ..remote import JobSpec, run_job
+    from ..remote import JobSpec
+    from ..remote_cli import run_job
 
     url, i = run_job(JobSpec(f"{__name__}:marker", (manifest,)), cluster, NullProgress(), inputs=[manifest])
     if as_json:

@@ -83,7 +83,8 @@ def rm_cmd(
         def confirm(message: str) -> bool:
             return click.confirm(message, default=False, err=True)
 
-    from ..remote import JobSpec, run_job
+    from ..remote import JobSpec
+    from ..remote_cli import run_job
 
     spec = JobSpec(
         "remove",

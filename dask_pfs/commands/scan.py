@@ -42,7 +42,8 @@ def scan_cmd(
         if not as_json:
             click.echo(f"dashboard: {link}", err=True)
 
-    from ..remote import JobSpec, run_job
+    from ..remote import JobSpec
+    from ..remote_cli import run_job
 
     spec = JobSpec(
         "scan",

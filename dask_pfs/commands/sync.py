@@ -79,7 +79,8 @@ def sync_cmd(
 
     from ..copy import MiB
     from ..progress import make_reporter
-    from ..remote import JobSpec, run_job
+    from ..remote import JobSpec
+    from ..remote_cli import run_job
 
     spec = JobSpec(
         "sync",

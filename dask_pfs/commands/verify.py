@@ -54,7 +54,8 @@ def verify_cmd(
             src = paths[0]
         else:
             raise PfsError("with both manifests, give no paths (or both SRC and DST)")
-    from ..remote import JobSpec, run_job
+    from ..remote import JobSpec
+    from ..remote_cli import run_job
 
     spec = JobSpec(
         "verify",
