@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import fsspec
 
 from operators import ratelimit
-from operators.checksum import check_algorithm, checksum_local, checksum_remote, fill_rows
+from operators.checksum import check_algorithm, checksum_local_files, checksum_many, checksum_remote, fill_rows
 from operators.concurrency import report as process_concurrency
 from operators.concurrency import summarize
 from operators.mounts import is_network
@@ -275,14 +275,11 @@ class TreeScan:
         row = _file_row(loc)
         if checksum and row[2] == "file":
             one = [row]
-            fill_rows(
-                one,
-                lambda _: (
-                    checksum_local(loc.path, checksum)
-                    if loc.is_local
-                    else checksum_remote(loc.filesystem(), loc.path, checksum)
-                ),
-            )
+            if loc.is_local:
+                fill_rows(one, lambda _: checksum_local_files(loc.path, [b""], checksum))
+            else:
+                fs = loc.filesystem()
+                fill_rows(one, lambda todo: checksum_many(todo, lambda _: checksum_remote(fs, loc.path, checksum)))
             row = one[0]
         part = write_part(rows_to_table([row]), self.out, part_name("0000000", 0), self.out_options)
         tally = Tally()

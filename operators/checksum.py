@@ -1,11 +1,15 @@
-"""Content checksums of files: large reads into a reused buffer, many files at once.
+"""Content checksums of files, many at once: local files in the compiled core, others via fsspec.
 
 A checksum is stored as ``"<algorithm>:<hex>"`` (``xxh3:``, ``sha256:``, ``md5:``), so manifests
-made with different algorithms never compare equal by accident.  Reading is the cost: each
-file is read with ``readinto`` into a per-thread buffer of :data:`BUFFER` bytes (no allocation
-per block), and xxhash/hashlib release the GIL on large inputs, so a few threads per process
-keep a disk or a network mount busy.  The pool here is separate from the metadata pool
-(``operators.pool``): it is small, because each thread holds a buffer.
+made with different algorithms never compare equal by accident.  Reading is the cost.  Local and
+mounted files go to the core in batches (``operators._native.checksum_files``,
+``native/src/checksum.rs``): opened relative to their parents without following symlinks, read in
+4 MiB blocks and hashed without the interpreter lock, on up to ``PFS_CHECKSUM_THREADS`` of the
+core's threads, with no Python object per file or block.  Files on object stores and sftp stream
+through fsspec on a small pool of Python threads (xxhash/hashlib release the GIL on large inputs).
+
+Every batch function returns ``(ok, text)`` per file, in order: the checksum, or the text of the
+error that kept the file from being read (its row keeps that, prefixed ``checksum:``).
 """
 
 from __future__ import annotations
@@ -13,20 +17,23 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from .ratelimit import take_bytes
+import operators._native as _native
+
+from .ratelimit import bytes_capped, take_bytes
 
 T = TypeVar("T")
+Sums = list[tuple[bool, str]]  # per file: (True, "xxh3:...") or (False, "PermissionError: ...")
 
 ALGORITHMS = ("xxh3", "sha256", "md5")
 DEFAULT = "xxh3"
-BUFFER = 8 << 20
+BUFFER = 8 << 20  # bytes per read of a remote file
 DEFAULT_THREADS = 8
+CAPPED_BATCH = 16  # files per core call under a bandwidth cap: their bytes are taken before they are read
 
-_local = threading.local()
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
@@ -55,43 +62,37 @@ def new_hasher(algorithm: str):
     return hashlib.new(algorithm)
 
 
-def _buffer() -> memoryview:
-    buf = getattr(_local, "buf", None)
-    if buf is None:
-        buf = _local.buf = memoryview(bytearray(BUFFER))
-    return buf
+def _threads(threads: int | None = None) -> int:
+    return max(1, threads or int(os.environ.get("PFS_CHECKSUM_THREADS", DEFAULT_THREADS)))
 
 
-def checksum_fd(fd: int, algorithm: str) -> str:
-    """Hash everything readable from ``fd`` (from its current position)."""
-    h = new_hasher(algorithm)
-    buf = _buffer()
-    with open(fd, "rb", buffering=0, closefd=False) as f:
-        while True:
-            n = f.readinto(buf)
-            if not n:
-                break
-            take_bytes(n)  # --max-bandwidth (operators.ratelimit): no-op without a cap
-            h.update(buf[:n])
-    return f"{algorithm}:{h.hexdigest()}"
-
-
-OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC  # symlinks are not followed (ELOOP)
+def checksum_local_files(
+    root: bytes | str,
+    rels: Sequence[bytes],
+    algorithm: str = DEFAULT,
+    sizes: Sequence[int | None] | None = None,
+    threads: int | None = None,
+) -> Sums:
+    """Checksums of the files ``rels`` (relative to ``root``; ``b""``: ``root`` is the file) in the
+    core.  ``sizes`` (the rows' sizes) pace a ``--max-bandwidth`` cap: without one, one call."""
+    root_b = os.fsencode(root).rstrip(b"/") or b"/"
+    rels = list(rels)
+    step = CAPPED_BATCH if bytes_capped() else max(1, len(rels))
+    out: Sums = []
+    for lo in range(0, len(rels), step):
+        hi = lo + step
+        if sizes is not None and bytes_capped():
+            take_bytes(sum(size or 0 for size in sizes[lo:hi]))
+        out.extend(_native.checksum_files(root_b, rels[lo:hi], algorithm, _threads(threads)))
+    return out
 
 
 def checksum_local(path: bytes | str, algorithm: str = DEFAULT) -> str:
-    """Checksum of a local (or mounted) file; symlinks are not followed (ELOOP)."""
-    return checksum_and_close(os.open(path, OPEN_FILE), algorithm)
-
-
-def checksum_and_close(fd: int, algorithm: str = DEFAULT) -> str:
-    """Checksum of a file opened (with ``OPEN_FILE``) for reading from the start; closes ``fd``."""
-    try:
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        return checksum_fd(fd, algorithm)
-    finally:
-        os.close(fd)
+    """Checksum of one local (or mounted) file; symlinks are not followed.  OSError if unreadable."""
+    ok, text = checksum_local_files(path, [b""], algorithm)[0]
+    if not ok:
+        raise OSError(text)
+    return text
 
 
 def checksum_remote(fs, path: str, algorithm: str = DEFAULT) -> str:
@@ -108,77 +109,72 @@ def checksum_remote(fs, path: str, algorithm: str = DEFAULT) -> str:
 
 
 def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
-    """The process-wide checksum pool (``PFS_CHECKSUM_THREADS``, default 8)."""
+    """The process-wide pool for fsspec checksums (``PFS_CHECKSUM_THREADS``, default 8)."""
     global _pool
     with _lock:
         if _pool is None:
-            n = threads or int(os.environ.get("PFS_CHECKSUM_THREADS", DEFAULT_THREADS))
-            _pool = ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="pfs-sum")
+            _pool = ThreadPoolExecutor(max_workers=_threads(threads), thread_name_prefix="pfs-sum")
         return _pool
 
 
-def checksum_many(
-    items: list[T], checksum_one: Callable[[T], str], threads: int | None = None
-) -> list[str | BaseException]:
-    """``checksum_one(item)`` for every item on the checksum pool; errors are returned, not raised."""
+def checksum_many(items: list[T], checksum_one: Callable[[T], str], threads: int | None = None) -> Sums:
+    """``checksum_one(item)`` for every item on the fsspec pool; errors are returned as text."""
+    from .rows import describe_error
 
-    def one(item: T) -> str | BaseException:
+    def one(item: T) -> tuple[bool, str]:
         try:
-            return checksum_one(item)
+            return True, checksum_one(item)
         except Exception as exc:
-            return exc
+            return False, describe_error(exc)
 
     return list(get_pool(threads).map(one, items))
 
 
-def fill_rows(rows: list[tuple], checksum_of: Callable[[tuple], str], threads: int | None = None) -> list[str]:
-    """Set the ``checksum`` column of every error-free file row; return "path: error" for failures.
-
-    A file that cannot be read keeps its row, with the error in its ``error`` column.
-    """
-    from .rows import describe_error
+def fill_rows(rows: list[tuple], sums: Callable[[list[tuple]], Sums]) -> list[str]:
+    """Set the ``checksum`` column of every error-free file row (``sums`` gets those rows); return
+    "path: error" for failures.  A file that cannot be read keeps its row, with the error in its
+    ``error`` column."""
     from .schema import ROW_COLUMNS
 
     i_type, i_sum, i_err = ROW_COLUMNS.index("type"), ROW_COLUMNS.index("checksum"), ROW_COLUMNS.index("error")
     todo = [i for i, r in enumerate(rows) if r[i_type] == "file" and r[i_err] is None and r[i_sum] is None]
     failures: list[str] = []
-    for i, result in zip(todo, checksum_many([rows[i] for i in todo], checksum_of, threads), strict=True):
+    for i, (ok, text) in zip(todo, sums([rows[i] for i in todo]), strict=True):
         values = list(rows[i])
-        if isinstance(result, BaseException):
-            values[i_err] = f"checksum: {describe_error(result)}"
-            failures.append(f"{values[0]}: {values[i_err]}")
+        if ok:
+            values[i_sum] = text
         else:
-            values[i_sum] = result
+            values[i_err] = f"checksum: {text}"
+            failures.append(f"{values[0]}: {values[i_err]}")
         rows[i] = tuple(values)
     return failures
 
 
-def fill_table(table, checksum_of: Callable[[tuple], str], threads: int | None = None):
+def fill_table(table, sums: Callable[[list[tuple[str, bytes | None, int | None]]], Sums]):
     """:func:`fill_rows` for a schema-v1 table: ``(table with checksums, "path: error" failures)``.
 
-    ``checksum_of`` gets ``(path, path_raw)`` of each error-free file without a checksum.
+    ``sums`` gets ``(path, path_raw, size)`` of each error-free file without a checksum.
     """
     import pyarrow as pa
 
-    from .rows import describe_error
-
     kinds = table.column("type").to_pylist()
     errors = table.column("error").to_pylist()
-    sums = table.column("checksum").to_pylist()
-    rows = enumerate(zip(kinds, errors, sums, strict=True))
+    sums_col = table.column("checksum").to_pylist()
+    rows = enumerate(zip(kinds, errors, sums_col, strict=True))
     todo = [i for i, (k, e, c) in rows if k == "file" and e is None and c is None]
     if not todo:
         return table, []
     paths = table.column("path").to_pylist()
     raws = table.column("path_raw").to_pylist()
+    sizes = table.column("size").to_pylist()
     failures: list[str] = []
-    for i, result in zip(todo, checksum_many([(paths[i], raws[i]) for i in todo], checksum_of, threads), strict=True):
-        if isinstance(result, BaseException):
-            errors[i] = f"checksum: {describe_error(result)}"
-            failures.append(f"{paths[i]}: {errors[i]}")
+    for i, (ok, text) in zip(todo, sums([(paths[i], raws[i], sizes[i]) for i in todo]), strict=True):
+        if ok:
+            sums_col[i] = text
         else:
-            sums[i] = result
-    table = table.set_column(table.schema.get_field_index("checksum"), "checksum", pa.array(sums, pa.string()))
+            errors[i] = f"checksum: {text}"
+            failures.append(f"{paths[i]}: {errors[i]}")
+    table = table.set_column(table.schema.get_field_index("checksum"), "checksum", pa.array(sums_col, pa.string()))
     table = table.set_column(table.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
     return table, failures
 
@@ -201,41 +197,30 @@ def checksum_table(
     import fsspec
     import pyarrow as pa
 
-    from .dirfd import OpenDirs
     from .names import to_bytes
     from .parts import write_part
-    from .rows import describe_error
 
     local = protocol in ("file", "local")
-    fs = None if local else fsspec.filesystem(protocol, **storage_options)
     cols = {n: table.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "error")}
     todo = [i for i in range(table.num_rows) if cols["type"][i] == "file" and cols["error"][i] is None]
-
-    # files open relative to their parent directory
-    dirs = OpenDirs(os.fsencode(root).rstrip(b"/") or b"/") if local else None
-
-    def one(i: int) -> str:
-        rel = to_bytes(cols["path"][i], cols["path_raw"][i])
-        if dirs is None:
-            return checksum_remote(fs, f"{root.rstrip('/')}/{cols['path'][i]}", algorithm)
-        return checksum_and_close(dirs.open_file(rel, OPEN_FILE), algorithm)
-
+    if local:
+        rels = [to_bytes(cols["path"][i], cols["path_raw"][i]) for i in todo]
+        results = checksum_local_files(root, rels, algorithm, [cols["size"][i] for i in todo])
+    else:
+        fs = fsspec.filesystem(protocol, **storage_options)
+        base = root.rstrip("/")
+        results = checksum_many(todo, lambda i: checksum_remote(fs, f"{base}/{cols['path'][i]}", algorithm))
     sums: list[str | None] = [None] * table.num_rows
     errors = list(cols["error"])
     failures: list[str] = []
     nbytes = 0
-    try:
-        results = checksum_many(todo, one)
-    finally:
-        if dirs is not None:
-            dirs.close()
-    for i, result in zip(todo, results, strict=True):
-        if isinstance(result, BaseException):
-            errors[i] = f"checksum: {describe_error(result)}"
-            failures.append(f"{cols['path'][i]}: {errors[i]}")
-        else:
-            sums[i] = result
+    for i, (ok, text) in zip(todo, results, strict=True):
+        if ok:
+            sums[i] = text
             nbytes += cols["size"][i] or 0
+        else:
+            errors[i] = f"checksum: {text}"
+            failures.append(f"{cols['path'][i]}: {errors[i]}")
     idx_sum, idx_err = table.schema.get_field_index("checksum"), table.schema.get_field_index("error")
     table = table.set_column(idx_sum, "checksum", pa.array(sums, pa.string()))
     table = table.set_column(idx_err, "error", pa.array(errors, pa.string()))

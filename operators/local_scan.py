@@ -25,7 +25,6 @@ from concurrent.futures import Executor
 
 import operators._native as _native
 
-from .checksum import OPEN_FILE, checksum_and_close
 from .dirfd import OpenDirs
 from .mounts import is_network
 from .prune import DROP, Prune
@@ -110,10 +109,6 @@ class LocalLister:
             listing.final = False  # the directory's own row comes with its last step
             listing.pending.append(pool.submit(self._step, scan, rest, pool))
         return listing
-
-    def checksum(self, rel: bytes, algorithm: str) -> str:
-        """A file's checksum, opened relative to its parent directory (kept open, or opened once)."""
-        return checksum_and_close(self._open.open_file(rel, OPEN_FILE), algorithm)
 
 
 def _keeper(prune: Prune):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .checksum import checksum_remote, fill_table
+from .checksum import Sums, checksum_local_files, checksum_many, checksum_remote, fill_table
 from .concurrency import in_flight_cap
 from .local_scan import LocalLister
 from .names import to_bytes
@@ -66,16 +66,17 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
 
     algorithm = spec.checksum or ""  # only called when there is one
 
-    def checksum_of(row) -> str:
-        if isinstance(lister, LocalLister):
-            return lister.checksum(to_bytes(row[0], row[1]), algorithm)
-        return checksum_remote(lister.fs, lister.full(row[0]), algorithm)
+    def sums_of(files: list[tuple[str, bytes | None, int | None]]) -> Sums:
+        if isinstance(lister, LocalLister):  # the core, in one call per part
+            return checksum_local_files(lister.root, [to_bytes(p, raw) for p, raw, _ in files], algorithm,
+                                        [size for _, _, size in files])  # fmt: skip
+        return checksum_many(files, lambda f: checksum_remote(lister.fs, lister.full(f[0]), algorithm))
 
     def emit(buf: RowBuffer) -> None:
         if len(buf):
             table = buf.take_table()
             if spec.checksum:
-                table, failed = fill_table(table, checksum_of)
+                table, failed = fill_table(table, sums_of)
                 sum_failures.extend(failed)
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
 

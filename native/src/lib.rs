@@ -8,15 +8,16 @@
 
 use pyo3::prelude::*;
 
+pub mod checksum;
 pub mod columns;
 pub mod copy;
 pub mod dirfd;
 pub mod errors;
 pub mod names;
 pub mod pool;
-pub mod scan;
 pub mod relpath;
 pub mod remove;
+pub mod scan;
 
 /// The core's version, so Python can tell a stale build (`scripts/setup.sh` rebuilds on change).
 #[pyfunction]
@@ -36,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe_errno, m)?)?;
     remove::register(m)?;
     copy::register(m)?;
+    checksum::register(m)?;
     m.add_class::<scan::Sink>()?;
     m.add_class::<scan::DirScan>()?;
     m.add_function(wrap_pyfunction!(scan::pool_threads, m)?)?;

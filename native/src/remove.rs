@@ -7,6 +7,7 @@
 //! - `rm_unlink_rels`: manifest rows, looked at again (type, size, mtime) unless changes are
 //!   ignored, then unlinked relative to their parent, opened component by component.
 //! - `rm_rmdir_rels`: directories, `unlinkat(AT_REMOVEDIR)` relative to their parent.
+//!
 //! Vanished entries are counted as already gone; every other problem is returned per entry
 //! (errno, or a message), never raised.  Work fans out to `fanout` threads of the core.
 
