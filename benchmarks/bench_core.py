@@ -75,12 +75,16 @@ def bench(tree: Path, entries: int, repeat: int, baseline: Path | None) -> list[
     lines = []
     for _ in range(1):  # warm the cache
         subprocess.run(["find", str(tree)], stdout=subprocess.DEVNULL, check=True)
-    results = {}
-    for name, (cmd, cwd) in tools(tree, out, baseline).items():
-        runs = [run(cmd, cwd) for _ in range(repeat)]
-        wall = statistics.median(r[0] for r in runs)
-        cpu = statistics.median(r[1] for r in runs)
-        results[name] = (wall, cpu)
+    # round robin, not tool after tool: a shared host's load changes during a run, and each
+    # tool's median should see the same spread of it
+    found = tools(tree, out, baseline)
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in found}
+    for _ in range(repeat):
+        for name, (cmd, cwd) in found.items():
+            runs[name].append(run(cmd, cwd))
+    results = {
+        name: (statistics.median(r[0] for r in got), statistics.median(r[1] for r in got)) for name, got in runs.items()
+    }
     shutil.rmtree(out.parent, ignore_errors=True)
     find_wall = results["find -printf %s"][0]
     for name, (wall, cpu) in results.items():
@@ -114,7 +118,8 @@ def main() -> None:
         if args.flat:
             flat = work / f"flat{args.flat // 1000}k"
             trees.append((flat, make_flat(flat, args.flat)))
-        print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; median of {args.repeat}, warm cache")
+        load = os.getloadavg()[0]
+        print(f"host: {os.cpu_count()} cores, load {load:.1f}; median of {args.repeat} interleaved, warm cache")
         print("| tree | entries | tool | wall s | x find | CPU s (tree) | CPU us/entry |")
         print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
         for tree, entries in trees:
