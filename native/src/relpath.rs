@@ -52,12 +52,21 @@ pub struct ParentError {
     pub component: Vec<u8>,
 }
 
-/// The parent directory of each path of a batch, kept open while consecutive paths share it
-/// (manifest chunks are sorted by path, so siblings come together).
+/// How many levels below the root a `Parents` keeps open (a deeper parent is opened from the
+/// deepest of them, and only it is kept): bounds the descriptors a batch holds per core thread.
+const MAX_CHAIN: usize = 32;
+
+/// The parent directory of each path of a batch.  The directories from the root down to the last
+/// parent stay open, so the next parent opens only the components it does not share with it:
+/// manifest chunks are sorted by path, so siblings and cousins come together, and on network
+/// storage every component opened is a lookup and an open on the server.
 pub struct Parents {
     root: Vec<u8>,
     root_fd: Option<Fd>,
-    cur: Option<(Vec<u8>, Fd)>,
+    /// Open directories below the root, outermost first: (the path up to it, its descriptor).
+    chain: Vec<(Vec<u8>, Fd)>,
+    /// A parent deeper than `MAX_CHAIN` levels (its path, its descriptor).
+    deep: Option<(Vec<u8>, Fd)>,
 }
 
 impl Parents {
@@ -65,7 +74,8 @@ impl Parents {
         Parents {
             root: root.to_vec(),
             root_fd: None,
-            cur: None,
+            chain: Vec::new(),
+            deep: None,
         }
     }
 
@@ -93,33 +103,54 @@ impl Parents {
         if rel_dir.is_empty() {
             return self.root();
         }
-        if let Some((rel, fd)) = &self.cur {
-            if rel.as_slice() == rel_dir {
+        if let Some((path, fd)) = self.deep.as_ref().or(self.chain.last()) {
+            if path.as_slice() == rel_dir {
                 return Ok(fd.0);
             }
         }
-        self.cur = None;
+        self.deep = None;
         let root = self.root()?;
-        let mut held: Option<Fd> = None;
-        let mut end = 0usize;
+        // (end of each component in rel_dir): the path of level i is rel_dir[..ends[i]]
+        let mut ends = Vec::new();
+        let mut at = 0usize;
         for part in rel_dir.split(|&b| b == b'/') {
-            end += part.len();
-            let at = held.as_ref().map(|f| f.0).unwrap_or(root);
-            match open_at(at, part, OPEN_DIR | libc::O_NOFOLLOW, 0) {
-                Ok(fd) => held = Some(fd),
-                Err(e) => {
-                    return Err(ParentError {
-                        errno: e,
-                        component: rel_dir[..end].to_vec(),
-                    })
-                }
-            }
-            end += 1;
+            at += part.len();
+            ends.push(at);
+            at += 1;
         }
-        let fd = held.unwrap();
-        let raw = fd.0;
-        self.cur = Some((rel_dir.to_vec(), fd));
-        Ok(raw)
+        let held = ends.len().min(MAX_CHAIN);
+        let shared = self
+            .chain
+            .iter()
+            .zip(&ends[..held])
+            .take_while(|((path, _), &end)| path.as_slice() == &rel_dir[..end])
+            .count();
+        self.chain.truncate(shared);
+        let mut opened: Option<Fd> = None;
+        for (level, &end) in ends.iter().enumerate().skip(shared) {
+            let start = if level == 0 { 0 } else { ends[level - 1] + 1 };
+            let parent = match (&opened, self.chain.last()) {
+                (Some(fd), _) => fd.0,
+                (None, Some((_, fd))) => fd.0,
+                (None, None) => root,
+            };
+            let fd = open_at(parent, &rel_dir[start..end], OPEN_DIR | libc::O_NOFOLLOW, 0)
+                .map_err(|e| ParentError {
+                    errno: e,
+                    component: rel_dir[..end].to_vec(),
+                })?;
+            if level < held {
+                self.chain.push((rel_dir[..end].to_vec(), fd));
+            } else {
+                opened = Some(fd); // below the kept levels: only the last one is kept
+            }
+        }
+        if let Some(fd) = opened {
+            let raw = fd.0;
+            self.deep = Some((rel_dir.to_vec(), fd));
+            return Ok(raw);
+        }
+        Ok(self.chain.last().map(|(_, fd)| fd.0).unwrap_or(root))
     }
 }
 
