@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 from concurrent.futures import Executor
+from functools import partial
 
 import operators._native as _native
 
@@ -88,10 +89,11 @@ class LocalLister:
             return listing
         finally:
             handle.release()
-        return self._step(scan, listing, pool)
+        return self._step(scan, listing)
 
-    def _step(self, scan: _native.DirScan, listing: Listing, pool: Executor) -> Listing:
-        """One core call on ``scan``; a directory not done goes on in a job of its own."""
+    def _step(self, scan: _native.DirScan, listing: Listing) -> Listing:
+        """One core call on ``scan``; a directory not done goes on in a job the walk submits once it
+        has taken this step's rows (``Listing.more``), so steps never run ahead of the part writes."""
         take, chunk = (take_ops, min(self.chunk, CAPPED_CHUNK)) if ops_capped() else (None, self.chunk)
         step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, self.descend)
         counts, samples, subdirs, err, done = step
@@ -102,9 +104,8 @@ class LocalLister:
         elif err:
             listing.error = OSError(err, os.strerror(err))
         if not done:
-            rest = Listing(listing.item)
             listing.final = False  # the directory's own row comes with its last step
-            listing.pending.append(pool.submit(self._step, scan, rest, pool))
+            listing.more = partial(self._step, scan, Listing(listing.item))
         return listing
 
     def checksum(self, rel: bytes, algorithm: str) -> str:
