@@ -124,9 +124,7 @@ def main() -> None:
     rows: dict[str, tuple[int, Run]] = {}
     try:
         print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; median of {args.repeat}, warm cache")
-        print(
-            "| tree | entries | wall s | CPU s (tree) | CPU us/entry | driver peak MB | worker peak MB | tree peak MB |"
-        )
+        print("| tree | entries | wall s | CPU s (tree) | CPU us/entry | driver peak MB | worker peak MB |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name in args.trees.split(","):
             tree, entries = make(work, name)

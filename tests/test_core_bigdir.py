@@ -126,12 +126,12 @@ def test_a_million_entry_directory_is_scanned_in_bounded_memory(tmp_path):
     (``STEP_ENTRIES``, 65,536) before it writes a part: 0.27 of this directory.  The 10,000-entry
     scan is the command's fixed cost; the 100,000-entry one (one part: all its rows held at once)
     prices a held row, so ``whole`` is what holding the 1,000,000 rows would add, by that price.
-    Measured on this 2-core host: 105-107, 145-146 and 197 MB peak, 0.44 KB a held row, ``whole``
-    ~440 MB, and the big scan 90 MB over the small one (0.2 of ``whole``).  The same scan with its
-    rows never flushed (``flush_rows`` unbounded) peaked at 373 MB, 268 over the small one (0.6 of
-    ``whole``: a big table costs less a row than a small one); before the walk held back a big
-    directory's next step and the core's big buffers were mapped on their own
-    (``native/src/lib.rs``), the bounded scan peaked at 231-305 MB.  The bound, 0.4 of ``whole``,
+    Measured on this 2-core host: 105-107, 145-146 and 197 MB peak, 0.42-0.45 KB a held row,
+    ``whole`` 410-440 MB, and the big scan 88-90 MB over the small one (0.2 of ``whole``).  The same
+    scan with its rows never flushed (``flush_rows`` unbounded) peaked at 373 MB, 262 over the small
+    one (0.6 of ``whole``: a big table costs less a row than a small one); before the walk held back
+    a big directory's next step and the core's big buffers were mapped on their own
+    (``native/src/lib.rs``), the bounded scan peaked at 281-359 MB.  The bound, 0.4 of ``whole``,
     sits between the two.
 
     The directories are made on a tmpfs in a mount namespace of their own (1M ``mknod``: 7 s idle,
