@@ -33,8 +33,8 @@ fn describe_errno(errno: i32) -> String {
 /// Buffers of 1 MiB and more (a flush's columns, their copies as Python bytes) are mapped and unmapped
 /// on their own, instead of glibc's default, which raises this threshold each time such a block is
 /// freed and from then on serves them from per-thread heaps that keep freed memory: the core's steps
-/// run on many pool threads, and a 1,000,000-entry directory peaked at 231-305 MB against 200 with
-/// this (2,000,000 entries: 266-316 against 201; `benchmarks/RESULTS.md`, "Native core: peak RSS").
+/// run on many pool threads, and a 1,000,000-entry directory peaked at 231-292 MB against 196-203 with
+/// this (2,000,000 entries: 266-316 against 201-222; `benchmarks/RESULTS.md`, "Native core: peak RSS").
 fn map_big_buffers() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     unsafe {
