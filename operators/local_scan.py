@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 from concurrent.futures import Executor
+from functools import partial
 
 import operators._native as _native
 
@@ -87,10 +88,11 @@ class LocalLister:
             return listing
         finally:
             handle.release()
-        return self._step(scan, listing, pool)
+        return self._step(scan, listing)
 
-    def _step(self, scan: _native.DirScan, listing: Listing, pool: Executor) -> Listing:
-        """One core call on ``scan``; a directory not done goes on in a job of its own."""
+    def _step(self, scan: _native.DirScan, listing: Listing) -> Listing:
+        """One core call on ``scan``; a directory not done goes on in a job the walk submits once it
+        has taken this step's rows (``Listing.more``), so steps never run ahead of the part writes."""
         # under an ops/s cap the walk is paced, not CPU-bound: no descent, so a step (and with it a
         # task's or the driver's slice) never runs for thousands of capped operations past its budget
         capped = ops_capped()
@@ -105,9 +107,8 @@ class LocalLister:
         elif err:
             listing.error = OSError(err, os.strerror(err))
         if not done:
-            rest = Listing(listing.item)
             listing.final = False  # the directory's own row comes with its last step
-            listing.pending.append(pool.submit(self._step, scan, rest, pool))
+            listing.more = partial(self._step, scan, Listing(listing.item))
         return listing
 
 

@@ -14,7 +14,7 @@ from .checksum import Sums, checksum_local_files, checksum_many, checksum_remote
 from .concurrency import in_flight_cap
 from .local_scan import LocalLister
 from .names import to_bytes
-from .parts import part_name, write_part
+from .parts import part_name, release_arrow_memory, write_part
 from .pool import get_pool
 from .prune import Prune
 from .remote_scan import FsspecLister
@@ -79,6 +79,8 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
                 table, failed = fill_table(table, sums_of)
                 sum_failures.extend(failed)
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
+            del table
+            release_arrow_memory()
 
     cap = in_flight_cap(spec.threads)
     pool = get_pool(spec.threads, ((spec.protocol, spec.root),))

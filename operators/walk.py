@@ -32,9 +32,13 @@ class Listing:
     """What listing one directory (or one step of it) produced.
 
     ``pending`` holds jobs still running: each returns ``(rows, subdirs)`` or a further
-    ``Listing`` (the next step of a big directory).  ``counts`` are tallies of rows a lister wrote
-    to its sink itself (the compiled core), as ``((entries, files, symlinks, other, bytes, errors,
-    pruned, directories), samples)``.  Only the ``final`` step of a directory brings the directory's own row.
+    ``Listing``.  ``more`` is the next step of a big directory, which the walk submits only after
+    it has taken this step's rows (and written a part if they filled the buffer): a step that
+    submitted its successor itself would let a directory's listing run ahead of slow part writes,
+    its rows piling up in the lister's sink (a 1,000,000-entry directory held 655,360 rows at once
+    behind a 6 s write).  ``counts`` are tallies of rows a lister wrote to its sink itself (the
+    compiled core), as ``((entries, files, symlinks, other, bytes, errors, pruned, directories),
+    samples)``.  Only the ``final`` step of a directory brings the directory's own row.
     """
 
     item: DirItem
@@ -43,6 +47,7 @@ class Listing:
     rows: list[Row] = field(default_factory=list)
     subdirs: list[DirItem] = field(default_factory=list)
     pending: list[Future] = field(default_factory=list)
+    more: Callable[[], Listing] | None = None
     counts: list[tuple[tuple[int, ...], list[str]]] = field(default_factory=list)
     final: bool = True
 
@@ -140,7 +145,9 @@ def walk(
     """Walk below ``items`` until the budget is spent; return the tally and the unstarted frontier.
 
     ``emit`` is called with the row buffer whenever it holds ``flush_rows`` rows and once at
-    the end, so a task's memory is bounded by ``flush_rows`` whatever the directory sizes.
+    the end, so a task's memory is bounded by ``flush_rows`` and the rows of the jobs in flight
+    (a step of a big directory: at most ``operators.local_scan.STEP_ENTRIES``), whatever the
+    directory sizes.
     ``concurrency`` caps the listings in flight: a number, or a callable asked each round
     (the process's auto-tuned limit, ``operators.concurrency.in_flight_cap``).
     ``prune`` decides, for each listed entry, whether it is kept and whether a directory is entered
@@ -215,6 +222,8 @@ def walk(
         pending.extend(subdirs)
         for fut in listing.pending:
             submit(fut)
+        if listing.more is not None:  # after take(): the buffer is below flush_rows again
+            submit(pool.submit(listing.more))
 
     while True:
         cap = concurrency() if callable(concurrency) else concurrency

@@ -31,8 +31,21 @@ fn describe_errno(errno: i32) -> String {
     errors::describe(errno)
 }
 
+/// Buffers of 1 MiB and more (a flush's columns, their copies as Python bytes) are mapped and unmapped
+/// on their own, instead of glibc's default, which raises this threshold each time such a block is
+/// freed and from then on serves them from per-thread heaps that keep freed memory: the core's steps
+/// run on many pool threads, and a 1,000,000-entry directory peaked at 231-292 MB against 196-203 with
+/// this (2,000,000 entries: 266-316 against 201-222; `benchmarks/RESULTS.md`, "Native core: peak RSS").
+fn map_big_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    map_big_buffers();
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(describe_errno, m)?)?;
     remove::register(m)?;
