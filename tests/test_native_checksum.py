@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -159,3 +160,31 @@ def _row(path: str, size: int) -> tuple:
     values: dict = dict.fromkeys(ROW_COLUMNS)
     values.update(path=path, size=size, type="file")
     return tuple(values[c] for c in ROW_COLUMNS)
+
+
+@pytest.mark.skipif(not have("strace"), reason="strace not installed (scripts/ensure-tools.sh)")
+def test_parents_shared_by_consecutive_paths_are_opened_once(tmp_path):
+    """A batch's parents stay open from the root down (``relpath::Parents``): moving to a sibling
+    directory opens one component, not the whole path again (each is a lookup and an open on
+    network storage).  Counted on the real ``openat`` calls, one core thread."""
+    root = tmp_path / "t"
+    rels = []
+    for i in range(10):
+        leaf = root / "a" / "b" / "c" / "d" / f"x{i}"
+        leaf.mkdir(parents=True)
+        for j in range(3):
+            (leaf / f"f{j}").write_bytes(b"x")
+            rels.append(f"a/b/c/d/x{i}/f{j}".encode())
+    log = tmp_path / "strace.log"
+    code = (
+        "import sys; from operators import _native\n"
+        f"r = _native.checksum_files(sys.argv[1].encode(), {rels!r}, 'md5', 1)\n"
+        "assert all(ok for ok, _ in r), r\n"
+    )
+    subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=openat", "-o", str(log), sys.executable, "-c", code, str(root)],
+        cwd=REPO,
+        check=True,
+    )
+    dirs = re.findall(r'openat\(\d+, "(?:[abcd]|x\d)", [^)]*O_DIRECTORY', log.read_text())
+    assert len(dirs) == 4 + 10  # a, b, c, d once; each x once (was 5 opens per x)
