@@ -3,8 +3,8 @@
 On a local or directly attached file system the compiled core lists and stats without the
 interpreter lock on its own threads, so the driver's one process already keeps the host's cores
 busy, and an embedded cluster (a scheduler and worker processes that each import the stack, ~1-2 s
-of CPU per process here) only adds cost: a 2,011,110-entry local tree cost 12.1 s of CPU with the
-cluster taking over after the first second, 8.6 s walked here (2 cores, benchmarks/RESULTS.md).
+of CPU per process here) only adds cost: a 2,011,110-entry local tree cost 11.6 s of CPU with the
+cluster taking over after the first second, 9.4 s walked here (2 cores, benchmarks/RESULTS.md).
 
 The walk goes in slices of :data:`SLICE`, each journaled as a task exactly as a worker's would be
 (``scan_journal``: ``--resume`` after a kill keeps them), for up to :data:`DRIVER_SECONDS`; a tree
