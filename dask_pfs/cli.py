@@ -136,7 +136,8 @@ def cluster_options(func: Callable) -> Callable:
         click.option(
             "--threads",
             type=click.IntRange(1),
-            help="I/O operations in flight per worker (default: auto-tuned while the job runs).",
+            help="I/O jobs in flight per worker: listings and batches of file operations, each of which the "
+            "compiled core may fan out further on its own threads (default: auto-tuned while the job runs).",
         ),
         click.option(
             "--max-ops-per-second",
