@@ -164,9 +164,10 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             with Client(cluster, set_as_default=False) as client:
                 yield client
         finally:
+            mine = {n.pid for n in getattr(cluster, "workers", {}).values() if getattr(n, "pid", None)}
             with contextlib.suppress(Exception):
                 cluster.close(timeout=10)
-            abandon_stuck_workers()  # workers stuck on hung storage must not hold the driver's exit
+            abandon_stuck_workers(mine)  # workers stuck on hung storage must not hold the driver's exit
 
 
 def client_of_scheduler(options: ClusterOptions) -> Client:

@@ -90,21 +90,22 @@ class Watch:
             self._event.clear()
 
 
-def abandon_stuck_workers() -> int:
-    """Kill the embedded cluster's worker processes still there after it closed, and never wait for them.
+def abandon_stuck_workers(pids: set[int]) -> int:
+    """Kill the embedded cluster's worker processes (``pids``) still there after it closed, and never wait for them.
 
     A worker thread blocked on hung storage (a FUSE or hard NFS request already taken by a
     server that no longer answers) cannot end until the server does, even after SIGKILL, so its
     process cannot be reaped; ``multiprocessing`` would join it at interpreter exit, for ever.
     The kernel reaps it once the storage answers or is aborted (``/sys/fs/fuse/connections/N/abort``,
-    ``umount -f``).  Returns how many were left behind.
+    ``umount -f``).  Only this cluster's workers: the process may run other clusters of its own
+    (a notebook's, a test session's).  Returns how many were left behind.
     """
     import multiprocessing
     import multiprocessing.process as mp_process
 
     left = 0
     for p in multiprocessing.active_children():
-        if p.name.startswith("Dask Worker process"):
+        if p.pid in pids:
             with contextlib.suppress(OSError):
                 p.kill()
             mp_process._children.discard(p)  # type: ignore[attr-defined]

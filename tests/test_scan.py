@@ -503,12 +503,14 @@ def test_driver_walks_a_local_tree_in_journaled_slices(tmp_path, dask_client, mo
     assert not list((tmp_path / "m").glob(".pfs-journal-*"))  # the journal went with completion
 
 
-def test_driver_hands_its_frontier_to_the_cluster_after_its_time(tmp_path, monkeypatch):
+def test_driver_hands_its_frontier_to_the_cluster_after_its_time(tmp_path, monkeypatch, dask_client):
     """Past ``DRIVER_SECONDS`` the embedded cluster takes over from the frontier the driver left:
-    task numbers go on, nothing is walked twice or missed."""
+    task numbers go on, nothing is walked twice or missed.  Closing the embedded cluster leaves this
+    process's other cluster (the test session's) alone: its workers were once killed with it."""
     from dask_pfs import scan_here
     from dask_pfs.cluster import ClusterOptions
 
+    others = dask_client.run(os.getpid)
     n = make_balanced(tmp_path / "t", dirs=30, files_per_dir=20)
     monkeypatch.setattr(scan_here, "SLICE", Budget(max_entries=100, max_seconds=30, lone_seconds=30))
     monkeypatch.setattr(scan_here, "DRIVER_SECONDS", 0.0)  # one slice here, the rest on the cluster
@@ -521,3 +523,5 @@ def test_driver_hands_its_frontier_to_the_cluster_after_its_time(tmp_path, monke
     assert {p for p in got if p.endswith(".dat")} == {
         f"d{d:03d}/sub/f{i:04d}.dat" for d in range(30) for i in range(20)
     }
+    time.sleep(1)  # a killed worker would be gone (or restarting) by now
+    assert dask_client.run(os.getpid) == others
