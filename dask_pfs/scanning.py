@@ -180,10 +180,9 @@ class TreeScan:
         options["concurrency"] = summarize({"driver": process_concurrency()})
         if journal is not None:
             journal.close()
-        self.done = res = self._finish(self.loc.url, head.tally, head.parts, head.tasks, options)
+        self.done = self._finish(self.loc.url, head.tally, head.parts, head.tasks, options)
         if journal is not None:
             journal.remove()
-        res.tasks = head.tasks
 
     def _options(self, *, workers: int, slots: int, run_id: str, resumed: int, limits: Limits | None) -> dict:
         """The manifest's ``options``: how the scan ran."""

@@ -9,11 +9,12 @@
 //! of the core; a bandwidth cap is taken by the caller per batch (`operators.checksum`).
 
 use crate::errors::describe;
+use crate::names::names_of;
 use crate::relpath::{errno, fan_out, open_at, split, Parents};
 use md5::Md5;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::PyList;
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::Xxh3;
 
@@ -144,10 +145,7 @@ fn checksum_files(
     let a = Algorithm::parse(algorithm).ok_or_else(|| {
         PyValueError::new_err(format!("unknown checksum algorithm {algorithm:?}"))
     })?;
-    let rels: Vec<Vec<u8>> = rels
-        .iter()
-        .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))
-        .collect::<PyResult<_>>()?;
+    let rels = names_of(rels)?;
     let root = root.to_vec();
     let done = py.allow_threads(|| {
         fan_out(&rels, fanout, |chunk, _| {

@@ -8,6 +8,7 @@
 //! final name never holds a partial file.  Per-file problems come back as errno (or a verdict),
 //! never raised.  The batch fans out to `fanout` threads of the core.
 
+use crate::names::names_of;
 use crate::relpath::{cstr, errno, fan_out, lstat_at, open_at, split, Fd, Parents};
 use libc::c_int;
 use pyo3::prelude::*;
@@ -365,12 +366,7 @@ fn cp_files(
     umask: u32,
     fanout: usize,
 ) -> PyResult<(Py<PyBytes>, Vec<i32>)> {
-    let bytes = |l: &Bound<'_, PyList>| -> PyResult<Vec<Vec<u8>>> {
-        l.iter()
-            .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))
-            .collect()
-    };
-    let (rels, outs, temps) = (bytes(rels)?, bytes(outs)?, bytes(temps)?);
+    let (rels, outs, temps) = (names_of(rels)?, names_of(outs)?, names_of(temps)?);
     let jobs: Vec<Job> = rels
         .into_iter()
         .zip(outs)

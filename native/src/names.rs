@@ -2,6 +2,16 @@
 //! not valid UTF-8 shown as `\xNN` (Python's `backslashreplace`); the raw bytes are kept beside the
 //! text only for such names.
 
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+/// A Python list of `bytes` (names or paths, exact) as owned byte strings.
+pub fn names_of(list: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
+    list.iter()
+        .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))
+        .collect()
+}
+
 /// Appends the text of `raw` to `out`; returns whether `raw` was valid UTF-8 (no raw copy needed).
 pub fn push_text(out: &mut Vec<u8>, raw: &[u8]) -> bool {
     let mut rest = raw;

@@ -98,13 +98,7 @@ pub fn for_each(n: usize, width: usize, work: &(dyn Fn(usize) + Sync)) {
         .map(|_| {
             let latch = latch.clone();
             Box::new(move || {
-                loop {
-                    let i = next_ptr.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    work_ptr(i);
-                }
+                claim_all(next_ptr, n, work_ptr);
                 let mut left = latch.left.lock().unwrap_or_else(|e| e.into_inner());
                 *left -= 1;
                 if *left == 0 {
@@ -114,16 +108,21 @@ pub fn for_each(n: usize, width: usize, work: &(dyn Fn(usize) + Sync)) {
         })
         .collect();
     dispatch(jobs);
+    claim_all(&next, n, work);
+    let mut left = latch.left.lock().unwrap_or_else(|e| e.into_inner());
+    while *left > 0 {
+        left = latch.done.wait(left).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// Runs `work(i)` for each index below `n` this thread claims from `next`, until none is left.
+fn claim_all(next: &AtomicUsize, n: usize, work: &(dyn Fn(usize) + Sync)) {
     loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         if i >= n {
             break;
         }
         work(i);
-    }
-    let mut left = latch.left.lock().unwrap_or_else(|e| e.into_inner());
-    while *left > 0 {
-        left = latch.done.wait(left).unwrap_or_else(|e| e.into_inner());
     }
 }
 

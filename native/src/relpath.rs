@@ -189,3 +189,17 @@ pub fn fan_out<T: Sync, R: Send>(
         .flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
         .collect()
 }
+
+/// `fan_out` of a batch of paths below `root` done one item at a time: each slice opens its parents
+/// with a `Parents` of its own (descriptors are not shared between the core's threads).
+pub fn fan_out_under<T: Sync, R: Send>(
+    root: &[u8],
+    items: &[T],
+    fanout: usize,
+    work: impl Fn(&mut Parents, &T) -> R + Sync,
+) -> Vec<R> {
+    fan_out(items, fanout, |chunk, _| {
+        let mut parents = Parents::new(root);
+        chunk.iter().map(|item| work(&mut parents, item)).collect()
+    })
+}

@@ -11,7 +11,8 @@
 //! Vanished entries are counted as already gone; every other problem is returned per entry
 //! (errno, or a message), never raised.  Work fans out to `fanout` threads of the core.
 
-use crate::relpath::{cstr, errno, fan_out, lstat_at, split, Parents};
+use crate::names::names_of;
+use crate::relpath::{cstr, errno, fan_out, fan_out_under, lstat_at, split, Parents};
 use libc::c_int;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -26,12 +27,6 @@ enum Done {
     Removed(u64), // unlinked (or would be, in a dry run), with its size
     Dir(u64),     // a directory (tree mode): back to the walk, with its device
     Problem(u8, i32, Option<String>),
-}
-
-fn names_of(list: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
-    list.iter()
-        .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))
-        .collect()
 }
 
 fn unlink_at(dir: c_int, name: &[u8], flags: c_int) -> Result<(), i32> {
@@ -341,12 +336,8 @@ fn rm_unlink_rels(
         .collect();
     let root = root.to_vec();
     let done = py.allow_threads(|| {
-        fan_out(&rows, fanout, |chunk, _| {
-            let mut parents = Parents::new(&root);
-            chunk
-                .iter()
-                .map(|(rel, want)| unlink_rel(&mut parents, rel, want, check, dry_run))
-                .collect()
+        fan_out_under(&root, &rows, fanout, |parents, (rel, want)| {
+            unlink_rel(parents, rel, want, check, dry_run)
         })
     });
     Ok(batch_result(done, dry_run, sample_limit))
@@ -366,12 +357,8 @@ fn rm_rmdir_rels(
     let rels = names_of(rels)?;
     let root = root.to_vec();
     let done = py.allow_threads(|| {
-        fan_out(&rels, fanout, |chunk, _| {
-            let mut parents = Parents::new(&root);
-            chunk
-                .iter()
-                .map(|rel| rmdir_rel(&root, &mut parents, rel, check, dry_run))
-                .collect()
+        fan_out_under(&root, &rels, fanout, |parents, rel| {
+            rmdir_rel(&root, parents, rel, check, dry_run)
         })
     });
     Ok(batch_result(done, dry_run, sample_limit))
