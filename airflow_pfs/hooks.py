@@ -25,9 +25,9 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 from distributed import Client
 
-from dask_pfs.cluster import ClusterOptions, connect, default_workers
+from dask_pfs.clusters.client import ClusterOptions, connect, default_workers
+from dask_pfs.clusters.security import TlsFiles
 from dask_pfs.errors import PfsError
-from dask_pfs.security import TlsFiles
 
 DEFAULT_PORT = 8786
 LOCAL_HOSTS = ("local", "localcluster", "embedded")

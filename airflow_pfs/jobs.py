@@ -1,6 +1,6 @@
-"""Engine runs that outlive the Airflow worker: the whole driver as one Dask task (``dask_pfs.remote``).
+"""Engine runs that outlive the Airflow worker: the whole driver as one Dask task (``dask_pfs.remote.driver``).
 
-A deferrable operator starts :func:`~dask_pfs.remote.drive` on a worker and *publishes* the future
+A deferrable operator starts :func:`~dask_pfs.remote.driver.drive` on a worker and *publishes* the future
 under a deterministic job name made from dag/task/run/map index (:func:`job_name`).  The published
 dataset keeps the job alive on the scheduler while no client is connected, and lets a retry of the
 same task instance find the running job by name instead of starting a second one.  The driver
@@ -16,7 +16,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-from dask_pfs.remote import (
+from dask_pfs.remote.control import attach_or_submit, cancel, decide, forget, release, status, submit
+from dask_pfs.remote.driver import (
     CANCELLED,
     DONE,
     ENGINES,
@@ -27,19 +28,12 @@ from dask_pfs.remote import (
     RUNNING,
     JobCancelled,
     JobSpec,
-    attach_or_submit,
-    cancel,
     cancel_name,
-    decide,
     describe_error,
     drive,
-    forget,
     read_record,
-    release,
     run_engine,
     state_name,
-    status,
-    submit,
     summarize,
 )
 

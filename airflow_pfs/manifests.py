@@ -7,7 +7,7 @@ once: the user's condition AND a range of ``path`` (boundaries are the quantiles
 paths, so the parts hold about the same number of rows).  They are small and JSON-serializable,
 so ``PfsCopyOperator.partial(dst=...).expand_kwargs(selections)`` maps one copy over each.
 
-Counting and the quantiles go through the engine's manifest selection (``dask_pfs.query``): a
+Counting and the quantiles go through the engine's manifest selection (``dask_pfs.manifests.query``): a
 where-clause only ever filters the manifest's rows here, as everywhere else in pfs.
 """
 
@@ -21,9 +21,9 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from dask_pfs.errors import IncompleteManifestError, PfsError
-from dask_pfs.manifest import Manifest, has_marker, open_manifest, sql_str
-from dask_pfs.query import run_query, select_sql
-from dask_pfs.sql import connect
+from dask_pfs.manifests.manifest import Manifest, has_marker, open_manifest, sql_str
+from dask_pfs.manifests.query import run_query, select_sql
+from dask_pfs.manifests.sql import connect
 
 from .paths import check_where, manifest_url
 
@@ -139,7 +139,7 @@ class PfsManifest:
         """The one row of an aggregate over the selected rows."""
         manifest = self.open()
         try:
-            # the user's where runs on the connection locked to this manifest (dask_pfs.sql)
+            # the user's where runs on the connection locked to this manifest (dask_pfs.manifests.sql)
             return run_query(connect(manifest), select_sql(manifest, where=where, select=select)).fetchall()[0]
         except PfsError as exc:
             raise AirflowException(f"where: {str(exc).removeprefix('query failed: ')}") from None

@@ -63,9 +63,9 @@ def manifest_urls(operator: Any, *names: str) -> dict[str, str]:
 
 def check_where(where: Any) -> str | None:
     """One DuckDB condition over manifest rows, or None: the rendered template is checked the way
-    the engine checks ``--where`` (``dask_pfs.sql``), so a DAG run's conf can only filter."""
+    the engine checks ``--where`` (``dask_pfs.manifests.sql``), so a DAG run's conf can only filter."""
     from dask_pfs.errors import PfsError
-    from dask_pfs.sql import check_where as check_clause
+    from dask_pfs.manifests.sql import check_where as check_clause
 
     try:
         return check_clause(where, "where")
@@ -75,8 +75,8 @@ def check_where(where: Any) -> str | None:
 
 def check_cap(value: Any, what: str) -> str | None:
     """A cap such as ``max_entries``: a count or ``"N%"`` (rendered templates are strings)."""
-    from dask_pfs.caps import Cap
     from dask_pfs.errors import PfsError
+    from dask_pfs.manifests.caps import Cap
 
     try:
         cap = Cap.parse(value, what)

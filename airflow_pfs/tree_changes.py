@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from dask_pfs.errors import IncompleteManifestError, PfsError
-from dask_pfs.manifest import open_manifest
-from dask_pfs.query import run_query, select_sql
-from dask_pfs.sql import connect
+from dask_pfs.manifests.manifest import open_manifest
+from dask_pfs.manifests.query import run_query, select_sql
+from dask_pfs.manifests.sql import connect
 from operators.schema import MARKER_NAME
 
 MAX_SAMPLES = 10

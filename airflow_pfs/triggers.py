@@ -16,8 +16,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from distributed import Client, Event, Variable
 
-from dask_pfs.progress import describe
-from dask_pfs.security import TlsFiles
+from dask_pfs.clusters.security import TlsFiles
+from dask_pfs.runtime.progress import describe
 
 from . import jobs
 

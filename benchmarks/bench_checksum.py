@@ -4,7 +4,7 @@
     benchmarks/bench_checksum.py --dir /var/tmp/pfs-bench-sum --files 8 --size-mib 256 [--algo xxh3]
 
 Writes FILES files of SIZE MiB of random data (once), then, with caches dropped before each
-(``drop_caches``, when allowed): ``cat`` of every file to /dev/null, and ``dask_pfs.scan`` with
+(``drop_caches``, when allowed): ``cat`` of every file to /dev/null, and ``dask_pfs.scan.api`` with
 and without ``checksum`` on a LocalCluster started beforehand (start-up is not reading).
 Also times ``operators.checksum.checksum_local`` in-process on warm caches (hashing cost alone).
 Prints a markdown table with MB/s and pfs as a percentage of cat (target: >= 70%).
@@ -62,7 +62,7 @@ def main() -> None:
     rows.append(("cat tree/* > /dev/null", timed(f"cat {tree}/* > /dev/null"), state))
     from distributed import Client, LocalCluster
 
-    from dask_pfs.scan import scan
+    from dask_pfs.scan.api import scan
 
     # the cluster is started before timing: its start-up (seconds, more on a loaded host) is not reading
     with (

@@ -37,8 +37,8 @@ PY = str(REPO / ".venv/bin/python")
 
 CORE_RM = """
 import os, resource, sys, time
-from operators.remove import RemoveSpec, remove_tree_chunk
-from operators.walk import Budget
+from operators.remove.tasks import RemoveSpec, remove_tree_chunk
+from operators.scan.walk import Budget
 root = sys.argv[1]
 spec = RemoveSpec(protocol="file", root=root)
 r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
@@ -50,7 +50,7 @@ print(r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, res.counts.removed_f
 
 CORE_CP = """
 import os, resource, sys, time
-from operators.copy import CopySpec, Entry, copy_files
+from operators.copy.tasks import CopySpec, Entry, copy_files
 src, dst = sys.argv[1], sys.argv[2]
 entries = []
 for d, dirs, files in os.walk(src):

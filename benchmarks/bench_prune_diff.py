@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from operators.prune import Prune  # noqa: E402
+from operators.scan.prune import Prune  # noqa: E402
 from operators.schema import SCHEMA  # noqa: E402
 
 

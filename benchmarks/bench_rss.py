@@ -15,7 +15,7 @@ the whole command, warm cache.  Memory:
 
 Both are exact (the kernel's high-water marks), where sampling ``/proc/PID/status`` missed a worker's
 last growth: a worker read at 198 MB every 20 ms had peaked at 220-241.  ``0`` workers: the driver
-walked the whole tree itself (``dask_pfs.scanning.TreeScan.start_here``) and no cluster started.
+walked the whole tree itself (``dask_pfs.scan.engine.TreeScan.start_here``) and no cluster started.
 
 CPU is user + system of the whole process tree (``RUSAGE_CHILDREN`` around the command), per entry;
 wall time moves with the host's load, CPU and RSS much less.

@@ -151,7 +151,7 @@ def sim_cpu_per_entry(spec: TreeSpec, sample: int = 200_000) -> float:
 def cmd_scan(a: argparse.Namespace) -> dict:
     register()  # before the cluster forks its workers
     from dask_pfs import scan
-    from dask_pfs.cluster import ClusterOptions, connect
+    from dask_pfs.clusters.client import ClusterOptions, connect
     from operators.ratelimit import Limits
 
     spec = {"entries": a.entries, "shape": a.shape, "seed": a.seed, "fanout": a.fanout, "files": a.files}

@@ -2,7 +2,7 @@
 
     frontier_model.py --entries 100000000 --shape mix [--slots 32] [--task-entries 12000] [--newest-first]
 
-Runs the driver's own splitting rule (``dask_pfs.runtime.next_slice``) over the tree's directory nodes
+Runs the driver's own splitting rule (``dask_pfs.runtime.submitter.next_slice``) over the tree's directory nodes
 (``simfs.Tree``: no listings, no rows): each task walks breadth-first from its directories until it has
 seen ``--task-entries`` entries (what a 1-s task budget gave on the test host) and hands the rest back;
 tasks finish in the order they started.  Prints tasks and the peak frontier (directories the driver holds).
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.simfs import Tree, TreeSpec
-from dask_pfs.runtime import WalkTuning, next_slice
+from dask_pfs.runtime.submitter import WalkTuning, next_slice
 
 
 def child(rel: str, i: int) -> str:

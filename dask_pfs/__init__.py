@@ -12,9 +12,9 @@ Public API::
 
 Names are imported on first use (PEP 562), so ``pfs scan`` does not pay for DuckDB, the copy
 engine and the rest: a one-file scan is mostly interpreter and pyarrow start-up.  The engine
-functions share their names with their modules (``dask_pfs.scan`` the module, ``dask_pfs.scan``
-the function); :class:`_Package` keeps the package attribute the function whichever is imported
-first.
+functions share their names with their packages (``dask_pfs.scan`` the package, ``dask_pfs.scan``
+the function; likewise ``copy`` and ``remove``); :class:`_Package` keeps the package attribute the
+function whichever is imported first.
 """
 
 from __future__ import annotations
@@ -25,41 +25,43 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and readers
-    from .cluster import ClusterOptions, connect
-    from .copy import CopyResult, copy
-    from .diff import DiffResult, diff
-    from .errors import IncompleteManifestError, PfsError
-    from .manifest import Manifest, open_manifest
-    from .remove import RemoveResult, remove
-    from .scan import ScanResult, scan
-    from .security import TlsFiles
-    from .sync import SyncResult, sync
-    from .verify import VerifyResult, verify
+    from dask_pfs.clusters.client import ClusterOptions, connect
+    from dask_pfs.clusters.security import TlsFiles
+    from dask_pfs.compare.diff import DiffResult, diff
+    from dask_pfs.compare.sync import SyncResult, sync
+    from dask_pfs.compare.verify import VerifyResult, verify
+    from dask_pfs.copy import CopyResult, copy
+    from dask_pfs.errors import IncompleteManifestError, PfsError
+    from dask_pfs.manifests.manifest import Manifest, open_manifest
+    from dask_pfs.remove.api import RemoveResult, remove
+    from dask_pfs.scan.api import ScanResult, scan
 
-from .version import __version__
+from dask_pfs.version import __version__
 
-_HOME = {  # public name -> the submodule that defines it
-    "ClusterOptions": "cluster",
-    "connect": "cluster",
+_HOME = {  # public name -> the module that defines it
+    "ClusterOptions": "clusters.client",
+    "connect": "clusters.client",
     "CopyResult": "copy",
     "copy": "copy",
-    "DiffResult": "diff",
-    "diff": "diff",
+    "DiffResult": "compare.diff",
+    "diff": "compare.diff",
     "IncompleteManifestError": "errors",
     "PfsError": "errors",
-    "Manifest": "manifest",
-    "open_manifest": "manifest",
-    "RemoveResult": "remove",
-    "remove": "remove",
-    "ScanResult": "scan",
-    "scan": "scan",
-    "TlsFiles": "security",
-    "SyncResult": "sync",
-    "sync": "sync",
-    "VerifyResult": "verify",
-    "verify": "verify",
+    "Manifest": "manifests.manifest",
+    "open_manifest": "manifests.manifest",
+    "RemoveResult": "remove.api",
+    "remove": "remove.api",
+    "ScanResult": "scan.api",
+    "scan": "scan.api",
+    "TlsFiles": "clusters.security",
+    "SyncResult": "compare.sync",
+    "sync": "compare.sync",
+    "VerifyResult": "compare.verify",
+    "verify": "compare.verify",
 }
-_SHADOWED = frozenset(name for name, home in _HOME.items() if name == home)  # function named as its module
+_SHADOWED = frozenset(
+    name for name, home in _HOME.items() if name == home.split(".")[0]
+)  # function named as its package
 
 __all__ = [
     "ClusterOptions",
@@ -100,11 +102,15 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """The import system sets ``dask_pfs.scan = <module>`` after loading a submodule; keep the function."""
+    """The import system sets ``dask_pfs.scan = <package>`` after loading a submodule; keep the function.
+
+    The attribute is left unset instead, so ``__getattr__`` resolves the function on first use
+    (importing ``dask_pfs.scan.journal`` does not import the whole scan driver).
+    """
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _SHADOWED and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
+            return
         super().__setattr__(name, value)
 
 

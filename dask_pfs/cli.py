@@ -20,14 +20,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
 
+from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.clusters.security import TlsFiles
+from dask_pfs.errors import PfsError
+from dask_pfs.version import __version__
 from operators.sizes import parse_size
 
-from .cluster import ClusterOptions
-from .errors import PfsError
-from .security import TlsFiles
-from .version import __version__
-
-DRIVERS = ("auto", "local", "cluster")  # where a driver runs: dask_pfs.remote_cli.remote_driver
+DRIVERS = ("auto", "local", "cluster")  # where a driver runs: dask_pfs.remote.client.remote_driver
 SIZES = "256M = 256*10^6 bytes, 256MiB = 256*2^20 (as dask.utils.parse_bytes)"
 
 
@@ -115,7 +114,7 @@ def pop_scheduler_options(kwargs: dict) -> dict:
 
 
 def driver_option() -> Callable:
-    """``--driver``: where the job's driver runs when a scheduler is given (``dask_pfs.remote_cli``)."""
+    """``--driver``: where the job's driver runs when a scheduler is given (``dask_pfs.remote.client``)."""
     return click.option(
         "--driver",
         type=click.Choice(DRIVERS),
@@ -241,7 +240,8 @@ def reader_options(func: Callable) -> Callable:
 
 
 def prune_options(func: Callable) -> Callable:
-    """``--exclude``, ``--include``, ``--max-depth``, ``--one-file-system`` -> ``prune`` (``operators.prune.Prune``)."""
+    """``--exclude``, ``--include``, ``--max-depth``, ``--one-file-system`` -> ``prune``
+    (``operators.scan.prune.Prune``)."""
     opts = [
         click.option(
             "--exclude",
@@ -267,7 +267,7 @@ def prune_options(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from operators.prune import Prune
+        from operators.scan.prune import Prune
 
         values = {k: kwargs.pop(k) for k in ("exclude", "include", "max_depth", "one_file_system")}
         try:
@@ -289,7 +289,7 @@ def _kubernetes(kind: str, k8s: dict, threads: int | None):
     """``--cluster kubernetes`` and its ``--k8s-*`` options as ``KubernetesOptions`` (else None)."""
     if kind != "kubernetes":
         return None
-    from .kubernetes import DEFAULT_IMAGE, KubernetesOptions
+    from dask_pfs.clusters.kubernetes import DEFAULT_IMAGE, KubernetesOptions
 
     try:
         return KubernetesOptions(

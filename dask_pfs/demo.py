@@ -12,10 +12,10 @@ import random
 import shutil
 import time
 
-from .manifest import open_manifest
-from .progress import human_bytes, make_reporter
-from .query import connection
-from .scan import scan
+from dask_pfs.manifests.manifest import open_manifest
+from dask_pfs.manifests.query import connection
+from dask_pfs.runtime.progress import human_bytes, make_reporter
+from dask_pfs.scan.api import scan
 
 EXTS = ("jpg", "png", "txt", "parquet", "ckpt", "log")
 

@@ -17,9 +17,8 @@ from typing import NamedTuple
 import fsspec
 from fsspec.registry import available_protocols
 
-from operators.prune import Prune
-
-from .errors import PfsError
+from dask_pfs.errors import PfsError
+from operators.scan.prune import Prune
 
 EXTRAS = {
     "s3": "s3",

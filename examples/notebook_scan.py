@@ -23,8 +23,8 @@ matplotlib.use("Agg")  # files, not windows: this also runs headless
 import matplotlib.pyplot as plt
 
 from dask_pfs import ScanResult, open_manifest, scan
-from dask_pfs.progress import human_bytes
-from dask_pfs.query import connection
+from dask_pfs.manifests.query import connection
+from dask_pfs.runtime.progress import human_bytes
 
 TOP = 10
 

@@ -21,12 +21,12 @@ import dask.dataframe as dd
 from distributed import Client
 
 from dask_pfs import connect, copy, open_manifest, scan, verify
-from dask_pfs.progress import human_bytes
+from dask_pfs.runtime.progress import human_bytes
 
 
 # %% 1. Scan (pruned: version-control and cache directories are never listed)
 def run_scan(client: Client, src: str, manifest: str) -> None:
-    from operators.prune import Prune
+    from operators.scan.prune import Prune
 
     result = scan(src, manifest, client, overwrite=True, prune=Prune(exclude=(".git/", "__pycache__/")))
     print(f"scanned {result.root}: {result.counts['entries']:,} entries, {result.counts['pruned']:,} left out")

@@ -22,8 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import operators._native as _native
-
-from .ratelimit import bytes_capped, take_bytes
+from operators.ratelimit import bytes_capped, take_bytes
 
 T = TypeVar("T")
 Sums = list[tuple[bool, str]]  # per file: (True, "xxh3:...") or (False, "PermissionError: ...")
@@ -119,7 +118,7 @@ def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
 
 def checksum_many(items: list[T], checksum_one: Callable[[T], str], threads: int | None = None) -> Sums:
     """``checksum_one(item)`` for every item on the fsspec pool; errors are returned as text."""
-    from .rows import describe_error
+    from operators.rows import describe_error
 
     def one(item: T) -> tuple[bool, str]:
         try:
@@ -134,7 +133,7 @@ def fill_rows(rows: list[tuple], sums: Callable[[list[tuple]], Sums]) -> list[st
     """Set the ``checksum`` column of every error-free file row (``sums`` gets those rows); return
     "path: error" for failures.  A file that cannot be read keeps its row, with the error in its
     ``error`` column."""
-    from .schema import ROW_COLUMNS
+    from operators.schema import ROW_COLUMNS
 
     i_type, i_sum, i_err = ROW_COLUMNS.index("type"), ROW_COLUMNS.index("checksum"), ROW_COLUMNS.index("error")
     todo = [i for i, r in enumerate(rows) if r[i_type] == "file" and r[i_err] is None and r[i_sum] is None]
@@ -197,8 +196,8 @@ def checksum_table(
     import fsspec
     import pyarrow as pa
 
-    from .names import to_bytes
-    from .parts import write_part
+    from operators.names import to_bytes
+    from operators.parts import write_part
 
     local = protocol in ("file", "local")
     cols = {n: table.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "error")}
@@ -224,7 +223,7 @@ def checksum_table(
     idx_sum, idx_err = table.schema.get_field_index("checksum"), table.schema.get_field_index("error")
     table = table.set_column(idx_sum, "checksum", pa.array(sums, pa.string()))
     table = table.set_column(idx_err, "error", pa.array(errors, pa.string()))
-    from .schema import SCHEMA
+    from operators.schema import SCHEMA
 
     write_part(table.cast(SCHEMA), out_url, name, out_storage_options)
     return len(todo) - len(failures), nbytes, failures

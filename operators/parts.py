@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from .schema import PART_PREFIX, PART_SUFFIX
+from operators.schema import PART_PREFIX, PART_SUFFIX
 
 # Page checksums (CRC32) let a reader tell a part damaged on disk from one it can trust
-# (``dask_pfs.manifest_check`` verifies them before a job acts on a manifest).
+# (``dask_pfs.manifests.check`` verifies them before a job acts on a manifest).
 WRITE_OPTIONS = {"compression": "zstd", "row_group_size": 128 * 1024, "write_page_checksum": True}
 
 

@@ -1,7 +1,7 @@
 """Caps on what a job asks of the storage: entry operations and bytes per second.
 
 A job-wide cap (``--max-ops-per-second``, ``--max-bandwidth``) is one :class:`TokenBucket`
-held by whoever coordinates the job (on Dask: the scheduler, see ``dask_pfs.limits``).  Each
+held by whoever coordinates the job (on Dask: the scheduler, see ``dask_pfs.runtime.limits``).  Each
 worker process draws from it through a :class:`LeasedBucket`: it leases a small batch of
 tokens (about 50 ms worth of the whole job's rate) and spends them locally, so the remote call
 happens once per batch, not per operation, and a busy worker can use the share an idle one
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .sizes import parse_size
+from operators.sizes import parse_size
 
 
 class TokenBucket:

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .names import decode
-from .schema import ROW_COLUMNS, SCHEMA, TIME_UNIT_NS, TYPES
+from operators.names import decode
+from operators.schema import ROW_COLUMNS, SCHEMA, TIME_UNIT_NS, TYPES
 
 Row = tuple  # values in ROW_COLUMNS order
 
@@ -144,7 +144,7 @@ def _ns(value: Any) -> int | None:
 class RowBuffer:
     """Rows appended one at a time, turned into a schema-v1 table sorted by path.
 
-    With a ``sink`` (the compiled core's column buffer, ``operators.local_scan``) every row goes
+    With a ``sink`` (the compiled core's column buffer, ``operators.scan.local``) every row goes
     there: the core writes most of them itself, Python adds a directory's own row, and the table is
     made from its buffers without a Python list becoming an Arrow array (which would also import
     pandas, ~0.3 s of a small scan).

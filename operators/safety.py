@@ -14,7 +14,7 @@ import os
 import stat as st
 from dataclasses import dataclass, field
 
-from .names import UnsafePathError, check_relative
+from operators.names import UnsafePathError, check_relative
 
 
 def full_path(root: bytes, rel: bytes) -> bytes:

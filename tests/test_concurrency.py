@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from operators import concurrency, pool
-from operators.concurrency import Controller, GatedExecutor, fixed_threads
+from operators.core import concurrency, pool
+from operators.core.concurrency import Controller, GatedExecutor, fixed_threads
 from tests.conftest import make_balanced
 
 
@@ -88,9 +88,9 @@ def test_fixed_threads_win_over_auto(monkeypatch):
 
 def test_auto_mode_scans_and_removes_a_tree(tmp_path, monkeypatch):
     """The walk asks the controller for its cap; scan and rm tree tasks run on the gated pool."""
-    from operators.remove import RemoveSpec, remove_tree_chunk
-    from operators.scan_task import ScanSpec, scan_chunk
-    from operators.walk import Budget
+    from operators.remove.tasks import RemoveSpec, remove_tree_chunk
+    from operators.scan.task import ScanSpec, scan_chunk
+    from operators.scan.walk import Budget
 
     monkeypatch.delenv("PFS_THREADS", raising=False)
     root = tmp_path / "t"
@@ -108,7 +108,7 @@ def test_auto_mode_scans_and_removes_a_tree(tmp_path, monkeypatch):
 
 def test_scan_reports_fixed_threads(dask_client, tmp_path):
     """The job result and the manifest say what ran: here a fixed --threads."""
-    from dask_pfs.scan import scan
+    from dask_pfs.scan.api import scan
 
     root = tmp_path / "t"
     make_balanced(root, dirs=3, files_per_dir=5)
@@ -196,7 +196,7 @@ def test_embedded_workers_run_without_the_stack_profiler():
     worker whose threads start and stop (gh-106883: a `pfs rm` hung for minutes on the NAS): it must be off."""
     import dask
 
-    from dask_pfs.cluster import ClusterOptions, connect
+    from dask_pfs.clusters.client import ClusterOptions, connect
 
     with connect(ClusterOptions(workers=1, dashboard=False)) as client:
         state = client.run(

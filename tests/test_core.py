@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 
 from operators import _native
-from operators.local_scan import LocalLister
-from operators.pool import get_pool
-from operators.prune import Prune
+from operators.core.pool import get_pool
 from operators.rows import row_from_stat, rows_to_table, sink_table
+from operators.scan.local import LocalLister
+from operators.scan.prune import Prune
 from tests.conftest import DROP_DAC, REPO, have
 
 
@@ -204,7 +204,7 @@ def test_descriptor_limit_reached_is_the_directorys_error_row(tmp_path):
     (root / "d" / "f").write_text("x")
     code = (
         "import os, resource, sys\n"
-        "from operators.local_scan import LocalLister; from operators.pool import get_pool\n"
+        "from operators.scan.local import LocalLister; from operators.core.pool import get_pool\n"
         "lister = LocalLister(sys.argv[1]); lister.descend = 0\n"
         "(sub,) = lister.list_dir((b'', None), get_pool(2)).subdirs\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)); held = []\n"

@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from operators import local_scan
-from operators.local_scan import LocalLister
-from operators.pool import get_pool
+from operators.core.pool import get_pool
 from operators.rows import RowBuffer
-from operators.walk import Budget, walk
+from operators.scan import local as local_scan
+from operators.scan.local import LocalLister
+from operators.scan.walk import Budget, walk
 from tests.conftest import REPO
 
 

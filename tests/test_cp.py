@@ -16,8 +16,8 @@ import pytest
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from dask_pfs import PfsError, copy, scan
-from dask_pfs.manifest import prepare_output, write_marker
-from operators.copy import TEMP_MARK, temp_name
+from dask_pfs.manifests.manifest import prepare_output, write_marker
+from operators.copy.tasks import TEMP_MARK, temp_name
 from operators.parts import part_name, write_part
 from operators.rows import row_from_stat, rows_to_table
 from tests.conftest import make_balanced, make_tree, run_pfs, tree_digest
@@ -112,11 +112,11 @@ def test_streamed_copy_starts_before_the_scan_ends(tmp_path, dask_client, monkey
     import functools
     import sys
 
-    from dask_pfs.runtime import WalkTuning
+    from dask_pfs.runtime.submitter import WalkTuning
 
     # scan tasks of 500 entries: on an idle host one default task's budget walks this whole tree
     small = functools.partial(WalkTuning, max_entries=500, max_dirs_per_task=4)
-    monkeypatch.setattr(sys.modules["dask_pfs.scanning"], "ScanTuning", small)  # the engine cp scans with
+    monkeypatch.setattr(sys.modules["dask_pfs.scan.engine"], "ScanTuning", small)  # the engine cp scans with
     src = tmp_path / "src"
     make_balanced(src, dirs=400, files_per_dir=25)
     result = copy(src, tmp_path / "dst", client=dask_client, manifest_out=tmp_path / "m")
@@ -323,7 +323,7 @@ MPU = {"split_size": 10 * MiB, "part_size": 5 * MiB, "chunk_files": 4}  # 2 part
 
 
 def test_plan_parts_are_equal_numbered_and_within_s3_limits():
-    from operators.copy_multipart import MAX_PARTS, MIN_PART, plan_parts
+    from operators.copy.multipart import MAX_PARTS, MIN_PART, plan_parts
 
     cases = [(25 * MiB + 3, 10 * MiB, 5 * MiB), (257 * MiB, 256 * MiB, 8 * MiB), (26 * MiB, 6 * MiB, 8 * MiB)]
     for size, split, part in cases:
@@ -417,7 +417,7 @@ def test_big_files_split_only_where_parallel_streams_pay(tmp_path, dask_client):
     """Local disk to local disk copies a big file whole (one stream); network storage and object
     stores get byte ranges; an explicit --split-size always wins."""
     from dask_pfs.copy import NO_SPLIT, SPLIT_SIZE, default_split_size
-    from operators.copy import CopySpec
+    from operators.copy.tasks import CopySpec
 
     def spec(src_protocol: str, src: str, dst_protocol: str, dst: str) -> CopySpec:
         return CopySpec(src_protocol, src, dst_protocol, dst, token="t")
@@ -436,7 +436,7 @@ def test_big_files_split_only_where_parallel_streams_pay(tmp_path, dask_client):
 
 def test_source_directory_swapped_for_symlink_after_the_scan_is_not_followed(tmp_path):
     """Sources open relative to their parent, which is never reached through a symlink below the root."""
-    from operators.copy import CopySpec, Entry, copy_files
+    from operators.copy.tasks import CopySpec, Entry, copy_files
 
     src, outside, dst = tmp_path / "src", tmp_path / "outside", tmp_path / "dst"
     make_tree(src, {"d/f": b"inside", "g": b"top"})

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dask_pfs import PfsError, diff, scan
-from operators.prune import Prune
+from operators.scan.prune import Prune
 from tests.conftest import make_tree, run_pfs
 
 BEFORE = {

@@ -10,9 +10,9 @@ import os
 import pytest
 
 from dask_pfs import PfsError, copy, open_manifest, remove, scan
-from dask_pfs.caps import Cap
 from dask_pfs.cli import run
-from dask_pfs.sql import connect
+from dask_pfs.manifests.caps import Cap
+from dask_pfs.manifests.sql import connect
 from tests.conftest import make_tree, tree_digest
 
 FILES = {f"d{i % 3}/f{i}.dat": b"x" * i for i in range(10)}  # 10 files in 3 directories: 13 rows

@@ -435,7 +435,7 @@ def test_generated_certificates_secure_a_real_dask_cluster(rendered: dict[str, l
     from distributed.security import Security
 
     from dask_pfs import ClusterOptions, PfsError, connect
-    from dask_pfs.security import TlsFiles
+    from dask_pfs.clusters.security import TlsFiles
 
     from .tls_certs import CertificateAuthority
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dask_pfs.kubernetes import KubernetesOptions, cluster_resource
+from dask_pfs.clusters.kubernetes import KubernetesOptions, cluster_resource
 from tests.conftest import run_pfs
 
 pytest.importorskip("dask_kubernetes")

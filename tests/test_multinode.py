@@ -78,7 +78,7 @@ def _rows(manifest: str) -> list[tuple]:
     """Sorted (path, type, size, mtime ns) of a manifest, read with DuckDB."""
     import duckdb
 
-    from dask_pfs.manifest import open_manifest
+    from dask_pfs.manifests.manifest import open_manifest
 
     rel = open_manifest(manifest).relation_sql()
     with duckdb.connect() as con:

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from operators import _native
-from operators.copy import CopySpec, Entry, copy_files
-from operators.copy_spec import temp_name
-from operators.remove import RemoveSpec, remove_tree_chunk, unlink_entries
-from operators.removers import LocalRemover
-from operators.walk import Budget
+from operators.copy.spec import temp_name
+from operators.copy.tasks import CopySpec, Entry, copy_files
+from operators.remove.backends import LocalRemover
+from operators.remove.tasks import RemoveSpec, remove_tree_chunk, unlink_entries
+from operators.scan.walk import Budget
 from tests.conftest import DROP_DAC, REPO
 
 HOSTILE = [b"caf\xe9", b"\xff\xfe name", b"new\nline", b"-rf", b" lead", b"x" * 255]
@@ -124,8 +124,8 @@ def test_manifest_rows_changed_since_the_scan_are_skipped(tmp_path):
 RM_AS_USER = """
 import sys
 import time
-from operators.remove import RemoveSpec, remove_tree_chunk
-from operators.walk import Budget
+from operators.remove.tasks import RemoveSpec, remove_tree_chunk
+from operators.scan.walk import Budget
 spec = RemoveSpec(protocol="file", root=sys.argv[1], threads=2)
 r = remove_tree_chunk(spec, [(b"", None)], Budget(max_entries=10**9, max_seconds=600))
 print(r.counts.removed_files, r.counts.failed, r.counts.skipped_nonempty)
@@ -228,7 +228,7 @@ def test_existing_destination_verdicts(tmp_path):
 
 CP_AS_USER = """
 import sys, os
-from operators.copy import CopySpec, Entry, copy_files
+from operators.copy.tasks import CopySpec, Entry, copy_files
 spec = CopySpec("file", sys.argv[1], "file", sys.argv[2], token="t", threads=2, check_existing=False)
 es = [Entry(n.encode(), "file", 1, None, None, 0o100644) for n in ("a", "secret", "b")]
 out = copy_files(spec, es)
@@ -314,7 +314,7 @@ def test_ops_cap_paces_native_rm_and_cp(tmp_path):
 
 
 def test_core_batches_feed_the_concurrency_controller(tmp_path, monkeypatch):
-    from operators import concurrency
+    from operators.core import concurrency
 
     monkeypatch.setattr(concurrency, "_controller", concurrency.Controller())
     ctl = concurrency.controller()

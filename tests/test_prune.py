@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dask_pfs import PfsError, copy, open_manifest, remove, scan, sync
-from operators.prune import DROP, KEEP, STOP, Prune
+from operators.scan.prune import DROP, KEEP, STOP, Prune
 from tests.conftest import PFS, REPO, have, make_tree, run_pfs
 
 TREE = {

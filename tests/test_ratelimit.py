@@ -71,7 +71,7 @@ def test_no_cap_costs_nothing():
 
 def test_max_ops_per_second_caps_the_whole_job(dask_client, tmp_path):
     """500 ops/s over both worker processes: the scan's measured entry rate is 500 within 10 %."""
-    from dask_pfs.scan import scan
+    from dask_pfs.scan.api import scan
 
     warm = tmp_path / "warm"
     make_balanced(warm, dirs=4, files_per_dir=4)

@@ -1,4 +1,4 @@
-"""Remote driving: ``pfs --scheduler`` from a host that does not mount the data (``dask_pfs.remote``).
+"""Remote driving: ``pfs --scheduler`` from a host that does not mount the data (``dask_pfs.remote.driver``).
 
 A real ``dask scheduler`` and a one-thread ``dask worker`` (so a driver that held its slot would
 deadlock) see a tree under ``DATA``; every ``pfs`` client runs in its own mount namespace with an

@@ -14,11 +14,11 @@ import pyarrow.dataset as ds
 import pytest
 
 from dask_pfs import PfsError, remove, scan
-from dask_pfs.rm_journal import cache_dir, tree_journal
-from dask_pfs.scan import ScanTuning
-from dask_pfs.scan_journal import decode_item, encode_item
+from dask_pfs.remove.journal import cache_dir, tree_journal
+from dask_pfs.scan.api import ScanTuning
+from dask_pfs.scan.journal import decode_item, encode_item
 from dask_pfs.urls import resolve
-from operators.copy import TEMP_MARK
+from operators.copy.tasks import TEMP_MARK
 from operators.journal import Journal
 from tests.conftest import PFS, REPO, make_balanced, make_tree, run_pfs, tree_digest
 
@@ -210,7 +210,7 @@ def test_scan_frontier_items_roundtrip_through_json():
 
 def _scan_journal_chain(path, tasks: int, width: int) -> tuple[Journal, tuple]:
     """A scan journal of ``tasks`` records, each given the ``width`` directories the previous one handed back."""
-    from dask_pfs import scan_journal as sj
+    from dask_pfs.scan import journal as sj
 
     jr = Journal(str(path))
     sj.start(jr, "file:///src", "/m", None)
@@ -235,7 +235,7 @@ def test_scan_resume_keeps_only_the_unfinished_frontier(tmp_path):
     """--resume of a long scan: what is left to walk comes back, and memory grows with it, not with the journal."""
     import tracemalloc
 
-    from dask_pfs import scan_journal as sj
+    from dask_pfs.scan import journal as sj
 
     jr, root = _scan_journal_chain(tmp_path / "j", tasks=1000, width=100)  # 100,000 directories handed back
     # a line out of order (given before the record that handed it back) is still not walked again
@@ -265,9 +265,9 @@ def test_scan_resume_keeps_only_the_unfinished_frontier(tmp_path):
 def test_scan_resume_walks_directories_a_task_handed_back(tmp_path):
     """A task whose budget ran out returns the given directories it did not start as frontier:
     a resumed scan still owes them (it used to count them as walked and leave them out)."""
-    from dask_pfs import scan_journal as sj
-    from operators.scan_task import ChunkResult
-    from operators.walk import Tally
+    from dask_pfs.scan import journal as sj
+    from operators.scan.task import ChunkResult
+    from operators.scan.walk import Tally
 
     jr = Journal(str(tmp_path / "journal"))
     sj.start(jr, "file:///t", str(tmp_path / "m"), None)
@@ -282,7 +282,7 @@ def test_scan_resume_walks_directories_a_task_handed_back(tmp_path):
 def test_scan_driver_killed_then_resume_completes(tmp_path, dask_client):
     src, out = tmp_path / "src", tmp_path / "m"
     # many small directories: under the ops cap a slice ends ~1 s after it starts (a task's or the
-    # driver's: this local scan is walked by the driver, dask_pfs.scan_here), so ~5 get journaled
+    # driver's: this local scan is walked by the driver, dask_pfs.scan.driver_walk), so ~5 get journaled
     make_balanced(src, dirs=400, files_per_dir=10, size=10)
     args = ["scan", str(src), "-o", str(out), "--workers", "1", "--json"]
     seen = start_and_kill([*args, "--max-ops-per-second", "1000"], f"{out}/.pfs-journal-*/done.jsonl", 2)
@@ -314,7 +314,7 @@ def test_scan_driver_killed_then_resume_completes(tmp_path, dask_client):
 def test_scan_resume_walks_given_directories_a_task_handed_back(tmp_path, dask_client):
     """A task whose budget ran out hands back directories it was given and did not reach; if the task
     they went to next was in flight at the kill, --resume must walk them (they were once dropped)."""
-    from dask_pfs import scan_journal as sj
+    from dask_pfs.scan import journal as sj
 
     jr, root = _scan_journal_chain(tmp_path / "j", tasks=1, width=3)  # task 0 handed back d0/0, d0/1, d0/2
     d01, d02 = (

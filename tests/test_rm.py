@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dask_pfs import PfsError, remove, scan
-from dask_pfs.manifest import write_marker
+from dask_pfs.manifests.manifest import write_marker
 from operators.parts import part_name, write_part
 from operators.rows import error_row, row_from_stat, rows_to_table
 from tests.conftest import make_balanced, make_tree, run_pfs, tree_digest

@@ -18,12 +18,12 @@ import pytest
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from dask_pfs import IncompleteManifestError, PfsError, open_manifest, scan
-from dask_pfs.scan import ScanTuning
-from operators.local_scan import LocalLister
+from dask_pfs.scan.api import ScanTuning
+from operators.core.pool import get_pool
 from operators.names import to_bytes
-from operators.pool import get_pool
+from operators.scan.local import LocalLister
+from operators.scan.walk import Budget, walk
 from operators.schema import MARKER_NAME, SCHEMA
-from operators.walk import Budget, walk
 from tests.conftest import make_balanced, make_tree, run_pfs
 
 SMALL_TASKS = ScanTuning(max_entries=100, max_seconds=0.2, first_seconds=0.05, max_dirs_per_task=4)
@@ -434,7 +434,7 @@ def test_dashboard_only_for_a_terminal_unless_asked(tmp_path):
 def test_open_dirs_walks_down_component_by_component_and_shares_one_descriptor(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from operators.dirfd import OpenDirs
+    from operators.core.dirfd import OpenDirs
 
     deep = b"/".join([b"d"] * 600)  # deeper than Python's recursion limit allows recursing per level
     os.makedirs(os.path.join(os.fsencode(tmp_path), deep))
@@ -462,7 +462,7 @@ def test_open_dirs_walks_down_component_by_component_and_shares_one_descriptor(t
 
 def test_open_dirs_lifts_a_low_soft_limit_on_open_files(tmp_path):
     code = (
-        "import resource; from operators.dirfd import OpenDirs; OpenDirs(b'/').close(); "
+        "import resource; from operators.core.dirfd import OpenDirs; OpenDirs(b'/').close(); "
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
     )
     out = subprocess.run(
@@ -485,10 +485,10 @@ def _task_ids(manifest: Path) -> set[str]:
 
 
 def test_driver_walks_a_local_tree_in_journaled_slices(tmp_path, dask_client, monkeypatch):
-    """No cluster given: the driver walks the local tree itself (``dask_pfs.scan_here``), slice by
+    """No cluster given: the driver walks the local tree itself (``dask_pfs.scan.driver_walk``), slice by
     slice, each a task with its own parts, and finishes without a worker; rows equal a cluster's."""
-    from dask_pfs import scan_here
-    from dask_pfs.cluster import ClusterOptions
+    from dask_pfs.clusters.client import ClusterOptions
+    from dask_pfs.scan import driver_walk as scan_here
 
     n = make_balanced(tmp_path / "t", dirs=30, files_per_dir=20)
     on_cluster = scan(tmp_path / "t", tmp_path / "on-cluster", dask_client, tuning=SMALL_TASKS)
@@ -507,8 +507,8 @@ def test_driver_hands_its_frontier_to_the_cluster_after_its_time(tmp_path, monke
     """Past ``DRIVER_SECONDS`` the embedded cluster takes over from the frontier the driver left:
     task numbers go on, nothing is walked twice or missed.  Closing the embedded cluster leaves this
     process's other cluster (the test session's) alone: its workers were once killed with it."""
-    from dask_pfs import scan_here
-    from dask_pfs.cluster import ClusterOptions
+    from dask_pfs.clusters.client import ClusterOptions
+    from dask_pfs.scan import driver_walk as scan_here
 
     others = dask_client.run(os.getpid)
     n = make_balanced(tmp_path / "t", dirs=30, files_per_dir=20)

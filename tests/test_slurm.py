@@ -1,4 +1,4 @@
-"""dask_pfs.jobqueue: Slurm clusters through dask-jobqueue.
+"""dask_pfs.clusters.jobqueue: Slurm clusters through dask-jobqueue.
 
 The job-script tests need no Slurm (the cluster submits nothing with jobs=0). The test marked `slurm` submits
 a real job and runs a real scan on its worker; it needs a running Slurm (e.g. root + Debian's slurm-wlm and
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dask_pfs import jobqueue
-from dask_pfs.jobqueue import SlurmUnavailableError, start_slurm_cluster
+from dask_pfs.clusters import jobqueue
+from dask_pfs.clusters.jobqueue import SlurmUnavailableError, start_slurm_cluster
 
 pytest.importorskip("dask_jobqueue")
 

@@ -1,4 +1,4 @@
-"""SQL a user writes may only filter the manifest (``dask_pfs.sql``): every way out is refused with
+"""SQL a user writes may only filter the manifest (``dask_pfs.manifests.sql``): every way out is refused with
 exit code 2 and one line, through the CLI (``pfs query``/``rm``/``cp``/``du``/``verify``) and the
 Python API, and nothing outside the manifest is read or written.  Legal clauses keep working."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from dask_pfs import PfsError, copy, remove, scan, verify
 from dask_pfs.cli import run
-from dask_pfs.manifest import open_manifest
-from dask_pfs.sql import check_order, check_select, check_where, connect
+from dask_pfs.manifests.manifest import open_manifest
+from dask_pfs.manifests.sql import check_order, check_select, check_where, connect
 from tests.conftest import make_tree, run_pfs, tree_digest
 
 SECRET = "TOP-SECRET-7f3a9"

@@ -9,12 +9,12 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
+from dask_pfs.compare.sync import sync
 from dask_pfs.copy import copy
 from dask_pfs.errors import PfsError
-from dask_pfs.manifest import open_manifest
-from dask_pfs.query import connection
-from dask_pfs.scan import scan
-from dask_pfs.sync import sync
+from dask_pfs.manifests.manifest import open_manifest
+from dask_pfs.manifests.query import connection
+from dask_pfs.scan.api import scan
 from tests.conftest import make_tree, run_pfs, tree_digest
 
 

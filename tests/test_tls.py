@@ -15,7 +15,7 @@ import time
 import pytest
 
 from dask_pfs import ClusterOptions, PfsError, connect, open_manifest
-from dask_pfs.security import TlsFiles
+from dask_pfs.clusters.security import TlsFiles
 
 from .conftest import make_tree, run_pfs
 

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 import xxhash
 
+from dask_pfs.compare.verify import verify
 from dask_pfs.errors import PfsError
-from dask_pfs.manifest import open_manifest
-from dask_pfs.query import connection
-from dask_pfs.scan import scan
-from dask_pfs.verify import verify
+from dask_pfs.manifests.manifest import open_manifest
+from dask_pfs.manifests.query import connection
+from dask_pfs.scan.api import scan
 from operators.checksum import checksum_local
 from tests.conftest import make_tree, run_pfs
 

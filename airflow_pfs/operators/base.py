@@ -2,7 +2,7 @@
 
 A concrete operator is small: it names its engine and turns its (templated) arguments into a
 :class:`~airflow_pfs.jobs.JobSpec` in :meth:`PfsBaseOperator.job_spec` (raising a clear error for
-bad values).  Every engine returns a ``dask_pfs.results.JobResult``, so one :meth:`report` serves
+bad values).  Every engine returns a ``dask_pfs.runtime.results.JobResult``, so one :meth:`report` serves
 them all: its plain values and counters, with ``errors`` (the entries that failed) and ``exit_code``.
 Results are small dicts (manifest URI, counts, bytes, errors): file lists never go through XCom.
 """
@@ -16,9 +16,9 @@ from airflow.sdk import Asset, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException
 from distributed import Client
 
-from dask_pfs.cluster import client_of_scheduler
+from dask_pfs.clusters.client import client_of_scheduler
 from dask_pfs.errors import PfsError
-from dask_pfs.progress import LogProgress
+from dask_pfs.runtime.progress import LogProgress
 
 from .. import jobs
 from ..hooks import PfsDaskHook

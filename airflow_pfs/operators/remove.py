@@ -17,7 +17,7 @@ from .base import PfsBaseOperator
 class PfsRemoveOperator(PfsBaseOperator):
     """Remove the tree ``path``, or the rows of ``manifest`` (an upstream scan's result) selected
     by ``where`` (one DuckDB condition over manifest columns, e.g. ``mtime < now() - to_days(30)``;
-    never a statement or a subquery, see ``dask_pfs.sql``).
+    never a statement or a subquery, see ``dask_pfs.manifests.sql``).
 
     ``dry_run=True`` only counts what would go.  ``max_entries`` (a count or ``"5%"`` of the
     manifest's rows) makes the engine refuse a larger selection before anything is removed: a

@@ -15,8 +15,8 @@ import time
 
 from distributed import Client, LocalCluster
 
-from dask_pfs.scan import scan
-from operators import concurrency
+from dask_pfs.scan.api import scan
+from operators.core import concurrency
 
 
 def history() -> list:

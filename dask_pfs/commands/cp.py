@@ -9,12 +9,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
-from ..copy import CopyResult
-from ..errors import PfsError
-from ..progress import NullProgress, Reporter, describe, human_bytes
-from ..remote import JobSpec
-from ..remote_cli import run_job
+from dask_pfs.cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
+from dask_pfs.copy import CopyResult
+from dask_pfs.errors import PfsError
+from dask_pfs.remote.client import run_job
+from dask_pfs.remote.driver import JobSpec
+from dask_pfs.runtime.progress import NullProgress, Reporter, describe, human_bytes
 
 
 class CopyProgress:

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from ..cli import cli, cluster_options, echo_json
-from ..progress import human_bytes, make_reporter
+from dask_pfs.cli import cli, cluster_options, echo_json
+from dask_pfs.runtime.progress import human_bytes, make_reporter
 
 
 @cli.command("diff")
@@ -36,8 +36,8 @@ def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, thre
     Exit codes (like diff): 0 the same; 1 different; 2 trouble (bad input, or entries that
     either side could not read: those are listed as "error", never as removed or added).
     """
-    from ..remote import JobSpec
-    from ..remote_cli import run_job
+    from dask_pfs.remote.client import run_job
+    from dask_pfs.remote.driver import JobSpec
 
     spec = JobSpec(
         "diff",

@@ -14,20 +14,20 @@ import fsspec
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import cli, cluster_options, echo_json, reader_options
-from ..errors import PfsError
-from ..manifest import has_marker, open_manifest
-from ..manifest_check import check_parts
-from ..progress import NullProgress, human_bytes, make_reporter
-from ..query import BY_CHOICES, du_sql, run_query, select_sql
-from ..sql import arrow_reader, check_where, connect, write_parquet
+from dask_pfs.cli import cli, cluster_options, echo_json, reader_options
+from dask_pfs.errors import PfsError
+from dask_pfs.manifests.check import check_parts
+from dask_pfs.manifests.manifest import has_marker, open_manifest
+from dask_pfs.manifests.query import BY_CHOICES, du_sql, run_query, select_sql
+from dask_pfs.manifests.sql import arrow_reader, check_where, connect, write_parquet
+from dask_pfs.runtime.progress import NullProgress, human_bytes, make_reporter
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from distributed import Client
 
-    from ..cluster import ClusterOptions
-    from ..progress import Reporter
+    from dask_pfs.clusters.client import ClusterOptions
+    from dask_pfs.runtime.progress import Reporter
 
 
 def _print_table(columns: list[str], rows: list[tuple], title: str | None = None) -> None:
@@ -69,8 +69,8 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
     With --scheduler and a manifest only the workers see, the query runs on a worker and its
     rows come back through the scheduler (use --limit); -o is written here.
     """
-    from ..remote import JobSpec
-    from ..remote_cli import remote_driver, run_job
+    from dask_pfs.remote.client import remote_driver, run_job
+    from dask_pfs.remote.driver import JobSpec
 
     if fmt == "parquet" and not output:
         raise PfsError("--format parquet needs -o FILE")
@@ -178,8 +178,8 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
     if by == "parent" and depth is None:
         depth = 1
     check_where(where)  # refused before any scan
-    from ..remote import JobSpec
-    from ..remote_cli import run_job
+    from dask_pfs.remote.client import run_job
+    from dask_pfs.remote.driver import JobSpec
 
     spec = JobSpec(f"{__name__}:du_rows", (target, by, depth, where), {"threads": threads})
     report = run_job(spec, cluster, make_reporter(progress), inputs=[target])
@@ -234,7 +234,7 @@ def du_rows(
     """``pfs du``'s groups and totals: ``{"root", "rows", "totals"}`` (run where the target is seen)."""
     tmp = None
     if not has_marker(target) and not (os.path.isdir(target) and _looks_like_manifest(target)):
-        from ..scan import scan
+        from dask_pfs.scan.api import scan
 
         tmp = tempfile.TemporaryDirectory(prefix="pfs-du-")
         scan(target, os.path.join(tmp.name, "m"), client, cluster=cluster, threads=threads, progress=progress)
@@ -267,8 +267,8 @@ def _looks_like_manifest(path: str) -> bool:
 @reader_options
 def info_cmd(manifest, as_json, cluster) -> None:
     """Show a manifest's completion marker: root, counts, errors, timings."""
-    from ..remote import JobSpec
-    from ..remote_cli import run_job
+    from dask_pfs.remote.client import run_job
+    from dask_pfs.remote.driver import JobSpec
 
     url, i = run_job(JobSpec(f"{__name__}:marker", (manifest,)), cluster, NullProgress(), inputs=[manifest])
     if as_json:

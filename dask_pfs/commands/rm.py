@@ -1,4 +1,4 @@
-"""``pfs rm URL`` and ``pfs rm --manifest DIR [--where SQL]``: a thin layer over :func:`dask_pfs.remove`."""
+"""``pfs rm URL`` and ``pfs rm --manifest DIR [--where SQL]``: a thin layer over :func:`dask_pfs.remove.api`."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..cli import cli, cluster_options, echo_json, prune_options
-from ..errors import PfsError
-from ..progress import human_bytes, make_reporter
+from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
+from dask_pfs.errors import PfsError
+from dask_pfs.runtime.progress import human_bytes, make_reporter
 
 if TYPE_CHECKING:
-    from ..remove import RemoveResult
+    from dask_pfs.remove.api import RemoveResult
 
 
 @cli.command("rm")
@@ -83,8 +83,8 @@ def rm_cmd(
         def confirm(message: str) -> bool:
             return click.confirm(message, default=False, err=True)
 
-    from ..remote import JobSpec
-    from ..remote_cli import run_job
+    from dask_pfs.remote.client import run_job
+    from dask_pfs.remote.driver import JobSpec
 
     spec = JobSpec(
         "remove",

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from ..cli import cli, cluster_options, echo_json, prune_options
-from ..progress import human_bytes, make_reporter
+from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
+from dask_pfs.runtime.progress import human_bytes, make_reporter
 
 
 @cli.command("scan")
@@ -42,8 +42,8 @@ def scan_cmd(
         if not as_json:
             click.echo(f"dashboard: {link}", err=True)
 
-    from ..remote import JobSpec
-    from ..remote_cli import run_job
+    from dask_pfs.remote.client import run_job
+    from dask_pfs.remote.driver import JobSpec
 
     spec = JobSpec(
         "scan",

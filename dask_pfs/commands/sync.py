@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from ..cli import cli, cluster_options, echo_json, prune_options
-from ..progress import human_bytes
+from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
+from dask_pfs.runtime.progress import human_bytes
 
 
 @cli.command("sync")
@@ -77,10 +77,10 @@ def sync_cmd(
         def confirm(message: str) -> bool:
             return click.confirm(message, default=False, err=True)
 
-    from ..copy import MiB
-    from ..progress import make_reporter
-    from ..remote import JobSpec
-    from ..remote_cli import run_job
+    from dask_pfs.copy import MiB
+    from dask_pfs.remote.client import run_job
+    from dask_pfs.remote.driver import JobSpec
+    from dask_pfs.runtime.progress import make_reporter
 
     spec = JobSpec(
         "sync",

@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from ..cli import cli, cluster_options, echo_json
-from ..errors import PfsError
-from ..progress import make_reporter
+from dask_pfs.cli import cli, cluster_options, echo_json
+from dask_pfs.errors import PfsError
+from dask_pfs.runtime.progress import make_reporter
 
 
 @cli.command("verify")
@@ -54,8 +54,8 @@ def verify_cmd(
             src = paths[0]
         else:
             raise PfsError("with both manifests, give no paths (or both SRC and DST)")
-    from ..remote import JobSpec
-    from ..remote_cli import run_job
+    from dask_pfs.remote.client import run_job
+    from dask_pfs.remote.driver import JobSpec
 
     spec = JobSpec(
         "verify",

@@ -10,10 +10,10 @@ import sys
 
 import click
 
-from ..cli import cli, echo_json, pop_scheduler_options, scheduler_options
-from ..cluster import ClusterOptions, client_of_scheduler
-from ..errors import PfsError
-from ..progress import human_bytes
+from dask_pfs.cli import cli, echo_json, pop_scheduler_options, scheduler_options
+from dask_pfs.clusters.client import ClusterOptions, client_of_scheduler
+from dask_pfs.errors import PfsError
+from dask_pfs.runtime.progress import human_bytes
 
 
 def _with_scheduler_options(func):
@@ -67,7 +67,7 @@ def retire_worker_cmd(name: str, timeout: float, **kwargs) -> None:
     running chunks finish. Exit codes: 0 drained; 1 tasks still running at the timeout (the scheduler
     re-runs them elsewhere once the worker stops); 2 no such worker, or no scheduler.
     """
-    from ..retire import retire_worker
+    from dask_pfs.clusters.retire import retire_worker
 
     options = ClusterOptions(**pop_scheduler_options(kwargs))
     if not (options.scheduler or options.scheduler_file):

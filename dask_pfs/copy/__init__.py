@@ -28,29 +28,28 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from operators.copy import CopySpec
-from operators.copy_plan import ChunkLimits
+from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.copy.phases import CopyJob
+from dask_pfs.copy.streaming import Streamer
+from dask_pfs.copy.target import Target, live_target, manifest_target
+from dask_pfs.errors import PfsError
+from dask_pfs.manifests.caps import Cap
+from dask_pfs.manifests.check import check_parts
+from dask_pfs.manifests.frames import takes_selection
+from dask_pfs.manifests.manifest import Manifest, Selection, has_marker, open_manifest, selection_options
+from dask_pfs.manifests.sql import Filter
+from dask_pfs.runtime.limits import Limits, concurrency_report
+from dask_pfs.runtime.locking import writer_lock
+from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.results import JobResult
+from dask_pfs.runtime.submitter import job_client
+from dask_pfs.scan.engine import scan_tree
+from dask_pfs.urls import Location, make_root, resolve, root_times_from
+from operators.copy.plan import ChunkLimits
+from operators.copy.tasks import CopySpec
 from operators.journal import Journal
 from operators.mounts import is_network
-from operators.prune import Prune
-
-from ..caps import Cap
-from ..cluster import ClusterOptions
-from ..errors import PfsError
-from ..frames import takes_selection
-from ..limits import Limits, concurrency_report
-from ..locking import writer_lock
-from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
-from ..manifest_check import check_parts
-from ..progress import NullProgress, Reporter
-from ..results import JobResult
-from ..runtime import job_client
-from ..scanning import scan_tree
-from ..sql import Filter
-from ..urls import Location, make_root, resolve, root_times_from
-from .phases import CopyJob
-from .streaming import Streamer
-from .target import Target, live_target, manifest_target
+from operators.scan.prune import Prune
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -128,7 +127,7 @@ def copy(
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst`` (``dask_pfs.copy.target``).
 
     ``selection``: a frame of manifest rows (Dask, pandas, pyarrow, DuckDB, or a saved Parquet path;
-    ``dask_pfs.frames``) to copy, alone or with ``where``.
+    ``dask_pfs.manifests.frames``) to copy, alone or with ``where``.
 
     ``split_size``: files bigger than this are copied in byte ranges of this size by parallel tasks;
     None picks :func:`default_split_size` (256 MiB, or no split from one local disk to another).
@@ -141,13 +140,13 @@ def copy(
 
     Raises :class:`PfsError` (exit code 2, destination untouched) for refused requests: missing
     source, unsafe manifest paths, a destination inside the source, conflicting options, a
-    ``where`` that is more than one SQL condition (``dask_pfs.sql``), a selection larger than
+    ``where`` that is more than one SQL condition (``dask_pfs.manifests.sql``), a selection larger than
     ``max_entries`` (a count, or ``"5%"`` of the manifest's rows).
     ``journal``: where to record finished chunks (default: see the module docstring; False: none);
     ``resume`` continues the interrupted run that journal describes.
     ``stream`` copies while scanning where it can (``dask_pfs.copy.streaming``); False keeps the
     phases strictly one after the other.  ``prune`` leaves entries out of the scan of ``src``
-    (``operators.prune``: excludes, includes, a maximum depth, one file system).
+    (``operators.scan.prune``: excludes, includes, a maximum depth, one file system).
     """
     t0 = time.monotonic()
     if overwrite and skip_existing:
@@ -173,7 +172,7 @@ def copy(
         selected = _selected(m, selection, cap)
         root = os.fspath(src) if src is not None else m.root
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
-    with writer_lock(target.dst, "copy into"):  # one writer per destination (dask_pfs.locking)
+    with writer_lock(target.dst, "copy into"):  # one writer per destination (dask_pfs.runtime.locking)
         live = manifest is None
         jr = target.journal(journal, src, manifest, where_text if prune is None else json.dumps(prune.describe()))
         prior = jr.job() if jr is not None and resume else {}

@@ -1,8 +1,8 @@
 """Big files: byte ranges copied by parallel tasks, then one task that finishes the file.
 
-A POSIX destination takes each range into one temp file (``operators.copy.copy_part``); a
+A POSIX destination takes each range into one temp file (``operators.copy.tasks.copy_part``); a
 "finish" task that depends on all of them sets the metadata and renames the file into place.  An
-S3 destination gets a multipart upload instead (``operators.copy_multipart``): one task starts
+S3 destination gets a multipart upload instead (``operators.copy.multipart``): one task starts
 it, the range tasks upload its parts, the finish task completes it, and a failed file is aborted
 so its parts do not keep using storage.  Finished ranges (and an upload's id) are journaled, so a
 resumed run copies only the ranges still missing and reuses an upload that is still open.
@@ -14,8 +14,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from operators.copy import Entry, Outcome, copy_files, copy_part, finish_file
-from operators.copy_multipart import (
+from operators.copy.multipart import (
     abort_upload,
     complete_upload,
     has_multipart,
@@ -23,13 +22,14 @@ from operators.copy_multipart import (
     start_upload,
     upload_range,
 )
-from operators.copy_plan import BigFile
+from operators.copy.plan import BigFile
+from operators.copy.tasks import Entry, Outcome, copy_files, copy_part, finish_file
 from operators.journal import Journal
 
 if TYPE_CHECKING:
     from distributed import Future
 
-    from .phases import CopyJob
+    from dask_pfs.copy.phases import CopyJob
 
 
 class BigFiles:

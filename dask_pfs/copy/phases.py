@@ -20,20 +20,19 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from operators.copy import CopySpec, Entry, Outcome, copy_files, link_files, make_dirs, set_dir_meta
-from operators.copy_multipart import has_multipart
-from operators.copy_plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
+from dask_pfs.copy.bigfiles import BigFiles
+from dask_pfs.copy.rows import CopyRows
+from dask_pfs.copy.target import Target
+from dask_pfs.manifests.manifest import Manifest
+from dask_pfs.manifests.sql import Filter
+from dask_pfs.runtime.progress import Reporter
+from dask_pfs.runtime.results import ProblemLog
+from dask_pfs.runtime.submitter import Submitter
+from dask_pfs.urls import make_root
+from operators.copy.multipart import has_multipart
+from operators.copy.plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
+from operators.copy.tasks import CopySpec, Entry, Outcome, copy_files, link_files, make_dirs, set_dir_meta
 from operators.journal import Journal
-
-from ..manifest import Manifest
-from ..progress import Reporter
-from ..results import ProblemLog
-from ..runtime import Submitter
-from ..sql import Filter
-from ..urls import make_root
-from .bigfiles import BigFiles
-from .rows import CopyRows
-from .target import Target
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -11,13 +11,12 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from dask_pfs.errors import PfsError
+from dask_pfs.manifests.manifest import Manifest, Selection, sql_str
+from dask_pfs.manifests.sql import Filter
 from operators.names import UnsafePathError, check_relative, to_bytes
 
-from ..errors import PfsError
-from ..manifest import Manifest, Selection, sql_str
-from ..sql import Filter
-
-# the columns operators.copy_plan.entries_from_batch reads
+# the columns operators.copy.plan.entries_from_batch reads
 META = "path, path_raw, type, size, epoch_ns(mtime) AS mtime_ns, epoch_ns(atime) AS atime_ns, mode, uid, gid"
 UNSAFE = r"'(^/|//|(^|/)\.\.?(/|$)|/$|\x00)'"
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 
-from operators.copy_plan import Chunk, Planner, entries_from_batch
-
-from ..manifest import BATCH_ROWS, Manifest, connection, sql_str
-from .phases import CopyJob
-from .rows import META, streamable
+from dask_pfs.copy.phases import CopyJob
+from dask_pfs.copy.rows import META, streamable
+from dask_pfs.manifests.manifest import BATCH_ROWS, Manifest, connection, sql_str
+from operators.copy.plan import Chunk, Planner, entries_from_batch
 
 
 class Streamer:

@@ -18,12 +18,11 @@ import glob
 import os
 from dataclasses import dataclass
 
+from dask_pfs.errors import PfsError
+from dask_pfs.manifests.manifest import JOURNAL_PREFIX
+from dask_pfs.runtime.journals import ident, journal_dir
+from dask_pfs.urls import Location, Probe, is_dir, is_inside, probe, resolve
 from operators.journal import Journal
-
-from ..errors import PfsError
-from ..journals import ident, journal_dir
-from ..manifest import JOURNAL_PREFIX
-from ..urls import Location, Probe, is_dir, is_inside, probe, resolve
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class Target:
     def streamable(self, manifest_out: str | os.PathLike | None) -> bool:
         """Copy while scanning into a new local destination with a local manifest: nothing there to
         compare against, so no row needs the destination's state first, and nothing there but this
-        run's own copies (``operators.copy._made_parent``)."""
+        run's own copies (``operators.copy.tasks._made_parent``)."""
         return self.fresh and not self.rename and self.dst.is_local and "://" not in str(manifest_out or "")
 
     def journal(self, journal: str | os.PathLike | bool | None, src, manifest, where: str | None) -> Journal | None:

@@ -71,8 +71,8 @@ def test_tls_connection_reaches_a_secured_scheduler(tls_cluster):
 
     from airflow_pfs.hooks import options_from_connection as opts
     from airflow_pfs.triggers import PfsJobTrigger
-    from dask_pfs.cluster import connect
-    from dask_pfs.security import TlsFiles
+    from dask_pfs.clusters.client import connect
+    from dask_pfs.clusters.security import TlsFiles
 
     host, port = tls_cluster.address.removeprefix("tls://").rsplit(":", 1)
     extra = {

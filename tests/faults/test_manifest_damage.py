@@ -9,7 +9,7 @@ import os
 import pytest
 
 from dask_pfs import scan
-from dask_pfs.scanning import ScanTuning
+from dask_pfs.scan.engine import ScanTuning
 
 from ..conftest import make_balanced, run_pfs, tree_digest
 

@@ -1,0 +1,1 @@
+"""Jobs over two sides: verify, diff, and sync (a job of jobs that plans, then runs remove and copy)."""

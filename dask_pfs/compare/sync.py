@@ -1,0 +1,354 @@
+"""``sync``: make DST a mirror of the contents of SRC, from two manifests and a plan.
+
+A job of jobs: it plans, then runs the ``remove`` and ``copy`` drivers on its own client (the
+only driver that imports others; ``.importlinter`` keeps it the only one).
+
+1. Scan both sides at once on one cluster (or take manifests from earlier scans);
+2. plan (``dask_pfs.compare.plan``): join them on exact path bytes in DuckDB, one action per path;
+3. remove destination entries whose type changed (and what is below them) through the remove
+   engine, which re-checks every entry against the destination manifest first;
+4. with ``delete``, remove the extras through the remove engine (before the copy, whose last
+   pass sets the times of the directories it touched, and of changed ones, from the source);
+5. copy new, changed and type-changed entries through the copy engine (from the source
+   manifest, filtered by the plan; journaled, so ``resume`` goes on after a crash).
+
+Deleting is switched off (with a warning) when the source scan reported errors: an unreadable
+source directory must never look like "deleted at the source".  ``max_delete`` refuses a plan
+that would delete more than N entries (or P% of the destination) before anything is changed.
+
+``update_dst_manifest`` rewrites the destination manifest from the plan instead of rescanning
+it, so the next sync of a tree with few changes costs one scan of the source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.compare.plan import COPY_ACTIONS, Plan, read_plan, write_plan
+from dask_pfs.compare.sides import Side, manifest_side, scan_sides, with_checksums
+from dask_pfs.copy import MiB, copy
+from dask_pfs.errors import PfsError
+from dask_pfs.manifests.caps import Cap
+from dask_pfs.manifests.manifest import (
+    connection,
+    has_marker,
+    open_manifest,
+    prepare_output,
+    remove_manifest_files,
+    write_marker,
+)
+from dask_pfs.remove.api import remove
+from dask_pfs.runtime.journals import ident, pfs_cache
+from dask_pfs.runtime.locking import writer_lock
+from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.results import JobResult
+from dask_pfs.runtime.submitter import job_client
+from dask_pfs.scan.engine import check_checksum
+from dask_pfs.urls import Location, is_dir, resolve, root_times_from
+from operators.checksum import DEFAULT
+from operators.journal import write_atomic
+from operators.scan.prune import Prune
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+@dataclass(kw_only=True)
+class SyncResult(JobResult):
+    """``counts``: the plan's actions (new, changed, type-changed, unchanged, extra, error) and what
+    was done (copied_files, copied_bytes, deleted); ``failed``: entries that failed, and entries
+    that could not be read at either side (so they were not synced)."""
+
+    source: str
+    destination: str
+    plan: str
+    dry_run: bool
+    delete: bool  # extras were (or, for a dry run, would be) deleted
+    delete_suppressed: str | None = None  # why --delete was switched off
+    copy: dict | None = None  # the copy engine's summary
+    removed: dict | None = None  # remove engine summaries: "first" (type-changed), "extras"
+    dst_manifest: str | None = None
+    src_manifest: str | None = None
+
+    @property
+    def failure_samples(self) -> list[tuple[str, str]]:
+        """``samples``, by their name in sync's first API."""
+        return self.samples
+
+
+def default_work_dir(src_url: str, dst_url: str) -> str:
+    """Where manifests and the plan of a sync go unless told: one stable place per (SRC, DST)."""
+    return pfs_cache(f"sync-{ident(src_url, dst_url)}")
+
+
+def sync(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    client: Client | None = None,
+    *,
+    src_manifest: str | os.PathLike | None = None,
+    dst_manifest: str | os.PathLike | None = None,
+    plan: str | os.PathLike | None = None,
+    checksum: str | bool | None = None,
+    delete: bool = False,
+    max_delete: str | int | None = None,
+    dry_run: bool = False,
+    update_dst_manifest: bool = False,
+    resume: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+    cluster: ClusterOptions | None = None,
+    threads: int | None = None,
+    progress: Reporter | None = None,
+    storage_options: dict | None = None,
+    dst_storage_options: dict | None = None,
+    chunk_files: int = 500,
+    chunk_bytes: int = 256 * MiB,
+    split_size: int | None = None,
+    prune: Prune | None = None,
+) -> SyncResult:
+    """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
+
+    ``checksum`` (True or an algorithm) compares content hashes instead of size and mtime.
+    ``confirm(message)`` is asked before anything is deleted (not for a dry run).  Raises
+    :class:`PfsError` (exit code 2, nothing changed) for refused requests, ``max_delete``
+    exceeded and a declined confirmation.  ``prune`` applies to both scans (``operators.scan.prune``):
+    what it leaves out is neither copied nor deleted.
+    """
+    t0 = time.monotonic()
+    progress = progress or NullProgress()
+    s_loc = resolve(os.fspath(src), storage_options)
+    d_loc = resolve(os.fspath(dst), dst_storage_options)
+    algorithm = check_checksum(DEFAULT if checksum is True else str(checksum)) if checksum else None
+    cap = Cap.parse(max_delete, "--max-delete")
+    work = default_work_dir(s_loc.url, d_loc.url)
+    src_m = os.fspath(src_manifest) if src_manifest else os.path.join(work, "src-manifest")
+    dst_m = os.fspath(dst_manifest) if dst_manifest else os.path.join(work, "dst-manifest")
+    plan_dir = (
+        os.fspath(plan) if plan else (f"{dst_m.rstrip('/')}.plan" if dst_manifest else os.path.join(work, "plan"))
+    )
+    with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads) as client:
+        p = read_plan(plan_dir) if resume else None
+        if p is not None:
+            sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]
+            sides.append(manifest_side(p.info["dst_manifest"], d_loc.url, dst_storage_options))
+            sides[0].scanned_errors = int(p.info.get("src_errors", 0))
+        else:
+            sides = _sides(
+                client,
+                s_loc,
+                d_loc,
+                src_m,
+                dst_m,
+                bool(src_manifest),
+                bool(dst_manifest),
+                algorithm,
+                threads,
+                progress,
+                storage_options,
+                dst_storage_options,
+                prune,
+            )
+            if algorithm:
+                sides = [
+                    with_checksums(client, side, None, algorithm, f"{m.rstrip('/')}-sums", progress)
+                    for side, m in zip(sides, (src_m, dst_m), strict=True)
+                ]
+            info = {
+                "src": s_loc.url,
+                "dst": d_loc.url,
+                "src_manifest": sides[0].manifest.url,
+                "dst_manifest": sides[1].manifest.url,
+                "src_errors": sides[0].scanned_errors,
+            }
+            p = write_plan(
+                sides[0].manifest.relation_sql(),
+                sides[1].manifest.relation_sql(),
+                plan_dir,
+                checksum=bool(algorithm),
+                compare_mtime=not sides[1].flat,
+                info=info,
+            )
+        return _act(
+            client, p, sides, s_loc, d_loc, delete=delete, cap=cap, dry_run=dry_run,
+            update=update_dst_manifest, resume=resume, confirm=confirm, threads=threads, progress=progress,
+            limits=(chunk_files, chunk_bytes, split_size), t0=t0,
+        )  # fmt: skip
+
+
+def _sides(
+    client: Client,
+    s_loc: Location,
+    d_loc: Location,
+    src_m: str,
+    dst_m: str,
+    src_given: bool,
+    dst_given: bool,
+    algorithm: str | None,
+    threads: int | None,
+    progress: Reporter,
+    so: dict | None,
+    dso: dict | None,
+    prune: Prune | None = None,
+) -> list[Side]:
+    """Both manifests: complete ones given by the user are used as they are, the rest are scanned."""
+    if not is_dir(s_loc):
+        raise PfsError(f"{s_loc.url}: no such directory")
+    sides: list[Side | None] = [None, None]
+    jobs: list[tuple[str, str, dict | None] | None] = [None, None]
+    for i, (loc, m, given, opts) in enumerate(((s_loc, src_m, src_given, so), (d_loc, dst_m, dst_given, dso))):
+        if given and has_marker(m):
+            sides[i] = manifest_side(m, loc.url, opts)
+        elif i == 1 and not is_dir(loc):
+            prepare_output(m, True)  # no destination yet: an empty manifest
+            write_marker(m, {"root": loc.url, "counts": {"entries": 0, "errors": 0}})
+            sides[i] = manifest_side(m, loc.url, opts)
+        else:
+            jobs[i] = (loc.url, m, opts)
+    return scan_sides(client, sides, jobs, algorithm, threads, prune=prune)
+
+
+def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,
+         limits, t0) -> SyncResult:  # fmt: skip
+    c = dict(p.counts)
+    result = SyncResult(
+        source=s_loc.url,
+        destination=d_loc.url,
+        plan=p.path,
+        counts=c,
+        failed=c.get("error", 0),
+        dry_run=dry_run,
+        delete=delete,
+        src_manifest=sides[0].manifest.url,
+        dst_manifest=sides[1].manifest.url,
+    )
+    if delete and sides[0].scanned_errors:
+        result.delete = False
+        result.delete_suppressed = (
+            f"the source scan reported {sides[0].scanned_errors} errors: unreadable entries must not "
+            "look deleted at the source; nothing is deleted (fix the errors and sync again)"
+        )
+        warnings.warn(f"--delete switched off: {result.delete_suppressed}", stacklevel=3)
+    extras = c["extra"] - _count(p, "action = 'extra' AND remove_first")
+    if result.delete and extras and cap is not None:
+        total = c["extra"] + c["unchanged"] + c["changed"] + c["type-changed"]
+        cap.check(extras, total, "the sync would delete", "destination entries")
+    to_remove = c["remove_first"] + (extras if result.delete else 0)
+    if dry_run:
+        result.seconds = round(time.monotonic() - t0, 3)
+        return result
+    if to_remove and confirm is not None and not confirm(f"Delete {to_remove:,} entries under {d_loc.url}?"):
+        raise PfsError("not confirmed: nothing changed")
+    dst_m = sides[1].manifest.url
+    removed: dict = {}
+    if c["remove_first"]:
+        r = remove(
+            manifest=dst_m,
+            where=p.where("remove_first"),
+            client=client,
+            threads=threads,
+            progress=progress,
+            storage_options=sides[1].storage_options or None,
+        )
+        removed["first"] = r.summary()
+        result.failed += r.failed
+    if result.delete and extras:
+        r = remove(
+            manifest=dst_m,
+            where=p.where("action = 'extra' AND NOT remove_first"),
+            client=client,
+            threads=threads,
+            progress=progress,
+            storage_options=sides[1].storage_options or None,
+        )
+        removed["extras"] = r.summary()
+        result.failed += r.failed
+        c["deleted"] = r.counts["removed_files"] + r.counts["removed_dirs"]
+    copied = None
+    if any(c[a] for a in COPY_ACTIONS):
+        files, nbytes, split = limits
+        copied = copy(
+            sides[0].root,
+            d_loc.url,
+            manifest=sides[0].manifest.url,
+            where=p.where(f"action IN {COPY_ACTIONS!r}"),
+            client=client,
+            overwrite=True,
+            threads=threads,
+            progress=progress,
+            chunk_files=files,
+            chunk_bytes=nbytes,
+            split_size=split,
+            storage_options=sides[0].storage_options or None,
+            dst_storage_options=sides[1].storage_options or None,
+            resume=resume,
+        )
+        result.copy = copied.summary()
+        result.failed += copied.failed
+        result.samples.extend(copied.samples[:10])
+        c["copied_files"] = copied.counts["files"]
+        c["copied_bytes"] = copied.counts["bytes"]
+    result.removed = removed or None
+    failures = result.failed - c.get("error", 0)
+    if not failures:
+        root_times_from(s_loc, d_loc)  # the root is not a row: its time moved with what changed in it
+    if update:
+        if failures:
+            warnings.warn("the destination manifest was not updated: the sync had failures", stacklevel=3)
+        else:
+            update_manifest(p, sides[0].manifest.url, dst_m, d_loc.url, deleted=result.delete)
+            c["dst_manifest_updated"] = True
+    result.seconds = round(time.monotonic() - t0, 3)
+    return result
+
+
+def _count(p: Plan, condition: str) -> int:
+    sql = f"SELECT count(*) FROM read_parquet('{p.file}') WHERE {condition}"
+    return int(connection().execute(sql).fetchall()[0][0])
+
+
+def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool) -> None:
+    """Rewrite the destination manifest from the plan: what the destination holds after the sync.
+
+    Copied entries take the source's row (same size, mtime, mode) with ``ino``, ``dev`` and
+    ``ctime`` unknown (null); unchanged entries keep the destination's row; extras stay unless
+    they were deleted.
+    """
+    s, d = open_manifest(src_m), open_manifest(dst_m)
+    con = connection()
+    kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
+    sql = (
+        f"SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime) "
+        f"FROM {s.relation_sql()} AS m WHERE {p.where(f'action IN {COPY_ACTIONS!r}')} "
+        f"UNION ALL SELECT * FROM {d.relation_sql()} AS m "
+        f"WHERE {p.where(kept)} ORDER BY path"
+    )
+    name = "part-sync-0000000-0000.parquet"
+    tmp = os.path.join(dst_m, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
+    con.execute(f"COPY ({sql}) TO '{tmp}' (FORMAT parquet, COMPRESSION zstd)")
+    counts = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
+        f"coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet('{tmp}')"
+    ).fetchall()[0]
+    remove_manifest_files(dst_m)
+    os.replace(tmp, os.path.join(dst_m, name))
+    info = {
+        "root": dst_url,
+        "updated_from_plan": p.path,
+        "counts": {"entries": counts[0], "files": counts[1], "directories": counts[2], "bytes": counts[3]},
+        "errors": [],
+    }
+    write_marker(dst_m, info)
+    with open(os.path.join(p.path, "_plan.json")) as f:
+        pinfo = json.load(f)
+    pinfo["dst_manifest_updated"] = True
+    write_atomic(os.path.join(p.path, "_plan.json"), json.dumps(pinfo, indent=1).encode())
+
+
+__all__ = ["SyncResult", "default_work_dir", "sync"]

@@ -1,0 +1,352 @@
+"""Manifest directories and the selections jobs read from them.
+
+A manifest is a directory of ``part-*.parquet`` files plus ``_manifest.json``, written last.
+No marker means the scan failed or was interrupted: readers refuse such a directory unless
+asked to read it anyway (then they warn).  A :class:`Selection` is the rows a ``--where``
+condition picks: what ``cp``, ``rm``, ``verify``, ``sync`` and the Airflow provider count and
+stream, out of core, in DuckDB.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import socket
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+import pyarrow as pa
+
+from dask_pfs.errors import IncompleteManifestError, PfsError, QueryError
+from dask_pfs.manifests.caps import Cap
+from dask_pfs.manifests.sql import Filter, sql_str, where_filter, write_parquet
+from dask_pfs.manifests.sql import connect as locked
+from dask_pfs.version import __version__
+from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import duckdb
+
+JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directory (docs/journal.md)
+BATCH_ROWS = 20_000  # rows per record batch streamed out of DuckDB
+
+
+def _fs(url: str, storage_options: dict | None = None):
+    """The file system of ``url``; ``storage_options`` are for remote ones (a local path takes none)."""
+    local = fsspec.utils.get_protocol(url) in ("file", "local")
+    return fsspec.core.url_to_fs(url, **({} if local else storage_options or {}))
+
+
+@dataclass
+class Manifest:
+    """An opened manifest directory; ``storage_options`` open it (an object store's credentials)."""
+
+    url: str
+    info: dict[str, Any]
+    complete: bool
+    storage_options: dict | None = None
+    _remote_parts: list[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def root(self) -> str:
+        return self.info["root"]
+
+    @property
+    def is_local(self) -> bool:
+        return fsspec.utils.get_protocol(self.url) in ("file", "local")
+
+    @property
+    def local_dir(self) -> str:
+        """The absolute directory of a local manifest."""
+        return os.path.abspath(self.url.removeprefix("file://"))
+
+    @property
+    def table_name(self) -> str:
+        """The name a manifest on an object store is registered under (``dask_pfs.manifests.sql.connect``)."""
+        return "pfs_manifest_" + hashlib.sha1(self.url.encode()).hexdigest()[:12]
+
+    @property
+    def parts_glob(self) -> str:
+        """What DuckDB's ``read_parquet`` takes (local manifests)."""
+        return f"{self.local_dir}/{PART_PREFIX}*{PART_SUFFIX}"
+
+    @functools.cached_property
+    def _fs_path(self):
+        return _fs(self.url, self.storage_options)
+
+    def part_files(self) -> list[str]:
+        """The part files, sorted; listed once for a manifest on an object store (a complete one does
+        not change), every time for a local one (cheap, and a streamed copy reads one being written)."""
+        if not self.is_local and self._remote_parts is not None:
+            return self._remote_parts
+        fs, path = self._fs_path
+        names = sorted(fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"))
+        if not self.is_local:
+            self._remote_parts = names
+        return names
+
+    def dataset(self):
+        """A ``pyarrow.dataset`` over the part files."""
+        import pyarrow.dataset as ds
+
+        fs, _ = self._fs_path
+        return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
+
+    def relation_sql(self, filename: bool = False) -> str:
+        """A DuckDB table expression over the parts (works for an empty manifest too); ``filename``
+        adds the column of that name: the part each row is in (local manifests).  A manifest on
+        an object store is a table registered by ``dask_pfs.manifests.sql.connect``."""
+        files = self.part_files()
+        if not files:
+            cols = ", ".join(f'NULL::{_duck_type(f)} AS "{f.name}"' for f in SCHEMA)
+            return f"(SELECT {cols}{', NULL::VARCHAR AS filename' if filename else ''} WHERE false)"
+        if not self.is_local:
+            if filename:
+                raise PfsError(f"{self.url}: the part of each row is known only for local manifests")
+            return self.table_name
+        return f"read_parquet({sql_str(self.parts_glob)}{', filename = true' if filename else ''})"
+
+    # As frames (``dask_pfs.manifests.frames``): filter with Dask, pandas or pyarrow, then pass the result to
+    # copy/remove/verify as ``selection=``.
+
+    def query(self, where: str | None = None, select: str | None = None, order: str | None = None,
+              limit: int | None = None):  # fmt: skip
+        """The rows matching the SQL condition ``where``: a lazy ``duckdb.DuckDBPyRelation``."""
+        from dask_pfs.manifests.frames import query
+
+        return query(self, where, select, order, limit)
+
+    def to_arrow(self, where: str | None = None, columns: list[str] | None = None):
+        """The (selected) rows as a ``pyarrow.Table``."""
+        from dask_pfs.manifests.frames import to_arrow
+
+        return to_arrow(self, where, columns)
+
+    def to_pandas(self, where: str | None = None, columns: list[str] | None = None):
+        """The (selected) rows as a ``pandas.DataFrame``."""
+        from dask_pfs.manifests.frames import to_pandas
+
+        return to_pandas(self, where, columns)
+
+    def to_dask(self, columns: list[str] | None = None, **read_parquet):
+        """A ``dask.dataframe`` over the part files (``read_parquet`` options pass through)."""
+        from dask_pfs.manifests.frames import to_dask
+
+        return to_dask(self, columns, **read_parquet)
+
+
+def connection() -> duckdb.DuckDBPyConnection:
+    """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
+    import duckdb
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
+    return con
+
+
+class Selection:
+    """The rows of a manifest (or of one Parquet file pfs wrote) that ``where`` selects.
+
+    ``where`` is a user's condition, checked to be only that (``dask_pfs.manifests.sql.check_where``), or a
+    :class:`~dask_pfs.manifests.sql.Filter` pfs built; either runs only on a connection locked to the
+    manifest (``dask_pfs.manifests.sql.connect``).  Jobs never hold the rows: they count them here and
+    stream them in Arrow record batches.  A bad condition is a :class:`QueryError` (exit code 2)
+    before anything is done.
+    """
+
+    def __init__(self, manifest: Manifest, where: str | Filter | None = None) -> None:
+        self.manifest: Manifest | None = manifest
+        self.filter = where_filter(where)
+        self.option = "--where" if self.filter is not None and self.filter.user else None  # a user's clause: name it
+        self.where = str(self.filter) if self.filter else None
+        self.relation = manifest.relation_sql()
+        self.con = locked(manifest, reads=self.filter.reads if self.filter else ())
+
+    @classmethod
+    def of_file(cls, path: str) -> Selection:
+        """Every row of one Parquet file pfs wrote (a frozen selection), in stored order."""
+        sel = cls.__new__(cls)
+        sel.manifest, sel.filter, sel.where, sel.option = None, None, None, None
+        sel.relation = f"read_parquet({sql_str(os.path.abspath(path))})"
+        sel.con = locked(reads=[path])
+        return sel
+
+    @property
+    def condition(self) -> str:
+        return f"({self.where})" if self.where else "TRUE"
+
+    def sql(self, columns: str = "*", also: str | None = None, order: str | None = None) -> str:
+        """``SELECT columns`` of the selected rows (``also``: a further condition)."""
+        sql = f"SELECT {columns} FROM {self.relation} AS m WHERE {self.condition}"
+        if also:
+            sql += f" AND ({also})"
+        return sql + (f" ORDER BY {order}" if order else "")
+
+    def fetch(self, sql: str) -> list[tuple]:
+        import duckdb
+
+        try:
+            return self.con.execute(sql).fetchall()
+        except duckdb.Error as exc:
+            raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
+
+    def count(self, also: str | None = None) -> int:
+        return int(self.fetch(self.sql("count(*)", also))[0][0])
+
+    def share(self) -> tuple[int, int]:
+        """(rows selected, rows of the whole manifest): what ``--max-entries`` caps."""
+        n, total = self.fetch(f"SELECT count(*) FILTER (WHERE {self.condition}), count(*) FROM {self.relation} AS m")[0]
+        return int(n), int(total)
+
+    def totals(self) -> dict[str, int]:
+        """Counts of the readable selected rows: ``entries`` (non-directories), ``bytes`` (theirs),
+        ``file_bytes`` (regular files only), ``dirs``; and ``errors``: rows whose scan failed."""
+        cols = (
+            "count(*) FILTER (WHERE error IS NULL AND type <> 'directory'), "
+            "coalesce(sum(size) FILTER (WHERE error IS NULL AND type <> 'directory'), 0), "
+            "coalesce(sum(size) FILTER (WHERE error IS NULL AND type = 'file'), 0), "
+            "count(*) FILTER (WHERE error IS NULL AND type = 'directory'), "
+            "count(*) FILTER (WHERE error IS NOT NULL)"
+        )
+        row = self.fetch(self.sql(cols))[0]
+        return dict(zip(("entries", "bytes", "file_bytes", "dirs", "errors"), map(int, row), strict=True))
+
+    def batches(self, sql: str, rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """Stream the result of ``sql`` in record batches of at most ``rows`` rows."""
+        import duckdb
+
+        try:
+            reader = self.con.cursor().sql(sql).to_arrow_reader(rows)
+        except duckdb.Error as exc:
+            raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
+        yield from reader
+
+    def write(self, sql: str, path: str) -> int:
+        """Write the result of ``sql`` to the Parquet file ``path`` (the locked connection cannot)."""
+        return write_parquet(self.con, sql, path)
+
+
+def selection_options(
+    manifest: str | os.PathLike | None, where: str | Filter | None, max_entries: int | str | None
+) -> tuple[Filter | None, Cap | None]:
+    """A job's ``where`` (checked: ``dask_pfs.manifests.sql``) and ``max_entries``
+    (``dask_pfs.manifests.caps``); PfsError when either is given without a manifest to select from."""
+    if where and manifest is None:
+        raise PfsError("--where needs --manifest")
+    cap = Cap.parse(max_entries, "--max-entries")
+    if cap is not None and manifest is None:
+        raise PfsError("--max-entries needs --manifest")
+    return where_filter(where), cap
+
+
+def _duck_type(field: pa.Field) -> str:
+    t = field.type
+    if pa.types.is_dictionary(t) or pa.types.is_string(t):
+        return "VARCHAR"
+    if pa.types.is_binary(t):
+        return "BLOB"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ"
+    if pa.types.is_unsigned_integer(t):
+        return "UBIGINT"
+    return "BIGINT"
+
+
+def has_marker(url: str, storage_options: dict | None = None) -> bool:
+    fs, path = _fs(url, storage_options)
+    return fs.exists(f"{path.rstrip('/')}/{MARKER_NAME}")
+
+
+def open_manifest(
+    url: str | os.PathLike, allow_incomplete: bool = False, storage_options: dict | None = None
+) -> Manifest:
+    """Open a manifest; refuse one without a completion marker unless ``allow_incomplete``.
+
+    ``storage_options`` open a manifest on an object store (credentials, endpoint); the
+    :class:`Manifest` keeps them for its later reads."""
+    url = os.fspath(url)
+    fs, path = _fs(url, storage_options)
+    if not fs.isdir(path):
+        raise PfsError(f"{url}: no such manifest directory")
+    marker = f"{path.rstrip('/')}/{MARKER_NAME}"
+    if not fs.exists(marker):
+        if not allow_incomplete:
+            raise IncompleteManifestError(
+                f"{url}: no {MARKER_NAME}: the scan that wrote it failed or was interrupted "
+                "(rerun the scan, or pass --allow-incomplete to read it anyway)"
+            )
+        warnings.warn(f"{url}: incomplete manifest (no {MARKER_NAME})", stacklevel=2)
+        return Manifest(url, {"root": None, "complete": False}, False, storage_options)
+    with fs.open(marker, "r") as f:
+        info = json.load(f)
+    version = info.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise PfsError(f"{url}: manifest schema version {version}, this pfs reads version {SCHEMA_VERSION}")
+    return Manifest(url, info, True, storage_options)
+
+
+def prepare_output(url: str, overwrite: bool, storage_options: dict | None = None) -> None:
+    """Make the output directory, refusing to clobber an existing manifest unless ``overwrite``."""
+    fs, path = _fs(url, storage_options)
+    path = path.rstrip("/")
+    if fs.exists(path):
+        if not fs.isdir(path):
+            raise PfsError(f"{url}: exists and is not a directory")
+        existing = fs.ls(path, detail=False)
+        if existing:
+            looks_like_manifest = any(
+                os.path.basename(p).startswith((PART_PREFIX, MARKER_NAME, ".part-", JOURNAL_PREFIX)) for p in existing
+            )
+            if not looks_like_manifest:
+                raise PfsError(f"{url}: directory is not empty and holds no manifest; refusing to write there")
+            if not overwrite:
+                raise PfsError(
+                    f"{url}: already holds a manifest; pass --overwrite to replace it"
+                    + ("" if fs.exists(f"{path}/{MARKER_NAME}") else " (or --resume to finish the interrupted scan)")
+                )
+            remove_manifest_files(url, storage_options=storage_options)
+            for p in existing:  # journals of jobs on the old manifest (an interrupted scan, an rm)
+                if os.path.basename(p.rstrip("/")).startswith(JOURNAL_PREFIX):
+                    fs.rm(p, recursive=True)
+    fs.makedirs(path, exist_ok=True)
+
+
+def remove_manifest_files(url: str, keep: set[str] | None = None, storage_options: dict | None = None) -> int:
+    """Delete the marker, part files and temp parts (except names in ``keep``); return the count."""
+    fs, path = _fs(url, storage_options)
+    removed = 0
+    for p in fs.ls(path.rstrip("/"), detail=False):
+        name = os.path.basename(p.rstrip("/"))
+        is_ours = name == MARKER_NAME or name.startswith((PART_PREFIX, ".part-"))
+        if is_ours and (keep is None or name not in keep):
+            fs.rm(p)
+            removed += 1
+    return removed
+
+
+def write_marker(url: str, info: dict[str, Any], storage_options: dict | None = None) -> None:
+    """Write ``_manifest.json`` last (temp name + rename where the file system has one)."""
+    fs, path = _fs(url, storage_options)
+    info = {
+        "format": "pfs-manifest",
+        "schema_version": SCHEMA_VERSION,
+        "pfs_version": __version__,
+        "host": socket.gethostname(),
+        **info,
+    }
+    final = f"{path.rstrip('/')}/{MARKER_NAME}"
+    data = json.dumps(info, indent=2, sort_keys=False, default=str)
+    if fs.protocol in ("file", "local") or "file" in fs.protocol:
+        tmp = final + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(data)
+        os.replace(tmp, final)
+    else:
+        with fs.open(final, "w") as f:
+            f.write(data)

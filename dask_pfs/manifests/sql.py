@@ -1,0 +1,333 @@
+"""SQL a user writes may only filter a manifest: clause checks and the locked DuckDB connection.
+
+Every clause a user supplies (``--where``, ``--select``, ``--order-by``, an Airflow ``where``) is
+checked here before any SQL runs, and then runs only on a connection made by :func:`connect`.
+Two independent walls:
+
+1. **One expression, parsed by DuckDB.**  The clause is parsed in place (``SELECT 1 FROM rows
+   WHERE <clause>``) and the statement must be exactly that shape with only the clause changed:
+   one SELECT statement (no ``;``), no subquery anywhere in the clause (table functions such as
+   ``read_text`` or ``read_csv`` can only be reached through one), no CTE, UNION, ORDER BY, LIMIT
+   or GROUP BY smuggled after it.  A comment at the end is harmless: the clause is pasted with a
+   line break after it.
+2. **A connection that can touch nothing but the manifest.**  Local manifests' directories are
+   the only ``allowed_directories``; manifests on object stores are registered as pyarrow
+   datasets before the lock; then ``enable_external_access=false`` and ``lock_configuration``
+   (so no ``SET``, ``ATTACH``, ``COPY``, ``INSTALL``/``LOAD`` elsewhere), with extension
+   auto-install and auto-load off.  Outputs pfs itself writes (``pfs query -o``, reports, frozen
+   selections) are fetched from the locked connection as Arrow and written by pyarrow.
+
+pfs's own SQL that reads files beyond the manifest (sync's plan) is a :class:`Filter`: built by
+pfs, not checked, and its extra files are named so the connection may read them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from dask_pfs.errors import PfsError
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+    from dask_pfs.manifests.manifest import Manifest
+
+ROWS = "pfs_rows"  # the table name clauses are parsed against (never created)
+BATCH_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A row condition pfs built itself (trusted: not checked) and the files its subqueries read."""
+
+    condition: str
+    reads: tuple[str, ...] = ()
+    user: bool = False  # a user's checked clause (errors name --where), not one pfs built
+
+    def __str__(self) -> str:
+        return self.condition
+
+
+# ---------------------------------------------------------------- checking clauses
+
+
+def check_where(text: Any, option: str = "--where") -> str | None:
+    """``text`` as a condition safe to paste inside parentheses, or None when empty; else PfsError."""
+    return _check(text, option, "where", "one SQL condition over the manifest's columns")
+
+
+def check_select(text: Any, option: str = "--select") -> str | None:
+    """``text`` as a select list (columns and expressions over the manifest's columns), or None."""
+    return _check(text, option, "select", "a list of columns or expressions over the manifest's columns")
+
+
+def check_order(text: Any, option: str = "--order-by") -> str | None:
+    """``text`` as an ORDER BY list (expressions, ASC/DESC, NULLS FIRST/LAST), or None."""
+    return _check(text, option, "order", "a list of sort expressions over the manifest's columns")
+
+
+def where_filter(where: str | Filter | None, option: str = "--where") -> Filter | None:
+    """The filter of an engine's ``where`` argument: a user's string is checked, a :class:`Filter` passes."""
+    if isinstance(where, Filter):
+        return where
+    checked = check_where(where, option)
+    return Filter(checked, user=True) if checked else None
+
+
+_TEMPLATES = {  # the clause's place in a statement, and the part of the parse tree it may change
+    "where": (f"SELECT 1 FROM {ROWS} WHERE {{}}\n", "TRUE", ("where_clause",)),
+    "select": (f"SELECT {{}}\nFROM {ROWS}", "1", ("select_list",)),
+    "order": (f"SELECT 1 FROM {ROWS} ORDER BY {{}}\n", "1", ("modifiers",)),
+}
+
+
+def _check(text: Any, option: str, kind: str, wanted: str) -> str | None:
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    if not isinstance(text, str):
+        raise PfsError(f"{option} must be a string of SQL, got {type(text).__name__}")
+    reason = _refusal(text, kind)
+    if reason:
+        raise PfsError(f"{option} refused: {reason}; it must be {wanted}")
+    return text.strip() + "\n"  # a trailing -- comment ends here, not in pfs's SQL after it
+
+
+def _refusal(text: str, kind: str) -> str | None:
+    """Why ``text`` is not one clause of ``kind`` (None when it is)."""
+    import duckdb
+
+    template, neutral, changes = _TEMPLATES[kind]
+    if _has_semicolon(text):
+        return "';' ends a statement (only one expression is run, never statements)"
+    sql = template.format(text)
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        return f"not valid SQL ({_first_line(exc)})"
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        return "it is not part of a single SELECT"
+    tree = _parse(sql)
+    if isinstance(tree, str):
+        return f"not valid SQL ({tree})"
+    node, base = tree, _baseline(kind, neutral)
+    if node.get("type") != "SELECT_NODE" or _without(node, changes) != _without(base, changes):
+        return "it reaches beyond its clause (FROM, a CTE, UNION, GROUP BY, ORDER BY, LIMIT...)"
+    if kind == "order" and [m.get("type") for m in node["modifiers"]] != ["ORDER_MODIFIER"]:
+        return "it reaches beyond its clause (LIMIT, OFFSET...)"
+    if any(_walk_subqueries([node[c] for c in changes])):
+        return "subqueries are not allowed (a filter reads only the manifest's own rows)"
+    return None
+
+
+def _has_semicolon(text: str) -> bool:
+    """A ``;`` outside string literals and comments (DuckDB's own tokenizer decides which is which)."""
+    import duckdb
+
+    try:
+        tokens = duckdb.tokenize(text)
+    except duckdb.Error:
+        return False  # the parse below reports the error
+    ends = [start for start, _ in tokens[1:]] + [len(text)]
+    return any(
+        kind == duckdb.token_type.operator and ";" in text[start:end]
+        for (start, kind), end in zip(tokens, ends, strict=True)
+    )
+
+
+_parser_lock = threading.Lock()
+
+
+@functools.cache
+def _parser() -> duckdb.DuckDBPyConnection:
+    """A connection used only to parse (``json_serialize_sql``); it reads and runs nothing."""
+    import duckdb
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def _parse(sql: str) -> dict | str:
+    """The parse tree of the one SELECT in ``sql`` (locations dropped), or DuckDB's error message."""
+    with _parser_lock:
+        (raw,) = _parser().execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]).fetchall()[0]
+    tree = json.loads(raw)
+    if tree.get("error"):
+        return str(tree.get("error_message", "parse error")).splitlines()[0]
+    statements = tree.get("statements") or []
+    if len(statements) != 1:
+        return "not a single statement"
+    return _strip_locations(statements[0]["node"])
+
+
+@functools.cache
+def _baseline(kind: str, neutral: str) -> dict:
+    template = _TEMPLATES[kind][0]
+    tree = _parse(template.format(neutral))
+    assert isinstance(tree, dict), tree
+    return tree
+
+
+def _strip_locations(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_locations(v) for k, v in value.items() if not k.startswith("query_location")}
+    if isinstance(value, list):
+        return [_strip_locations(v) for v in value]
+    return value
+
+
+def _without(node: dict, keys: tuple[str, ...]) -> dict:
+    return {k: v for k, v in node.items() if k not in keys}
+
+
+def _walk_subqueries(value: Any) -> Iterator[dict]:
+    """Every subquery (or any nested query node) below ``value``."""
+    if isinstance(value, dict):
+        if value.get("class") == "SUBQUERY" or "from_table" in value or "subquery" in value:
+            yield value
+            return
+        for v in value.values():
+            yield from _walk_subqueries(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk_subqueries(v)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+# ---------------------------------------------------------------- the locked connection
+
+
+def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that can read these manifests (and the files ``reads``) and nothing else.
+
+    A local manifest is read from its directory (``Manifest.relation_sql``); one on an object
+    store is registered as a pyarrow dataset under the name its ``relation_sql`` gives.
+    """
+    import duckdb
+
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
+    dirs: list[str] = []
+    tables = {}
+    for m in manifests:
+        if m.is_local:
+            dirs.append(m.local_dir.rstrip("/") + "/")
+        else:
+            tables[m.table_name] = m.dataset()
+            con.register(m.table_name, tables[m.table_name])
+    paths = [os.path.abspath(p) for p in reads]
+    if dirs:
+        con.execute("SET allowed_directories = ?", [dirs])
+    if paths:
+        con.execute("SET allowed_paths = ?", [paths])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return cast(duckdb.DuckDBPyConnection, _Registered(con, tables)) if tables else con  # it quacks like one
+
+
+class _Registered:
+    """A locked connection whose cursors see its registered datasets too (DuckDB registers Python
+    objects per connection, and a cursor is a new one)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, tables: dict) -> None:
+        self._con, self._tables = con, tables
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = self._con.cursor()
+        for name, dataset in self._tables.items():
+            cur.register(name, dataset)
+        return cur
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
+def arrow_reader(con: duckdb.DuckDBPyConnection, sql: str, rows: int = BATCH_ROWS) -> pa.RecordBatchReader:
+    """The result of ``sql`` as Arrow batches; a DuckDB error becomes a one-line PfsError."""
+    import duckdb
+
+    try:
+        return con.cursor().sql(sql).to_arrow_reader(rows)
+    except duckdb.Error as exc:
+        raise PfsError(f"query failed: {_first_line(exc)}") from None
+
+
+def write_parquet(con: duckdb.DuckDBPyConnection, sql: str, path: str, storage_options: dict | None = None) -> int:
+    """Write the result of ``sql`` to the Parquet file ``path`` (pyarrow does the writing: the
+    connection itself cannot write); returns the rows written."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    reader = arrow_reader(con, sql)
+    rows = 0
+    with (
+        fsspec.open(path, "wb", **(storage_options or {})) as f,
+        pq.ParquetWriter(f, reader.schema, compression="zstd") as writer,
+    ):
+        for batch in reader:
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    return rows
+
+
+def sql_str(s: str) -> str:
+    """A DuckDB string literal."""
+    return "'" + s.replace("'", "''") + "'"
+
+
+# ---------------------------------------------------------------- pfs query (and Manifest.query)
+
+
+def select_sql(
+    manifest: Manifest,
+    where: str | None = None,
+    select: str | None = None,
+    order: str | None = None,
+    limit: int | None = None,
+) -> str:
+    """The query of ``pfs query``; each clause is checked to be only what its option says."""
+    where, select, order = check_where(where), check_select(select), check_order(order)
+    sql = f"SELECT {select or '*'} FROM {manifest.relation_sql()} AS m"
+    if where:
+        sql += f" WHERE ({where})"
+    if order:
+        sql += f" ORDER BY {order}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return sql
+
+
+def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelation:
+    import duckdb
+
+    try:
+        return con.sql(sql)
+    except duckdb.Error as exc:
+        raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
+
+
+__all__ = [
+    "Filter",
+    "arrow_reader",
+    "check_order",
+    "check_select",
+    "check_where",
+    "connect",
+    "run_query",
+    "select_sql",
+    "sql_str",
+    "where_filter",
+    "write_parquet",
+]

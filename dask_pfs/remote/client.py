@@ -1,0 +1,170 @@
+"""The CLI's side of remote driving (``dask_pfs.remote.driver``): run a job's driver here or on the cluster.
+
+:func:`run_job` decides (``--driver auto|local|cluster``), and for a driver on the cluster
+:func:`follow` shows its record on the client's progress bar, answers its confirmations on this
+terminal, turns Ctrl-C into a cancel (the journal is kept for ``--resume``) and returns the engine's
+result object, so a command prints and exits as it would after a local run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from dask_pfs.clusters.client import ClusterOptions, connect, dashboard_link
+from dask_pfs.errors import PfsError
+from dask_pfs.remote.control import forget, start
+from dask_pfs.remote.driver import (
+    ASKING,
+    CANCEL_GRACE,
+    CANCELLED,
+    POLL,
+    RUNNING,
+    JobSpec,
+    RemoteConfirm,
+    answer_name,
+    cancel_name,
+    read_record,
+)
+from dask_pfs.runtime.progress import Reporter
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def local_paths(locations: Iterable[str | os.PathLike | None]) -> list[str]:
+    """The plain paths (and ``file://`` URLs) among a command's inputs: what a client may not see."""
+    paths = []
+    for loc in locations:
+        if loc is None:
+            continue
+        text = os.fspath(loc)
+        if text.startswith("file://"):
+            paths.append(text[len("file://") :])
+        elif "://" not in text:
+            paths.append(text)
+    return paths
+
+
+def remote_driver(cluster: ClusterOptions, inputs: Iterable[str | os.PathLike | None]) -> bool:
+    """Run the driver on the cluster?  ``cluster.driver``: ``local`` never; ``cluster`` always (a
+    scheduler is needed); ``auto`` when a scheduler is given and one of the command's input paths is
+    not there on this host (the data is mounted on the workers only)."""
+    given = bool(cluster.scheduler or cluster.scheduler_file)
+    if cluster.driver == "local":
+        return False
+    if cluster.driver == "cluster":
+        if not given:
+            raise PfsError("--driver cluster needs a running cluster: --scheduler, --scheduler-file or PFS_SCHEDULER")
+        return True
+    return given and not all(os.path.lexists(p) for p in local_paths(inputs))
+
+
+def run_job(
+    spec: JobSpec,
+    cluster: ClusterOptions,
+    progress: Reporter,
+    *,
+    inputs: Iterable[str | os.PathLike | None],
+    outputs: Iterable[str | os.PathLike | None] = (),
+    confirm: Callable[[str], bool] | None = None,
+    on_dashboard: Callable[[str], None] | None = None,
+) -> Any:
+    """Run ``spec`` here (driving ``cluster``) or as a task on it (see :func:`remote_driver`);
+    return the engine's result object either way.  ``inputs`` are the paths the job reads (they
+    decide ``auto``), ``outputs`` the others it is given: on the cluster every one must be absolute.
+    ``confirm`` and ``on_dashboard`` are passed to a local engine; a remote one asks through this client."""
+    inputs = list(inputs)
+    if not remote_driver(cluster, inputs):
+        extra: dict[str, Any] = {"cluster": cluster}
+        if confirm is not None:
+            extra["confirm"] = confirm
+        if on_dashboard is not None:
+            extra["on_dashboard"] = on_dashboard
+        return spec.call(None, progress, **extra)
+    relative = [p for p in local_paths([*inputs, *outputs]) if not os.path.isabs(p)]
+    if relative:
+        raise PfsError(
+            f"{relative[0]}: the driver runs on the cluster (--driver {cluster.driver}), where this host's "
+            "directory means nothing: give absolute paths, as the workers see them"
+        )
+    with connect(cluster) as client:
+        link = dashboard_link(client)
+        if link and on_dashboard is not None:
+            on_dashboard(link)
+        return follow(client, spec, cluster, progress, confirm)
+
+
+def follow(
+    client: Client,
+    spec: JobSpec,
+    cluster: ClusterOptions,
+    progress: Reporter,
+    confirm: Callable[[str], bool] | None,
+) -> Any:
+    """Start the driver on the cluster, show its progress, answer its questions, return its result."""
+    from distributed import Variable
+
+    name = f"pfs-cli-{spec.engine.replace(':', '.')}-{uuid.uuid4().hex[:12]}"
+    key = f"{name}-driver"
+    kwargs = dict(spec.kwargs)
+    # on the worker the job-wide caps and threads still apply; the client's own settings do not
+    kwargs["cluster"] = ClusterOptions(threads=cluster.threads, limits=cluster.limits)
+    if confirm is not None:
+        kwargs["confirm"] = RemoteConfirm(name, key)
+    future = start(client, name, dataclasses.replace(spec, kwargs=kwargs), POLL, key)
+    shown = None
+    answered = None
+    try:
+        while future.status == "pending":
+            record = read_record(client, name)
+            if record.get("state") == RUNNING and record.get("title"):
+                shown = _show(progress, shown, record)
+            elif record.get("state") == ASKING and record.get("asked") != answered and confirm is not None:
+                answered = record["asked"]
+                yes = confirm(record.get("question", ""))
+                Variable(answer_name(name), client=client).set({"asked": answered, "yes": yes})
+            with contextlib.suppress(TimeoutError):
+                future.exception(timeout=POLL)  # returns when the driver ends
+        outcome = future.result()
+        if outcome.get("title"):  # the last counters (a short job may have ended before the first poll)
+            shown = _show(progress, shown, outcome)
+    except KeyboardInterrupt:
+        _stop(client, name, future)
+        raise
+    finally:
+        if shown is not None:
+            progress.stop()
+        with contextlib.suppress(Exception):
+            forget(client, name)
+    if outcome.get("state") == CANCELLED:
+        raise KeyboardInterrupt(outcome.get("error"))
+    if "value" not in outcome:  # a recomputed task found the record of its first run
+        raise PfsError(f"the driver on the cluster finished but its result was lost: {outcome.get('result')}")
+    return outcome["value"]
+
+
+def _show(progress: Reporter, shown: str | None, record: dict) -> str:
+    """Show a record's title and counters on the client's reporter; return the title shown."""
+    if record["title"] != shown:
+        if shown is not None:
+            progress.stop()
+        progress.start(record["title"])
+    progress.update(record.get("counters") or {})
+    return record["title"]
+
+
+def _stop(client: Client, name: str, future) -> None:
+    """Ctrl-C: ask the driver to stop, and wait (a second Ctrl-C does not) until it has, so its
+    journal is consistent for ``--resume``."""
+    from distributed import Event
+
+    print("pfs: stopping the driver on the cluster (Ctrl-C again to leave it)...", file=sys.stderr, flush=True)
+    Event(cancel_name(name), client=client).set()
+    with contextlib.suppress(Exception):
+        future.exception(timeout=CANCEL_GRACE)

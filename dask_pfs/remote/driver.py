@@ -1,0 +1,264 @@
+"""Remote driving: a whole driver (scan, cp, rm, sync, verify, diff, du...) as one Dask task.
+
+A client that does not mount the data (a laptop behind ``kubectl port-forward``, a ``kubectl run``
+pod, an Airflow worker) cannot probe the root, read a manifest, keep a journal or write the
+completion marker itself.  So the driver runs on a worker: :func:`drive` is the task, which
+secedes (``worker_client``) and submits the engine's own tasks from there, so it holds no worker
+thread and a one-worker cluster does not deadlock.
+
+The driver keeps a state record (a Dask ``Variable``: the progress title and counters while
+running, a question while it waits for a confirmation, then the outcome) and stops when the job's
+cancel ``Event`` is set or nobody wants its result any more (the client went away).  Two users:
+
+* the CLI (``dask_pfs.remote.client.run_job``): ``--driver auto|local|cluster``; it follows the record with the same
+  progress bar as a local run, answers ``rm``/``sync`` confirmations on its terminal, turns
+  Ctrl-C into a cancel (the journal is kept for ``--resume``) and gets the engine's result object
+  back, so it prints and exits exactly as a local run;
+* the Airflow provider (``airflow_pfs.jobs``): the driver is *published* under a deterministic
+  name, so it outlives the Airflow worker and a retry re-attaches to it; a trigger polls the record.
+
+No Airflow imports here: this module is unpickled on Dask workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+
+from dask_pfs.errors import PfsError
+from dask_pfs.runtime.progress import LogProgress, Reporter
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+# distributed is imported inside the functions that use it: a local-driver command (the common
+# case) never needs it unless it starts a cluster, and it costs ~0.35 s to import.
+
+log = logging.getLogger("pfs.job")
+
+# engine name -> "module:function"; any other "module:function" works as well
+ENGINES = {
+    "scan": "dask_pfs.scan.api:scan",
+    "copy": "dask_pfs.copy:copy",
+    "remove": "dask_pfs.remove.api:remove",
+    "sync": "dask_pfs.compare.sync:sync",
+    "verify": "dask_pfs.compare.verify:verify",
+    "diff": "dask_pfs.compare.diff:diff",
+}
+RUNNING, FINISHED, MISSING, ERROR, CANCELLED = "running", "finished", "missing", "error", "cancelled"
+ASKING = "asking"  # the driver waits for the client's answer to a confirmation
+DONE = (FINISHED, ERROR, CANCELLED)
+RECORD_TIMEOUT = 0.3  # seconds to wait for a state record that may not exist
+MAX_SAMPLES = 20
+POLL = 0.2  # seconds between the CLI's reads of the state record
+CANCEL_GRACE = 60.0  # seconds the CLI waits, after Ctrl-C, for the driver to stop and keep its journal
+
+
+class JobCancelled(Exception):
+    """Raised inside the driver when the job's cancel event is set or its client is gone."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One engine call: ``ENGINES[engine](*args, client=..., progress=..., **kwargs)``.
+
+    ``engine`` may also be ``"module:function"`` for an engine outside the table.
+    """
+
+    engine: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def function(self) -> Callable[..., Any]:
+        module, _, name = ENGINES.get(self.engine, self.engine).partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def call(self, client: Client | None, progress: Reporter, **extra: Any) -> Any:
+        """Run the engine; ``extra`` keyword arguments go with the spec's."""
+        return self.function()(*self.args, client=client, progress=progress, **self.kwargs, **extra)
+
+
+def state_name(name: str) -> str:
+    return f"{name}-state"
+
+
+def cancel_name(name: str) -> str:
+    return f"{name}-cancel"
+
+
+def answer_name(name: str) -> str:
+    return f"{name}-answer"
+
+
+def jsonable(value: Any) -> Any:
+    """Make an engine result fit XCom and trigger payloads (JSON, small)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v) for v in list(value)[:MAX_SAMPLES]]
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def summarize(result: Any) -> dict:
+    """An engine result (dataclass with counts and ``exit_code``, or a dict) as a JSON-able dict;
+    anything else (rows for ``pfs query``) only by its type."""
+    if hasattr(result, "summary"):
+        summary = result.summary()
+    elif dataclasses.is_dataclass(result) and not isinstance(result, type):
+        summary = dataclasses.asdict(result)
+    elif isinstance(result, dict):
+        summary = dict(result)
+    else:
+        summary = {"type": type(result).__name__}
+    summary.setdefault("exit_code", getattr(result, "exit_code", 0))
+    return jsonable(summary)
+
+
+def run_engine(spec: JobSpec, client: Client, progress: Reporter) -> dict:
+    """Call the engine with an existing client; return its summary."""
+    return summarize(spec.call(client, progress))
+
+
+def orphaned(key: str) -> bool:
+    """True when the scheduler released this driver task: no client holds it any more (Ctrl-C'd,
+    killed, disconnected) and it is not published.  Dask cannot stop a running task; the driver asks."""
+    from distributed import get_worker
+
+    try:
+        ts = get_worker().state.tasks.get(key)
+    except (ValueError, AttributeError):  # not on a worker, or another worker state API
+        return False
+    return ts is None or ts.state in ("cancelled", "released", "forgotten")
+
+
+class JobProgress:
+    """Driver-side reporter: worker log lines, counters into the state record, the cancel check."""
+
+    def __init__(self, name: str, key: str, client: Client, interval: float) -> None:
+        from distributed import Event, Variable
+
+        self.logger = LogProgress(log, interval)
+        self.record = Variable(state_name(name), client=client)
+        self.cancel = Event(cancel_name(name), client=client)
+        self.key = key
+        self.interval = interval
+        self.last = 0.0
+        self.title = ""
+
+    def start(self, title: str) -> None:
+        self.title = title
+        self.logger.start(title)
+        self._publish({}, force=True)
+
+    def update(self, counters: dict) -> None:
+        self.logger.update(counters)
+        if self._publish(counters) and (self.cancel.is_set() or orphaned(self.key)):
+            raise JobCancelled(f"{self.title}: cancelled")
+
+    def stop(self) -> None:
+        self.logger.stop()
+
+    def _publish(self, counters: dict, force: bool = False) -> bool:
+        now = time.monotonic()
+        if not force and now - self.last < self.interval:
+            return False
+        self.last = now
+        self.record.set({"key": self.key, "state": RUNNING, "title": self.title, "counters": jsonable(counters)})
+        return True
+
+
+@dataclass(frozen=True)
+class RemoteConfirm:
+    """The ``confirm`` callback of a remote driver: the question goes into the state record, the
+    client asks its user and answers through a Variable; a cancel or a vanished client stops it."""
+
+    name: str
+    key: str
+
+    def __call__(self, message: str) -> bool:
+        from distributed import Event, Variable, worker_client
+
+        with worker_client() as client:
+            asked = uuid.uuid4().hex
+            Variable(state_name(self.name), client=client).set(
+                {"key": self.key, "state": ASKING, "question": message, "asked": asked}
+            )
+            answer = Variable(answer_name(self.name), client=client)
+            cancel = Event(cancel_name(self.name), client=client)
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    reply = answer.get(timeout=1) or {}
+                    if reply.get("asked") == asked:
+                        answer.delete()
+                        return bool(reply.get("yes"))
+                if cancel.is_set() or orphaned(self.key):
+                    raise JobCancelled("cancelled while asking for confirmation")
+
+
+def drive(spec: JobSpec, name: str, interval: float) -> dict:
+    """The Dask task that runs a whole engine call; seceded, so it holds no worker thread.
+
+    The outcome goes into the job's state record before the task ends, so the result survives
+    the task being released, and a recomputation of this same task (its worker died after it
+    finished) sees the record and does not run the engine a second time.  The returned dict is
+    the record plus ``value``, the engine's result object (for the CLI, which prints it).
+    """
+    from distributed import Event, Variable, get_worker, worker_client
+
+    key = str(get_worker().get_current_task())
+    with worker_client() as client:
+        record = Variable(state_name(name), client=client)
+        previous = read_record(client, name)
+        if previous.get("key") == key and previous.get("state") in DONE:
+            return previous
+        try:
+            if Event(cancel_name(name), client=client).is_set():
+                raise JobCancelled(f"{name}: cancelled before it started")
+            progress = JobProgress(name, key, client, interval)
+            value = spec.call(client, progress)
+        except JobCancelled as exc:
+            outcome = {"key": key, "state": CANCELLED, "error": str(exc)}
+            record.set(outcome)
+            return outcome
+        except Exception as exc:
+            record.set({"key": key, "state": ERROR, "error": describe_error(exc)})
+            raise
+        finished: dict[str, Any] = {"key": key, "state": FINISHED, "result": summarize(value)}
+        record.set(finished)
+        # the last counters (the record had them only every ``interval``), for the client's progress bar
+        last = {"title": progress.title, "counters": jsonable(progress.logger.counters)}
+        return {**finished, "value": value, **last}
+
+
+def describe_error(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, PfsError) else f"{type(exc).__name__}: {text}"
+
+
+def read_record(client: Client, name: str) -> dict:
+    """The job's state record, or ``{}`` when there is none (never submitted, or forgotten)."""
+    from distributed import Variable
+
+    try:
+        return Variable(state_name(name), client=client).get(timeout=RECORD_TIMEOUT) or {}
+    except TimeoutError:
+        return {}

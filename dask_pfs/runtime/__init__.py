@@ -1,0 +1,1 @@
+"""What every driver stands on: the Submitter, job-wide limits, progress, results, journals and locks."""

@@ -1,0 +1,108 @@
+"""One writer per destination: a lock that makes a second ``pfs cp``/``sync`` into the same
+destination, or a second ``pfs scan`` into the same output, refuse at once (exit 2) instead of
+mixing their work (docs/reliability.md).
+
+The lock is an ``flock`` on a file in a per-user lock directory (:func:`lock_dir`: ``PFS_LOCK_DIR``,
+else ``$XDG_RUNTIME_DIR/pfs-locks``, else ``/tmp/pfs-<uid>/locks``) keyed by what the job writes
+(the destination's real path, or its URL), never a file inside the destination or the home
+directory: nothing is left in the copied tree or the manifest, and a lock file of a killed run
+needs no cleaning (the kernel drops a dead process's ``flock``).  It guards the jobs one user drives
+from one host; ``PFS_LOCK_DIR`` on a shared file system with working ``flock`` (NFSv4, Lustre)
+widens that to every host and user that sets it.  Re-entrant within a process: ``sync`` holds its
+destination while the copy it runs takes the same lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+
+from dask_pfs.errors import PfsError
+from dask_pfs.runtime.journals import ident
+from dask_pfs.urls import Location
+
+
+class LockedError(PfsError):
+    """Another pfs job holds the lock of this destination (exit code 2, nothing done)."""
+
+
+_held: dict[str, int] = {}  # lock file -> how many blocks of this process hold it
+_guard = threading.Lock()
+
+
+def lock_key(loc: Location) -> str:
+    """What names a destination: the real path of a local one (symlinks and ``..`` resolved), else its URL."""
+    return os.path.realpath(loc.path) if loc.is_local else loc.url
+
+
+def lock_dir() -> str:
+    """Where lock files live (see the module docstring)."""
+    explicit = os.environ.get("PFS_LOCK_DIR")
+    if explicit:
+        return explicit
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return os.path.join(runtime, "pfs-locks")
+    mine = os.path.join(tempfile.gettempdir(), f"pfs-{os.getuid()}")
+    os.makedirs(mine, 0o700, exist_ok=True)
+    s = os.lstat(mine)
+    if not stat.S_ISDIR(s.st_mode) or s.st_uid != os.getuid():
+        raise PfsError(f"{mine}: not a directory of this user; set PFS_LOCK_DIR to a directory of yours")
+    return os.path.join(mine, "locks")
+
+
+def lock_path(key: str) -> str:
+    return os.path.join(lock_dir(), ident(key) + ".lock")
+
+
+@contextlib.contextmanager
+def writer_lock(loc: Location, what: str) -> Iterator[None]:
+    """Hold the lock of ``loc`` for the block; :class:`LockedError` at once if another process holds it.
+
+    ``what`` names the job in the refusal (``"copy into"``, ``"scan into"``).
+    """
+    key = lock_key(loc)
+    path = lock_path(key)
+    with _guard:
+        if path in _held:
+            _held[path] += 1
+            fd = None
+        else:
+            fd = _acquire(path, key, what, loc.url)
+            _held[path] = 1
+    try:
+        yield
+    finally:
+        with _guard:
+            _held[path] -= 1
+            if not _held[path]:
+                del _held[path]
+                if fd is not None:
+                    os.close(fd)  # drops the flock
+
+
+def _acquire(path: str, key: str, what: str, url: str) -> int:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise LockedError(
+            f"{url}: another pfs job is writing there ({holder}); refusing to {what} it at the same time "
+            "(wait for it to end; a killed job's lock goes with its process)"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}, on {key}".encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, note, 0)
+    return fd

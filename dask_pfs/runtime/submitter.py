@@ -1,0 +1,207 @@
+"""How every driver runs its tasks: one cluster entry, one bounded submitter, one frontier loop.
+
+One policy for all of them:
+
+* **retries**: a task that raises (its worker died, the process ran out of memory) is retried
+  ``RETRIES`` (2) times by Dask.  Per-entry problems are returned by the task, never raised, so a
+  retry only ever redoes a chunk whose task was lost; every task is idempotent.
+* **keys**: ``pfs-<job>[-<kind>]-<run>-<n>[-<part>]``: the job (``scan``, ``cp``, ``rm``,
+  ``sum``), what the task does where a job has several kinds (``cp``: ``files``, ``range``...), a
+  run id that is new for every run (a resumed run too, so its keys never meet a killed run's), the
+  task's number in the run (zero-padded), and for one of several tasks of one item (the ranges of a
+  big file) its place.  Side effects need unique keys: Dask merges equal ones.
+* **bounded**: at most ``limit`` task slots in flight (two per worker thread), results folded in
+  as they finish, so the driver holds counters and a frontier, never the tree.
+* **failure**: a task that still raises after its retries ends the job (the exception goes up),
+  unless the caller gives ``failed=`` to turn it into per-entry failures (``cp`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import uuid
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dask_pfs.clusters.client import ClusterOptions, connect, total_task_slots
+from dask_pfs.clusters.stall import Watch, storage_gone
+from dask_pfs.runtime.limits import Limits, job_limits
+from operators.scan.root_guard import RootChangedError
+from operators.scan.walk import Budget, DirItem
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+RETRIES = 2
+PER_SLOT = 2  # tasks in flight per worker thread: one running, one queued behind it
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@contextlib.contextmanager
+def job_client(
+    client: Client | None, cluster: ClusterOptions | None, threads: int | None, limits: Limits | None = None
+) -> Iterator[Client]:
+    """``client``, or one on ``cluster`` (``PFS_SCHEDULER``, else an embedded LocalCluster) for the
+    block; the job-wide caps (``limits``, else the cluster's) held over its workers meanwhile."""
+    with contextlib.ExitStack() as stack:
+        if client is None:
+            client = stack.enter_context(connect(cluster or ClusterOptions.from_env(threads=threads)))
+        stack.enter_context(job_limits(client, limits or (cluster.limits if cluster else None)))
+        yield client
+
+
+class Submitter:
+    """Keeps at most ``per_slot`` tasks per worker thread busy and hands each result to its callback as it finishes.
+
+    ``weight`` lets one call stand for several tasks (a big file's ranges and their finish task), so
+    the budget counts tasks, not calls.  Use as a context manager: leaving it by an exception stops
+    waiting for what is still in flight.
+    """
+
+    def __init__(self, client: Client, job: str, run: str | None = None, per_slot: int = PER_SLOT) -> None:
+        self.client = client
+        self.job = job
+        self.run = run or new_run_id()
+        self.slots = total_task_slots(client)
+        self.limit = self.slots * per_slot
+        self.tasks = 0  # submitted so far: the next task's number
+        self.inflight = 0  # weight in flight
+        from distributed import as_completed  # here: a job that needs no cluster never imports distributed
+
+        self._ac = as_completed(loop=client.loop)
+        self._then: dict[Hashable, tuple[int, Callable[[Any], None], Callable[[BaseException], None] | None]] = {}
+        self.watch = Watch()  # no task back within the stall timeout: StalledError (dask_pfs.clusters.stall)
+
+    def __enter__(self) -> Submitter:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if exc is not None:
+            self._ac.clear()
+
+    def key(self, kind: str | None = None, part: int | None = None) -> str:
+        """The next task's key (see the module docstring)."""
+        what = f"{self.job}-{kind}" if kind else self.job
+        return f"pfs-{what}-{self.run}-{self.tasks:07d}" + (f"-{part}" if part is not None else "")
+
+    def future(self, fn: Callable, *args: Any, kind: str | None = None, part: int | None = None) -> Future:
+        """Submit a task nothing waits on directly (an input of a later task): same key and retry policy."""
+        fut = self.client.submit(fn, *args, key=self.key(kind, part), pure=False, retries=RETRIES)
+        self.tasks += 1
+        return fut
+
+    def submit(
+        self,
+        fn: Callable,
+        *args: Any,
+        then: Callable[[Any], None],
+        failed: Callable[[BaseException], None] | None = None,
+        weight: int = 1,
+        kind: str | None = None,
+    ) -> None:
+        """Run ``fn(*args)`` once there is room; ``then(result)`` when it is back (``failed(exc)`` if it raised)."""
+        self.make_room(weight)
+        fut = self.future(fn, *args, kind=kind)
+        self.inflight += weight
+        self._then[fut.key] = (weight, then, failed)
+        fut.add_done_callback(self.watch.back)
+        self._ac.add(fut)
+
+    def make_room(self, weight: int) -> None:
+        while self.inflight + weight > self.limit and self.inflight:
+            self.take()
+
+    def take(self) -> None:
+        """Wait for the next task to finish and fold its result in; :class:`~dask_pfs.clusters.stall.StalledError`
+        when none finishes within the stall timeout."""
+        self.watch.until(self._ac.has_ready, self.inflight)
+        fut = next(self._ac)
+        weight, then, failed = self._then.pop(fut.key)
+        self.inflight -= weight
+        try:
+            result = fut.result()
+        except Exception as exc:
+            if failed is None:
+                if isinstance(exc, RootChangedError):  # the storage went away under the job
+                    raise storage_gone(exc) from exc
+                raise
+            fut.release()
+            failed(exc)
+            return
+        fut.release()
+        then(result)
+
+    def poll(self) -> None:
+        """Fold in the results already back, without waiting."""
+        while self.inflight and self._ac.has_ready():
+            self.take()
+
+    def drain(self) -> None:
+        while self.inflight:
+            self.take()
+
+
+@dataclass(frozen=True)
+class WalkTuning:
+    """How big a walk task is: entries and seconds per task, tasks in flight per Dask thread."""
+
+    max_entries: int = 50_000
+    max_seconds: float = 1.0
+    first_seconds: float = 0.25  # short tasks while the frontier is narrower than the cluster
+    max_dirs_per_task: int = 512
+    inflight_per_slot: int = PER_SLOT
+
+
+def next_slice(
+    frontier: deque[DirItem], inflight: int, max_inflight: int, slots: int, tuning: WalkTuning
+) -> tuple[list[DirItem], Budget]:
+    """Pop the next task's directories off ``frontier`` (non-empty, ``inflight < max_inflight``).
+
+    Each task gets an even share of the frontier over the free slots (capped), and a short time
+    budget while the frontier is narrower than the cluster, so work spreads out quickly.
+    """
+    free = max_inflight - inflight
+    per_task = max(1, min(tuning.max_dirs_per_task, math.ceil(len(frontier) / free)))
+    items = [frontier.popleft() for _ in range(min(per_task, len(frontier)))]
+    narrow = len(frontier) + inflight < slots
+    return items, Budget(tuning.max_entries, tuning.first_seconds if narrow else tuning.max_seconds)
+
+
+def walk_frontier(
+    sub: Submitter,
+    frontier: deque[DirItem],
+    tuning: WalkTuning,
+    task: Callable[[list[DirItem], Budget, int], tuple[Callable, tuple]],
+    fold: Callable[[Any, list[DirItem], int], list[DirItem]],
+    after: Callable[[Any], None] | None = None,
+) -> None:
+    """Walk tasks over a tree until its frontier is empty (the scan and ``rm URL``).
+
+    ``task(items, budget, n)`` names the function and arguments of the ``n``-th task, given
+    directories to walk; ``fold(result, items, n)`` takes its result in and returns the directories
+    it did not reach, which go back on the frontier and are re-split over the free slots.
+    ``after(result)`` runs once the next tasks are out (work that should not hold up the walk).
+    """
+
+    def fill() -> None:
+        while frontier and sub.inflight < sub.limit:
+            items, budget = next_slice(frontier, sub.inflight, sub.limit, sub.slots, tuning)
+            n = sub.tasks
+            fn, args = task(items, budget, n)
+            sub.submit(fn, *args, then=functools.partial(back, items=items, n=n))
+
+    def back(result: Any, items: list[DirItem], n: int) -> None:
+        frontier.extend(fold(result, items, n))
+        fill()
+        if after is not None:
+            after(result)
+
+    fill()
+    sub.drain()

@@ -1,0 +1,5 @@
+"""Scanning a live tree into a manifest: the public ``scan`` (``api``), the engine every job scans with
+(``engine``), the driver's own walk of a local tree (``driver_walk``) and the scan journal (``journal``).
+
+``dask_pfs.scan`` is also the public function: the package ``dask_pfs`` keeps that attribute the function.
+"""

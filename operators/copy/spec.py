@@ -1,0 +1,138 @@
+"""What every copy task shares: the job's spec, one entry, a task's outcome, temp names."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from operators.names import check_relative
+from operators.rows import describe_error
+from operators.scan.remote import FLAT_PROTOCOLS
+
+Bytes = bytes  # Outcome's field ``bytes`` hides the type inside the class
+TEMP_MARK = b".pfs-tmp-"
+NAME_MAX = 255
+LOCAL = ("file", "local")
+
+
+class Entry(NamedTuple):
+    """One manifest row, reduced to what copying needs; paths are exact bytes relative to the roots."""
+
+    rel: bytes
+    kind: str  # file / directory / symlink / other
+    size: int | None = None
+    mtime_ns: int | None = None
+    atime_ns: int | None = None
+    mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+    link_target: bytes | None = None
+    dst_rel: bytes | None = None  # a different destination name (copying one file to a new name)
+
+    @property
+    def out_rel(self) -> bytes:
+        return self.dst_rel if self.dst_rel is not None else self.rel
+
+
+@dataclass(frozen=True)
+class CopySpec:
+    """What every task of one copy job shares."""
+
+    src_protocol: str
+    src_root: str
+    dst_protocol: str
+    dst_root: str
+    token: str  # names this run's temp files; the same in every attempt of a task
+    on_exist: str = "error"  # error | skip | overwrite  (see dask_pfs.copy.copy)
+    check_existing: bool = True  # False when the destination root did not exist before the run
+    follow_symlinks: bool = False
+    preserve: bool = False  # ownership (needs root)
+    inplace: bool = False  # small files straight to their names: no rename (costly on GlusterFS), no atomicity
+    make_parents: bool = False  # a file's destination directory may not exist yet: create it (streamed copies)
+    threads: int | None = None
+    src_options: dict = field(default_factory=dict)
+    dst_options: dict = field(default_factory=dict)
+
+    @property
+    def src_local(self) -> bool:
+        return self.src_protocol in LOCAL
+
+    @property
+    def dst_local(self) -> bool:
+        return self.dst_protocol in LOCAL
+
+    @property
+    def storage(self) -> tuple[tuple[str, str], ...]:
+        """Both ends, for where the concurrency controller starts (``operators.core.pool.get_pool``)."""
+        return ((self.src_protocol, self.src_root), (self.dst_protocol, self.dst_root))
+
+    @property
+    def dst_has_dirs(self) -> bool:
+        return self.dst_protocol not in FLAT_PROTOCOLS
+
+
+@dataclass
+class Outcome:
+    """Counters and failures of one task; the driver adds them up."""
+
+    files: int = 0
+    bytes: int = 0
+    dirs: int = 0
+    symlinks: int = 0
+    hardlinks: int = 0
+    skipped: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+    COUNTERS = ("files", "bytes", "dirs", "symlinks", "hardlinks", "skipped")
+
+    def add(self, other: Outcome) -> None:
+        for name in self.COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.failures.extend(other.failures)
+
+    def fail(self, rel: Bytes, error: BaseException | str) -> None:
+        self.failures.append((os.fsdecode(rel), describe_error(error)))
+
+    def counts(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.COUNTERS} | {"failed": len(self.failures)}
+
+
+def with_stat(e: Entry, s: os.stat_result) -> Entry:
+    """Metadata from the source as read now: exact to the nanosecond (DuckDB hands back microseconds)."""
+    return e._replace(mode=s.st_mode, mtime_ns=s.st_mtime_ns, atime_ns=s.st_atime_ns, uid=s.st_uid, gid=s.st_gid)
+
+
+def local_path(root: str, rel: bytes) -> bytes:
+    """``rel`` below a local root, checked to stay below it."""
+    if rel:
+        check_relative(rel)
+    base = os.fsencode(root).rstrip(b"/") or b""
+    return base + b"/" + rel if rel else (base or b"/")
+
+
+def remote_path(root: str, rel: bytes) -> str:
+    """``rel`` below an fsspec root, checked to stay below it."""
+    if rel:
+        check_relative(rel)
+    text = rel.decode("utf-8", "surrogateescape")
+    return f"{root.rstrip('/')}/{text}" if text else root
+
+
+def temp_name(name: bytes, token: str) -> bytes:
+    """``.NAME.pfs-tmp-TOKEN`` (hidden, same directory); a hash stands in for names too long for that."""
+    suffix = TEMP_MARK + token.encode()
+    if len(name) + len(suffix) + 1 > NAME_MAX:
+        name = hashlib.sha1(name).hexdigest().encode()
+    return b"." + name + suffix
+
+
+def is_temp_name(name: bytes) -> bool:
+    return name.startswith(b".") and TEMP_MARK in name
+
+
+def temp_of(path: bytes, token: str) -> bytes:
+    """The temp name of ``path`` in its own directory."""
+    head, _, name = path.rpartition(b"/")
+    return head + b"/" + temp_name(name, token)

@@ -1,0 +1,183 @@
+"""Copy tasks: directories, chunks of files, byte ranges of big files, hard links, metadata.
+
+Engine-free: the driver (``dask_pfs.copy``) ships these functions to workers; how each end reads
+or writes is ``operators.copy.ends``.  Every file is written under a temporary name and renamed
+into place once its data and metadata are complete, so a reader never sees a partial file under
+its real name and a killed task leaves only temp files, which the next run's directory phase
+removes (:func:`make_dirs`).  Per-entry failures are returned, never raised, so one bad file does
+not fail (and retry) a chunk of 500; whole-task failures (a dead worker) are retried by the
+engine, which is safe because every task is idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from operators.copy.ends import Destination, LocalDestination, destination_of, source_of
+from operators.copy.spec import TEMP_MARK, CopySpec, Entry, Outcome, temp_name
+from operators.core.pool import get_pool
+
+T = TypeVar("T")
+
+__all__ = [
+    "TEMP_MARK",
+    "CopySpec",
+    "Entry",
+    "Outcome",
+    "copy_files",
+    "copy_part",
+    "existing_verdict",
+    "finish_file",
+    "link_files",
+    "make_dirs",
+    "set_dir_meta",
+    "temp_name",
+]
+
+
+def _each(spec: CopySpec, items: list[T], fn: Callable[[T], object]) -> list[object]:
+    """``fn`` over ``items`` on the process's I/O pool; an exception is returned as the item's result."""
+
+    def one(item: T) -> object:
+        try:
+            return fn(item)
+        except Exception as exc:
+            return exc
+
+    return list(get_pool(spec.threads, spec.storage).map(one, items))
+
+
+# ---------------------------------------------------------------- directories
+
+
+def make_dirs(spec: CopySpec, dirs: list[Entry]) -> Outcome:
+    """Create directories (owner-writable; their real modes come last) and remove stale temp files.
+
+    A directory that already existed may hold temp files of an interrupted run: they go now,
+    before any file task of this run starts, so this run's own temp files are never touched.
+    """
+    out = Outcome()
+    if not spec.dst_has_dirs:
+        return out
+    dst = destination_of(spec)
+    for e, result in zip(dirs, _each(spec, dirs, dst.make_dir), strict=True):
+        if isinstance(result, BaseException):
+            out.fail(e.out_rel, result)
+        else:
+            out.dirs += 1
+    return out
+
+
+def set_dir_meta(spec: CopySpec, dirs: list[Entry]) -> Outcome:
+    """Modes, ownership and times of directories: after everything inside them was written."""
+    out = Outcome()
+    if not spec.dst_local:
+        return out
+    src, dst = source_of(spec), LocalDestination(spec)
+    for e, result in zip(dirs, _each(spec, dirs, lambda e: dst.set_meta(src, e)), strict=True):
+        if isinstance(result, BaseException):
+            out.fail(e.out_rel, result)
+    return out
+
+
+# ---------------------------------------------------------------- files
+
+
+def copy_files(spec: CopySpec, entries: list[Entry]) -> Outcome:
+    """Copy a chunk of files, symlinks and special files concurrently on the process's I/O pool."""
+    out = Outcome()
+    dst = destination_of(spec)
+    entries = _safe(dst, entries, out)
+    results = dst.copy_batch(source_of(spec), entries, get_pool(spec.threads, spec.storage))
+    for e, result in zip(entries, results, strict=True):
+        if isinstance(result, BaseException):
+            out.fail(e.out_rel, result)
+        elif result == "skip":
+            out.skipped += 1
+        elif result == "symlink":
+            out.symlinks += 1
+        else:
+            out.files += 1
+            out.bytes += e.size or 0
+    return out
+
+
+def _safe(dst: Destination, entries: list[Entry], out: Outcome) -> list[Entry]:
+    """Into an existing destination, drop entries whose parent directories there are symlinks now."""
+    check = dst.ancestors()
+    if check is None:
+        return entries
+    kept = []
+    for e in entries:
+        problem = check.ancestor_problem(e.out_rel)
+        if problem is None:
+            kept.append(e)
+        else:
+            out.fail(e.out_rel, f"destination {problem}; not written")
+    return kept
+
+
+def existing_verdict(spec: CopySpec, e: Entry) -> str:
+    """``"copy"``, ``"skip"`` (identical file there) or an error message (exists and differs)."""
+    return destination_of(spec).verdict(e)
+
+
+# ---------------------------------------------------------------- big files in ranges (local destinations)
+
+
+def copy_part(spec: CopySpec, e: Entry, offset: int, length: int) -> str:
+    """Copy one byte range of a big file into its temp file at the same offset (local destinations).
+
+    Idempotent: a retry rewrites the same bytes.  Returns ``"copied"``, ``"skip"`` or an error
+    message when the destination already exists.
+    """
+    dst = LocalDestination(spec)
+    if spec.check_existing:
+        check = dst.ancestors()
+        problem = check.ancestor_problem(e.out_rel) if check is not None else None
+        if problem is not None:
+            return f"destination {problem}; not written"
+        verdict = dst.verdict(e)
+        if verdict != "copy":
+            return verdict
+    dst.write_range(source_of(spec), e, offset, length)
+    return "copied"
+
+
+def finish_file(spec: CopySpec, e: Entry, *parts: str) -> Outcome:
+    """Runs once every range of ``e`` is in its temp file: size, metadata, then the rename."""
+    out = Outcome()
+    verdicts = set(parts)
+    if verdicts != {"copied"}:
+        if verdicts == {"skip"}:
+            out.skipped += 1
+        else:
+            out.fail(e.out_rel, next(v for v in verdicts if v not in ("copied", "skip")))
+        return out
+    try:
+        LocalDestination(spec).finish(source_of(spec), e)
+        out.files += 1
+        out.bytes += e.size or 0
+    except Exception as exc:
+        out.fail(e.out_rel, exc)
+    return out
+
+
+# ---------------------------------------------------------------- hard links
+
+
+def link_files(spec: CopySpec, pairs: list[tuple[Entry, bytes]]) -> Outcome:
+    """Recreate hard links: each ``(entry, first)`` links ``entry`` to the already copied ``first``."""
+    out = Outcome()
+    dst = LocalDestination(spec)
+    kept = {e.rel for e in _safe(dst, [p[0] for p in pairs], out)}
+    pairs = [p for p in pairs if p[0].rel in kept]
+    for (e, _), result in zip(pairs, _each(spec, pairs, lambda p: dst.link(*p)), strict=True):
+        if isinstance(result, BaseException):
+            out.fail(e.out_rel, result)
+        elif result == "skip":
+            out.skipped += 1
+        else:
+            out.hardlinks += 1
+    return out

@@ -1,0 +1,316 @@
+"""Where removing happens: one backend per kind of file system, chosen once per task.
+
+A backend lists a tree while removing it (:meth:`tree_lister`, a ``walk`` Lister), unlinks a
+chunk of manifest rows (:meth:`unlink_chunk`) and removes a chunk of directories
+(:meth:`rmdir_chunk`).  :class:`LocalRemover` hands whole chunks (and each listed directory) to
+the native core (``operators._native``, ``native/src/remove.rs``), which works relative to open
+directory descriptors without the interpreter lock and keeps many operations in flight on its own
+threads (``operators.core.concurrency.fanned``); ``operators.remove.fsspec.FsspecRemover`` deletes
+through fsspec, in bulk requests, batches spread over the process's pool (on :class:`EntryRemover`
+and :func:`pooled`, shared here).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import operators._native as _native
+from operators.core.concurrency import fanned
+from operators.core.dirfd import OpenDirs
+from operators.names import check_relative, decode, join, to_bytes
+from operators.ratelimit import ops_capped, take_ops
+from operators.remove.counts import CHANGED, FAILED, NONEMPTY, RmCounts
+from operators.rows import Row, dir_row, error_row
+from operators.scan.prune import DROP
+from operators.scan.walk import DirItem, Listing
+
+if TYPE_CHECKING:
+    from operators.remove.tasks import RemoveSpec
+
+BATCH = 64  # entries per pool job: a few syscalls each, so jobs stay cheap to schedule
+
+P = TypeVar("P", bytes, str)  # where an entry is: a local path, or a URL
+
+# one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns)
+Entry = tuple[str, bytes | None, str, int | None, int | None]
+
+
+class EntryRemover(Generic[P]):
+    """How manifest rows are removed, whatever the file system: each is looked at again (unless
+    changes are ignored) and skipped when it changed since the scan, then the rest go at once."""
+
+    spec: RemoveSpec
+
+    def unlink(self, entries: list[Entry]) -> RmCounts:
+        """Remove a batch of non-directory manifest rows, skipping those that changed since the scan."""
+        counts = RmCounts()
+        found: list[tuple[bytes, P, int]] = []
+        for entry in entries:
+            rel = to_bytes(entry[0], entry[1])
+            where = self.locate(rel)
+            size = entry[3]
+            if not self.spec.ignore_changes:
+                _, now = counts.tried(rel, self.look, where)
+                if now is None:
+                    continue
+                kind, size_now, mtime_now = now
+                why = _changed(entry, kind, size_now, mtime_now)
+                if why:
+                    counts.problem(rel, CHANGED, why)
+                    continue
+                size = size_now if size_now is not None else size
+            found.append((rel, where, size or 0))
+        gone = [(rel, size) for rel, _, size in found] if self.spec.dry_run else self.unlink_now(found, counts)
+        for rel, size in gone:
+            counts.removed_files += 1
+            counts.bytes += size
+            if self.spec.dry_run:
+                counts.sample(rel, self.spec.sample_limit)
+        return counts
+
+    def locate(self, rel: bytes) -> P:
+        """Where ``rel`` is (checked to stay below the root)."""
+        raise NotImplementedError
+
+    def look(self, where: P) -> tuple[str, int | None, int | None]:
+        """(type, size, mtime in ns or None) of what is there now; FileNotFoundError when nothing is."""
+        raise NotImplementedError
+
+    def unlink_now(self, found: list[tuple[bytes, P, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
+        """Remove ``(rel, where, size)`` each; ``(rel, size)`` of those removed, problems into ``counts``."""
+        raise NotImplementedError
+
+
+class LocalRemover:
+    """Removing on a local or mounted file system, in the native core (``operators._native``):
+    whole chunks per call, relative to directory descriptors, symlinks never followed."""
+
+    def __init__(self, spec: RemoveSpec) -> None:
+        self.spec = spec
+
+    def tree_lister(self) -> LocalTreeRemover:
+        return LocalTreeRemover(self.spec)
+
+    def unlink_chunk(self, entries: list[Entry]) -> RmCounts:
+        """Remove non-directory manifest rows, skipping those that changed since the scan."""
+        spec = self.spec
+        rels = [check_relative(to_bytes(e[0], e[1])) for e in entries]  # refuses '..' and absolute paths
+        kinds = bytes(KIND_CODES.get(e[2], 255) for e in entries)
+        sizes, mtimes = [e[3] for e in entries], [e[4] for e in entries]
+        counts = RmCounts()
+        for lo, hi in _spans(len(rels)):
+
+            def call(fan: int, lo: int = lo, hi: int = hi) -> _native.RmBatch:
+                return _native.rm_unlink_rels(
+                    spec.root_bytes,
+                    rels[lo:hi],
+                    kinds[lo:hi],
+                    sizes[lo:hi],
+                    mtimes[lo:hi],
+                    not spec.ignore_changes,
+                    spec.dry_run,
+                    fan,
+                    spec.sample_limit,
+                )
+
+            _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=False)
+        return counts
+
+    def rmdir_chunk(self, rels: list[bytes], check: bool) -> RmCounts:
+        """Remove directories of one depth level (``b""``: the root); ``check``: only if still directories."""
+        spec = self.spec
+        rels = [check_relative(rel) if rel else rel for rel in rels]
+        counts = RmCounts()
+        for lo, hi in _spans(len(rels)):
+
+            def call(fan: int, lo: int = lo, hi: int = hi) -> _native.RmBatch:
+                return _native.rm_rmdir_rels(
+                    spec.root_bytes,
+                    rels[lo:hi],
+                    check and not spec.ignore_changes,
+                    spec.dry_run,
+                    fan,
+                    spec.sample_limit,
+                )
+
+            _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=True)
+        return counts
+
+
+KIND_CODES = {"file": 0, "directory": 1, "symlink": 2, "other": 3}  # as operators._native reads them
+STATUSES = (FAILED, CHANGED, NONEMPTY)  # the core's status codes, in order
+
+
+def _spans(n: int) -> Iterator[tuple[int, int]]:
+    """Slices of a chunk, one native call each: the whole chunk, or ``BATCH`` entries at a time with
+    their tokens taken first when an ops/s cap is set (so the cap paces the batch, not the chunk)."""
+    if not ops_capped():
+        if n:
+            yield 0, n
+        return
+    for lo in range(0, n, BATCH):
+        hi = min(n, lo + BATCH)
+        take_ops(hi - lo)
+        yield lo, hi
+
+
+def _problem(errno_: int, message: str | None) -> BaseException | str:
+    return message if message else OSError(errno_, os.strerror(errno_))
+
+
+def _add_batch(counts: RmCounts, rels: list[bytes], result: _native.RmBatch, limit: int, dirs: bool) -> None:
+    """Fold what ``rm_unlink_rels``/``rm_rmdir_rels`` returned into ``counts``."""
+    removed, nbytes, missing, problems, samples = result
+    if dirs:
+        counts.removed_dirs += removed
+    else:
+        counts.removed_files += removed
+        counts.bytes += nbytes
+    counts.skipped_missing += missing
+    for index, status, errno_, message in problems:
+        counts.problem(rels[index], STATUSES[status], _problem(errno_, message))
+    for index in samples:
+        counts.sample(rels[index], limit)
+
+
+class LocalTreeRemover:
+    """A ``walk`` Lister that empties each directory it lists of everything but directories, in the
+    native core (``rm_clear_dir``, one call per directory), and hands the directories to the walk,
+    which opens them relative to their parent with ``O_NOFOLLOW`` (root included): a directory
+    swapped for a symlink is never followed.  Counts and problems gather in :attr:`counts`.
+
+    With a prune, or an ops/s cap, Python lists the directory (the prune decides per name; the cap
+    is paced per ``BATCH``) and the core removes the names it is given.
+    """
+
+    def __init__(self, spec: RemoveSpec) -> None:
+        self.spec = spec
+        self._open = OpenDirs(spec.root_bytes, follow_root=False)
+        self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
+        self.want_dev = self.prune is not None and self.prune.device is not None  # --one-file-system
+        self.kept: set[bytes] = set()  # directories holding a non-directory the prune keeps in place
+        self.counts = RmCounts()
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the directories kept open for relative opens (the end of a task)."""
+        self._open.close()
+
+    def root_error_row(self, error: BaseException) -> Row:
+        return error_row(b".", "directory", error)
+
+    def open_failed(self, rel: bytes, exc: OSError, listing: Listing) -> None:
+        if isinstance(exc, FileNotFoundError):
+            listing.vanished = True
+        elif exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            listing.error = OSError(exc.errno, "no longer a directory (not followed)")
+        else:
+            listing.error = exc
+
+    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
+        rel = item[0]
+        assert isinstance(rel, bytes)
+        listing = Listing(item)
+        try:
+            handle = self._open.open(rel)
+        except OSError as exc:
+            self.open_failed(rel, exc, listing)
+            return listing
+        try:
+            if self.prune is None and not ops_capped():
+                self._clear(handle.fd, rel, None, listing)
+            else:
+                names = self._names(handle.fd, rel, listing)
+                for lo in range(0, len(names), BATCH):
+                    take_ops(min(BATCH, len(names) - lo))
+                    self._clear(handle.fd, rel, names[lo : lo + BATCH], listing)
+        finally:
+            handle.release()
+        return listing
+
+    def _names(self, fd: int, rel: bytes, listing: Listing) -> list[bytes]:
+        """The non-directories of ``fd`` the prune lets go (directories go to the walk by ``d_type``)."""
+        names = []
+        try:
+            with os.scandir(fd) as it:  # names come back as str (surrogateescape) from a descriptor
+                for entry in it:
+                    name = os.fsencode(entry.name)
+                    if entry.is_dir(follow_symlinks=False):
+                        listing.subdirs.append(self._subdir(fd, rel, name))
+                    elif self.prune is not None and self.prune.decide(decode(join(rel, name))[0], False) == DROP:
+                        self.kept.add(rel)  # never unlinked: the walk's prune would see the row only after
+                    else:
+                        names.append(name)
+        except FileNotFoundError:
+            listing.vanished = True
+        except OSError as exc:
+            listing.error = exc
+        return names
+
+    def _subdir(self, fd: int, rel: bytes, name: bytes) -> DirItem:
+        """A directory to walk, with its device for ``--one-file-system`` (one more lstat)."""
+        child = join(rel, name)
+        if not self.want_dev:
+            return child, dir_row(child)
+        try:
+            return child, dir_row(child, os.stat(name, dir_fd=fd, follow_symlinks=False).st_dev)
+        except OSError:
+            return child, dir_row(child)  # gone or unreadable: opening it tells
+
+    def _clear(self, fd: int, rel: bytes, names: list[bytes] | None, listing: Listing) -> None:
+        spec = self.spec
+        result = fanned(
+            spec.threads,
+            len(names) if names is not None else None,
+            lambda fan: _native.rm_clear_dir(fd, spec.dry_run, self.want_dev, fan, spec.sample_limit, names),
+            count=lambda r: r[1],
+        )
+        list_errno, seen, removed, nbytes, subdirs, problems, samples = result
+        if list_errno == errno.ENOENT:
+            listing.vanished = True
+        elif list_errno:
+            listing.error = OSError(list_errno, os.strerror(list_errno))
+        for name, dev in subdirs:
+            child = join(rel, name)
+            listing.subdirs.append((child, dir_row(child, dev if self.want_dev else None)))
+        # (entries, files, symlinks, other, bytes, errors, pruned, directories) for the walk's tally and budget
+        listing.counts.append(((seen - len(subdirs), removed, 0, 0, nbytes, len(problems), 0, 0), []))
+        with self._lock:
+            counts = self.counts
+            counts.removed_files += removed
+            counts.bytes += nbytes
+            for name, errno_ in problems:
+                counts.problem(join(rel, name), FAILED, OSError(errno_, os.strerror(errno_)))
+            for name in samples:
+                counts.sample(join(rel, name), spec.sample_limit)
+
+
+def pooled(spec: RemoveSpec, fn: Callable[[list], RmCounts], items: list) -> RmCounts:
+    """``fn`` over ``items`` in batches of ``BATCH`` on the process's pool, the counts added up."""
+
+    def one(batch: list) -> RmCounts:
+        take_ops(len(batch))
+        return fn(batch)
+
+    counts = RmCounts()
+    pool = spec.pool()
+    for job in [pool.submit(one, items[i : i + BATCH]) for i in range(0, len(items), BATCH)]:
+        counts.add(job.result(), spec.sample_limit)
+    return counts
+
+
+def _changed(entry: Entry, kind: str, size: int | None, mtime_ns: int | None) -> str | None:
+    _, _, want_kind, want_size, want_mtime = entry
+    if kind != want_kind:
+        return f"type {want_kind} -> {kind}"
+    if want_size is not None and size is not None and want_size != size:
+        return f"size {want_size} -> {size}"
+    # DuckDB may hand timestamps back at microsecond precision: compare at that precision
+    if want_mtime is not None and mtime_ns is not None and want_mtime // 1000 != mtime_ns // 1000:
+        return "mtime differs from the manifest"
+    return None

@@ -1,0 +1,125 @@
+"""Removing through fsspec (object stores, sftp, ...): manifest rows looked at again and removed in bulk
+requests, and a tree lister that deletes each listing's keys as it goes."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING
+
+from operators.ratelimit import take_ops
+from operators.remove.backends import Entry, EntryRemover, pooled
+from operators.remove.counts import FAILED, NONEMPTY, RmCounts
+from operators.rows import Row, with_error
+from operators.safety import resolve_under
+from operators.scan.prune import DROP
+from operators.scan.remote import FLAT_PROTOCOLS, FsspecLister
+from operators.scan.walk import DirItem, Listing
+
+if TYPE_CHECKING:
+    from operators.remove.tasks import RemoveSpec
+
+S3_BATCH = 1000  # keys per bulk delete request
+
+
+class FsspecRemover(EntryRemover[str]):
+    """Removing through fsspec (object stores, sftp, ...)."""
+
+    def __init__(self, spec: RemoveSpec) -> None:
+        self.spec = spec
+        self.fs = spec.filesystem()
+
+    def unlink_chunk(self, entries: list[Entry]) -> RmCounts:
+        return pooled(self.spec, self.unlink, entries)
+
+    def rmdir_chunk(self, rels: list[bytes], check: bool) -> RmCounts:
+        return pooled(self.spec, lambda batch: self.rmdirs(batch, check), rels)
+
+    def tree_lister(self) -> FsspecTreeRemover:
+        return FsspecTreeRemover(self.spec)
+
+    def locate(self, rel: bytes) -> str:
+        resolve_under(self.spec.root_bytes, rel)  # refuses '..' and absolute paths
+        return self.spec.remote(rel)
+
+    def look(self, url: str) -> tuple[str, int | None, int | None]:
+        info = self.fs.info(url)
+        return {"file": "file", "directory": "directory"}.get(info.get("type"), "other"), info.get("size"), None
+
+    def unlink_now(self, found: list[tuple[bytes, str, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
+        """One bulk request: its failure is every key's."""
+        try:
+            self.fs.rm([url for _, url, _ in found])
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            for rel, _, _ in found:
+                counts.problem(rel, FAILED, exc)
+            return []
+        return [(rel, size) for rel, _, size in found]
+
+    def rmdirs(self, rels: list[bytes], check: bool) -> RmCounts:
+        """Remove a batch of (empty) directories; object stores have none to remove."""
+        spec = self.spec
+        counts = RmCounts()
+        if spec.protocol in FLAT_PROTOCOLS:
+            return counts  # object stores: a "directory" is a key prefix and goes with its last key
+        fs = self.fs
+        for rel in rels:
+            if spec.dry_run:
+                counts.removed_dirs += 1
+                continue
+            try:
+                fs.rmdir(spec.remote(rel))
+                counts.removed_dirs += 1
+            except FileNotFoundError:
+                counts.skipped_missing += 1
+            except OSError as exc:
+                counts.problem(rel, NONEMPTY if fs.exists(spec.remote(rel)) else FAILED, exc)
+        return counts
+
+
+class FsspecTreeRemover:
+    """A ``walk`` Lister over fsspec: lists like a scan, deletes each listing's keys in bulk."""
+
+    def __init__(self, spec: RemoveSpec) -> None:
+        tree = spec.prune is not None and spec.prune.needs_tree_walk  # prune prefixes instead of listing them
+        self.lister = FsspecLister(spec.protocol, spec.root, spec.storage_options, flat=False if tree else None)
+        self.dry_run = spec.dry_run
+        self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
+        self.kept: set[bytes] = set()
+        self.counts = RmCounts()  # nothing here: removed keys come back as rows
+
+    def root_error_row(self, error: BaseException) -> Row:
+        return self.lister.root_error_row(error)
+
+    def close(self) -> None:
+        self.lister.close()
+
+    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
+        listing = self.lister.list_dir(item, pool)
+        files = [r for r in listing.rows if r[2] != "directory"]
+        if self.prune is not None:
+            keep = []
+            for r in files:
+                if self.prune.decide(r[0], False) == DROP:
+                    self.kept.add(r[0].rpartition("/")[0].encode("utf-8", "surrogateescape"))
+                else:
+                    keep.append(r)
+            files = keep
+        dirs = [r for r in listing.rows if r[2] == "directory"]
+        listing.rows = dirs
+        for start in range(0, len(files), S3_BATCH):
+            listing.pending.append(pool.submit(self.rm_batch, files[start : start + S3_BATCH]))
+        return listing
+
+    def rm_batch(self, rows: list[Row]) -> tuple[list[Row], list[DirItem]]:
+        if self.dry_run or not rows:
+            return rows, []
+        take_ops(len(rows))
+        try:
+            self.lister.fs.rm([self.lister.full(r[0]) for r in rows])
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # one bulk request: its failure is every key's
+            return [with_error(r, exc) for r in rows], []
+        return rows, []

@@ -1,0 +1,94 @@
+"""One scan task: walk a bounded slice of the tree and write its rows as Parquet parts.
+
+This is the function the engine ships to workers.  It returns only counters, the names of
+the parts it wrote and the directories it did not get to, never rows, so the driver's
+memory does not grow with the tree.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from operators.checksum import Sums, checksum_local_files, checksum_many, checksum_remote, fill_table
+from operators.core.concurrency import in_flight_cap
+from operators.core.pool import get_pool
+from operators.names import to_bytes
+from operators.parts import part_name, release_arrow_memory, write_part
+from operators.rows import RowBuffer
+from operators.scan.local import LocalLister
+from operators.scan.prune import Prune
+from operators.scan.remote import FsspecLister
+from operators.scan.root_guard import RootId, check_root
+from operators.scan.walk import Budget, DirItem, Tally, walk
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """Where to scan and where to write; the same for every task of a scan."""
+
+    protocol: str  # "file" takes the scandir fast path
+    root: str  # path within the file system, no protocol
+    out_url: str
+    storage_options: dict = field(default_factory=dict)
+    out_storage_options: dict = field(default_factory=dict)
+    threads: int | None = None
+    flush_rows: int = 200_000
+    checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
+    prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
+    root_id: RootId | None = None  # a local root's (device, inode) when the scan began (operators.scan.root_guard)
+
+    def lister(self):
+        if self.protocol in ("file", "local"):
+            return LocalLister(self.root, self.prune)
+        tree = self.prune is not None and self.prune.needs_tree_walk  # prune prefixes instead of listing them
+        return FsspecLister(self.protocol, self.root, self.storage_options, flat=False if tree else None)
+
+
+@dataclass
+class ChunkResult:
+    task_id: str
+    parts: list[str]
+    tally: Tally
+    frontier: list[DirItem]
+    seconds: float
+
+
+def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budget) -> ChunkResult:
+    """Walk below ``items`` within ``budget``; write parts named after ``task_id``."""
+    start = time.monotonic()
+    check_root(spec.root, spec.root_id)  # an unmounted root would list as empty
+    parts: list[str] = []
+    lister = spec.lister()
+    if isinstance(lister, LocalLister):  # a step's descent stays a small share of the task's budget
+        lister.descend = min(lister.descend, budget.max_entries // 16)
+    sum_failures: list[str] = []
+
+    algorithm = spec.checksum or ""  # only called when there is one
+
+    def sums_of(files: list[tuple[str, bytes | None, int | None]]) -> Sums:
+        if isinstance(lister, LocalLister):  # the core, in one call per part
+            return checksum_local_files(lister.root, [to_bytes(p, raw) for p, raw, _ in files], algorithm,
+                                        [size for _, _, size in files])  # fmt: skip
+        return checksum_many(files, lambda f: checksum_remote(lister.fs, lister.full(f[0]), algorithm))
+
+    def emit(buf: RowBuffer) -> None:
+        if len(buf):
+            table = buf.take_table()
+            if spec.checksum:
+                table, failed = fill_table(table, sums_of)
+                sum_failures.extend(failed)
+            parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
+            del table
+            release_arrow_memory()
+
+    cap = in_flight_cap(spec.threads)
+    pool = get_pool(spec.threads, ((spec.protocol, spec.root),))
+    try:
+        tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows, spec.prune)
+    finally:
+        lister.close()
+    check_root(spec.root, spec.root_id)  # unmounted meanwhile: what this task listed may be incomplete
+    tally.errors += len(sum_failures)
+    tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])
+    return ChunkResult(task_id, parts, tally, frontier, time.monotonic() - start)
