@@ -189,7 +189,7 @@ def test_defaults_render_a_secured_scheduler_and_workers(rendered: dict[str, lis
     assert args[args.index("--nworkers") + 1] == "1"
     assert "--memory-limit" not in args
     assert env_of(c)["PFS_THREADS"] == "64"
-    assert env_of(c)["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] == "False"  # see dask_pfs/cluster.py
+    assert env_of(c)["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] == "False"  # see dask_pfs/clusters/client.py
     assert "shared" not in volumes_of(worker)
     assert c["image"] == "ghcr.io/pfs/pfs:0.1.0"
 

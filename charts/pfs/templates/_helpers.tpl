@@ -99,11 +99,11 @@ securityContext:
 - name: DASK_TEMPORARY_DIRECTORY
   value: {{ .Values.scratch.localDirectory | quote }}
 {{- /* Dask's profiler samples every thread 100 times a second: CPU the storage client needs,
-       and a worker deadlock on CPython < 3.11.9 (gh-106883); see dask_pfs/cluster.py. */}}
+       and a worker deadlock on CPython < 3.11.9 (gh-106883); see dask_pfs/clusters/client.py. */}}
 - name: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED
   value: "False"
 {{- /* Each batched stream keeps its last 1,000 message batches, scan tasks' directories included:
-       ~100 MB per worker on the scheduler; see dask_pfs/cluster.py. */}}
+       ~100 MB per worker on the scheduler; see dask_pfs/clusters/client.py. */}}
 - name: DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH
   value: "20"
 {{- end }}
