@@ -84,7 +84,7 @@ def preload_for_fork() -> None:
 
     import pyarrow as pa
 
-    for module in ("scan_task", "remove", "copy", "copy_plan", "checksum", "journal", "parts"):
+    for module in ("scan.task", "remove.tasks", "copy.tasks", "copy.plan", "checksum", "journal", "parts"):
         importlib.import_module(f"operators.{module}")
     pa.array([], pa.string())  # triggers pyarrow's lazy `import pandas`
 
