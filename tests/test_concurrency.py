@@ -97,13 +97,23 @@ def test_auto_mode_scans_and_removes_a_tree(tmp_path, monkeypatch):
     entries = make_balanced(root, dirs=12, files_per_dir=30)
     out = tmp_path / "m"
     out.mkdir()
+    ctl = concurrency.controller()
+    seen: list[tuple[int, int]] = []  # (operations done, width) of every job the controller measured
+    end = ctl.end
+    monkeypatch.setattr(
+        ctl, "end", lambda started, done=1, width=1: (seen.append((done, width)), end(started, done, width))
+    )
     result = scan_chunk(ScanSpec("file", str(root), str(out)), [(b"", None)], "0000000", Budget(10**6, 60))
     assert result.tally.entries == entries and not result.frontier
     assert concurrency.report()["mode"] == "auto"
+    assert seen, "the scan's listings did not run through the controller's gate"  # the core descends below them
+    scanned = len(seen)
 
     removed = remove_tree_chunk(RemoveSpec("file", str(root)), [(b"", None)], Budget(10**6, 60))
     assert removed.counts.removed_files == 12 * 30 and not removed.frontier
     assert list(root.iterdir()) == []
+    # the removal's batches (the core's fan-out) were measured, one operation per file unlinked at least
+    assert sum(done for done, _ in seen[scanned:]) >= 12 * 30, seen[scanned:]
 
 
 def test_scan_reports_fixed_threads(dask_client, tmp_path):

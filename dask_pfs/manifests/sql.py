@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
     from dask_pfs.manifests.manifest import Manifest
 
+# Scalar functions that read the host rather than the row (the DuckDB shell's getenv): never in a clause
+OUTSIDE_FUNCTIONS = frozenset({"getenv"})
 ROWS = "pfs_rows"  # the table name clauses are parsed against (never created)
 BATCH_ROWS = 100_000
 
@@ -123,6 +125,9 @@ def _refusal(text: str, kind: str) -> str | None:
         return "it reaches beyond its clause (LIMIT, OFFSET...)"
     if any(_walk_subqueries([node[c] for c in changes])):
         return "subqueries are not allowed (a filter reads only the manifest's own rows)"
+    outside = sorted(_walk_functions([node[c] for c in changes]) & OUTSIDE_FUNCTIONS)
+    if outside:  # refused here, not left to whichever functions a DuckDB build or extension provides
+        return f"{outside[0]}() reads outside the manifest (a filter reads only the manifest's own rows)"
     return None
 
 
@@ -199,6 +204,20 @@ def _walk_subqueries(value: Any) -> Iterator[dict]:
     elif isinstance(value, list):
         for v in value:
             yield from _walk_subqueries(v)
+
+
+def _walk_functions(value: Any) -> set[str]:
+    """The (lower-case) names of every function called below ``value``."""
+    names: set[str] = set()
+    if isinstance(value, dict):
+        if value.get("class") == "FUNCTION" and isinstance(value.get("function_name"), str):
+            names.add(value["function_name"].lower())
+        for v in value.values():
+            names |= _walk_functions(v)
+    elif isinstance(value, list):
+        for v in value:
+            names |= _walk_functions(v)
+    return names
 
 
 def _first_line(exc: BaseException) -> str:

@@ -4,13 +4,17 @@ no partial file under a final name, and ``--resume`` once there is room gives th
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from ..conftest import run_pfs, tree_digest
 from .harness import can_mount_tmpfs, grow, leftovers, tmpfs
+
+ENOSPC = "No space left on device"
 
 
 def make_source(root: Path, files: int = 48, size: int = 100_000) -> Path:
@@ -33,6 +37,25 @@ def assert_no_partial(src: Path, dst: Path) -> None:
         assert want.get(rel) == what, f"{rel!r} at its final name differs from the source (a partial file?)"
 
 
+def assert_enospc_named(summary: dict, dst: Path) -> None:
+    """docs/reliability.md: every failed file named with ENOSPC in the summary and the Parquet failure
+    log, and the temp file of each failed copy unlinked already (before any --resume)."""
+    copy = summary.get("copy") or summary  # sync nests its copy engine's summary
+    table = pq.read_table(copy["log"])
+    rows = table.to_pylist()
+    assert copy["failed"] > 0 and len(rows) == copy["failed"], (copy["failed"], rows[:3])
+    assert all(ENOSPC in str(r["error"]) for r in rows), [r for r in rows if ENOSPC not in str(r["error"])][:3]
+    assert copy["samples"] and all(ENOSPC in error for _, error in copy["samples"]), copy["samples"]
+    named = {os.fsencode(r["path"]) if r.get("path") is not None else r["path_raw"] for r in rows}
+    assert len(named) == len(rows)  # one row per failed file
+    for rel in named:
+        assert not os.path.lexists(os.path.join(os.fsencode(dst), rel)) or os.path.isdir(
+            os.path.join(os.fsencode(dst), rel)
+        ), f"{rel!r} failed but is at its final name"
+    temps = [p for p in leftovers(dst) if ".pfs-tmp-" in os.path.basename(p)]
+    assert not temps, f"temp files of failed copies left before the resume: {temps[:5]}"
+
+
 @pytest.fixture
 def small_fs(tmp_path, root_only):
     if not can_mount_tmpfs(tmp_path):
@@ -44,10 +67,10 @@ def small_fs(tmp_path, root_only):
 def test_cp_into_a_full_destination_then_resume(tmp_path, small_fs):
     src = make_source(tmp_path / "src")
     dst = small_fs / "dst"
-    first = run_pfs("cp", src, dst, "--no-progress", "--chunk-files", "4")
+    first = run_pfs("cp", src, dst, "--no-progress", "--chunk-files", "4", "--json")
     out = first.stdout + first.stderr
     assert first.returncode == 1, out
-    assert "No space left on device" in out, out
+    assert_enospc_named(json.loads(first.stdout), dst)
     assert_no_partial(src, dst)
     grow(small_fs, "32m")
     again = run_pfs("cp", src, dst, "--no-progress", "--chunk-files", "4", "--resume")
@@ -61,10 +84,10 @@ def test_sync_into_a_full_destination_then_resume(tmp_path, small_fs):
     dst = small_fs / "dst"
     (dst / "d0").mkdir(parents=True)
     (dst / "extra.txt").write_text("not in the source")
-    first = run_pfs("sync", src, dst, "--delete", "--no-progress", "--chunk-files", "4")
+    first = run_pfs("sync", src, dst, "--delete", "--no-progress", "--chunk-files", "4", "--json")
     out = first.stdout + first.stderr
     assert first.returncode == 1, out
-    assert "No space left on device" in out, out
+    assert_enospc_named(json.loads(first.stdout), dst)
     assert_no_partial(src, dst)
     grow(small_fs, "32m")
     again = run_pfs("sync", src, dst, "--delete", "--no-progress", "--chunk-files", "4", "--resume")

@@ -15,6 +15,7 @@ from .harness import finish, kill_group, leftovers, start_pfs
 
 TTL = 6  # seconds without heartbeats before the scheduler drops a worker
 BOUND = 120  # the whole job, the stopped worker included, on a loaded 2-core host
+DROP_BOUND = TTL + 30  # the scheduler checks heartbeats every few seconds; a loaded host delays it
 
 
 def worker_processes(driver: psutil.Process) -> list[psutil.Process]:
@@ -25,6 +26,38 @@ def worker_processes(driver: psutil.Process) -> list[psutil.Process]:
             if "dask worker" in " ".join(p.cmdline()):
                 out.append(p)
     return out
+
+
+def addresses(proc: psutil.Process, status: str) -> set[tuple[str, int]]:
+    """The (ip, port) pairs of ``proc``'s TCP sockets in ``status``: its own ends when listening,
+    the far ends when established."""
+    out = set()
+    for c in proc.net_connections("tcp"):
+        if c.status == status:
+            out.add(tuple(c.laddr if status == psutil.CONN_LISTEN else c.raddr))
+    return out
+
+
+def scheduler_and_worker(driver: psutil.Process, worker: psutil.Process) -> tuple[str, set[str]]:
+    """The embedded scheduler's address (the driver's listening socket the worker is connected to)
+    and the worker's own listening addresses (one of them is its address in the scheduler's list)."""
+    (ip, port), *_ = addresses(driver, psutil.CONN_LISTEN) & addresses(worker, psutil.CONN_ESTABLISHED)
+    return f"tcp://{ip}:{port}", {f"tcp://{i}:{p}" for i, p in addresses(worker, psutil.CONN_LISTEN)}
+
+
+def dropped_within(scheduler: str, worker: set[str], proc, bound: float) -> float | None:
+    """Seconds until the scheduler's worker list no longer holds ``worker`` (None: it never left
+    while the job ran); asked through a client of the embedded scheduler."""
+    from distributed import Client
+
+    t0 = time.monotonic()
+    with Client(scheduler, timeout="30s", set_as_default=False) as client:
+        assert worker & set(client.scheduler_info(n_workers=-1)["workers"]), "the stopped worker is not listed"
+        while proc.poll() is None and time.monotonic() - t0 < bound:
+            if not worker & set(client.scheduler_info(n_workers=-1)["workers"]):
+                return time.monotonic() - t0
+            time.sleep(0.2)
+    return None
 
 
 def test_stopped_worker_is_dropped_and_the_job_finishes_on_the_others(tmp_path):
@@ -47,7 +80,9 @@ def test_stopped_worker_is_dropped_and_the_job_finishes_on_the_others(tmp_path):
             time.sleep(0.02)
         assert proc.poll() is None, "the copy ended before a worker could be stopped"
         stopped = workers[0]
+        scheduler, stopped_at = scheduler_and_worker(driver, stopped)
         stopped.send_signal(signal.SIGSTOP)
+        dropped = dropped_within(scheduler, stopped_at, proc, DROP_BOUND)
         rc, out = finish(proc, timeout=BOUND)
     finally:
         if stopped is not None:
@@ -56,6 +91,8 @@ def test_stopped_worker_is_dropped_and_the_job_finishes_on_the_others(tmp_path):
         if proc.poll() is None:
             kill_group(proc)
     took = time.monotonic() - t0
+    assert dropped is not None, f"the stopped worker {stopped_at} was never dropped from the scheduler's list"
+    assert TTL <= dropped + 1 < DROP_BOUND, dropped  # by its missed heartbeats, not before
     assert rc == 0, out
     assert took < BOUND
     assert tree_digest(dst) == tree_digest(src)

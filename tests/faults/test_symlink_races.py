@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -48,13 +50,28 @@ def test_rm_manifest_through_a_swapped_directory(tmp_path, outside, dask_client)
     assert tree_digest(outside) == before and tree_digest(root) == rest
 
 
-def swap_once_running(proc, journal_glob: str, directory: Path, target: Path) -> None:
-    """Swap ``directory`` for a link once ``proc`` has journaled a chunk (past every check of the driver)."""
+def swap_once_running(proc, journal_glob: str, directory: Path, target: Path, untouched) -> None:
+    """Swap ``directory`` for a link once ``proc`` has journaled a chunk (past every check of the driver).
+
+    The job's whole process group is stopped (SIGSTOP) for the swap, so the test controls where it
+    lands: ``untouched()`` must still hold (nothing below ``directory`` acted on yet), or the race was
+    lost and the test says so instead of passing on a job that never met the link."""
     deadline = time.monotonic() + 120
     while proc.poll() is None and not glob.glob(journal_glob) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert proc.poll() is None, "the job ended before the swap"
-    swap_for_link(directory, target)
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        assert proc.poll() is None, "the job ended before the swap"
+        assert untouched(), f"the job acted below {directory.name}/ before the swap"
+        swap_for_link(directory, target)
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
+
+
+def failed_rows(out: str) -> int:
+    """The ``N entries failed`` count of a summary (0 when none failed)."""
+    found = re.search(r"(\d+) entries failed", out)
+    return int(found.group(1)) if found else 0
 
 
 def test_rm_manifest_while_a_directory_is_swapped(tmp_path, outside, dask_client):
@@ -68,9 +85,15 @@ def test_rm_manifest_while_a_directory_is_swapped(tmp_path, outside, dask_client
     before = tree_digest(outside)
     args = ["rm", "--manifest", m, "--where", "type = 'file'", "--yes", "--no-progress", "--chunk-files", "4"]
     proc = start_pfs(*args, "--max-ops-per-second", "15", log=tmp_path / "rm.log")
-    swap_once_running(proc, f"{m}/.pfs-journal-*/done.jsonl", root / "z", outside)
+    below = [root / "z" / "f1", root / "z" / "f2", root / "z" / "sub" / "f3"]
+    swap_once_running(
+        proc, f"{m}/.pfs-journal-*/done.jsonl", root / "z", outside, lambda: all(map(os.path.lexists, below))
+    )
     rc, out = finish(proc)
     assert rc == 1, out  # the rows below the link failed
+    assert "; 3 failed" in out, out
+    for rel in ("z/f1", "z/f2", "z/sub/f3"):
+        assert f"{rel}: ancestor 'z' is a symlink or no longer a directory: not followed" in out, out
     assert tree_digest(outside) == before
     assert not (root / "keep").exists() and not (root / "b" / "g").exists()  # the rest went
 
@@ -85,10 +108,14 @@ def test_cp_while_a_destination_directory_is_swapped(tmp_path, outside):
     before = tree_digest(outside)
     args = ["cp", f"{src}/", dst, "--overwrite", "--no-progress", "--chunk-files", "4"]
     proc = start_pfs(*args, "--max-ops-per-second", "15", log=tmp_path / "cp.log")
-    swap_once_running(proc, f"{dst}/.pfs-journal-*/done.jsonl", dst / "z", outside)
+    untouched = lambda: (dst / "z" / "f1").read_bytes() == b"old" and not (dst / "z" / "f2").exists()  # noqa: E731
+    swap_once_running(proc, f"{dst}/.pfs-journal-*/done.jsonl", dst / "z", outside, untouched)
     rc, out = finish(proc)
-    assert rc in (0, 1), out
+    assert rc == 1, out  # every file below the swapped directory failed, by name
+    for rel in ("z/f1", "z/f2", "z/sub/f3"):
+        assert f"{rel}: destination ancestor 'z' is a symlink; not written" in out, out
     assert tree_digest(outside) == before
+    assert (dst / "keep").read_bytes() == b"k" and (dst / "early").is_dir()  # the rest was copied
 
 
 def test_cp_manifest_through_a_swapped_source_directory(tmp_path, outside, dask_client):
@@ -98,7 +125,11 @@ def test_cp_manifest_through_a_swapped_source_directory(tmp_path, outside, dask_
     swap_for_link(root / "a", outside)
     dst = tmp_path / "dst"
     proc = run_pfs("cp", "--manifest", m, dst, "--no-progress")
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and failed_rows(out) == 3, out  # the rows below the link, and only those
+    for rel in ("a/f1", "a/f2", "a/sub/f3"):  # each opened through a/ with O_NOFOLLOW: not a directory
+        assert f"{rel}: NotADirectoryError: [Errno 20]" in out, out
+    assert (dst / "keep").read_bytes() == b"k" and (dst / "b" / "g").read_bytes() == b"g"
     copied = [p for p, what in tree_digest(dst).items() if what[0] == "file"]
     for rel in copied:  # nothing read through the link into the copy
         assert (dst / os.fsdecode(rel)).read_bytes() != SECRET, rel
@@ -117,7 +148,10 @@ def test_cp_into_a_destination_with_a_planted_link(tmp_path, outside, dask_clien
         proc = run_pfs("cp", "--manifest", m, dst, "--no-progress", "--overwrite")
     else:
         proc = run_pfs("cp", f"{src}/", dst, "--no-progress", "--overwrite")
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    for rel in ("a/f1", "a/f2", "a/sub/f3"):  # each file below the link failed, by name
+        assert f"{rel}: destination ancestor 'a' is a symlink; not written" in out, out
     assert tree_digest(outside) == before  # nothing written through the link
     assert (dst / "keep").read_bytes() == b"k"  # the rest of the copy went on
 
