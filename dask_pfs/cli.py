@@ -1,7 +1,8 @@
 """The ``pfs`` command line: one group, one module per command under ``dask_pfs.commands``.
 
 Exit codes: 0 success; 1 the job ran but some entries failed (errors are counted and
-logged); 2 bad input or a refused action, with nothing changed.
+logged); 2 bad input or a refused action, with nothing changed; 130 interrupted (Ctrl-C: one
+line on stderr, journals kept for ``--resume``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from operators.sizes import parse_size
 from .cluster import ClusterOptions
 from .errors import PfsError
 from .security import TlsFiles
+from .verbosity import verbosity
 from .version import __version__
 
 DRIVERS = ("auto", "local", "cluster")  # where a driver runs: dask_pfs.remote_cli.remote_driver
@@ -77,9 +79,21 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="pfs")
-def cli() -> None:
-    """Parallel file-system tools: scan trees into Parquet manifests and act on them with Dask."""
+@click.version_option(__version__, "-V", "--version", prog_name="pfs")
+@click.option("-v", "--verbose", count=True, help="More output: -v a line per finished chunk, -vv debug logs.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and the summary: no progress, links or warnings.")
+def cli(verbose: int, quiet: bool) -> None:
+    """Parallel file-system tools: scan trees into Parquet manifests and act on them with Dask.
+
+    \b
+    Exit codes: 0 success; 1 the job ran but some entries failed (counted and logged);
+    2 bad input or a refused action (nothing changed); 130 interrupted (Ctrl-C).
+    Shell completion: eval "$(_PFS_COMPLETE=bash_source pfs)" in ~/.bashrc
+    (zsh_source, fish_source for zsh and fish). Manual: man pfs (docs/man/).
+    """
+    from .verbosity import set_verbosity
+
+    set_verbosity(-1 if quiet else verbose)
 
 
 def scheduler_options() -> list[Callable]:
@@ -220,6 +234,7 @@ def cluster_options(func: Callable) -> Callable:
             kubernetes=kubernetes,
             limits=limits,
             dashboard=kwargs.pop("dashboard"),
+            announce=verbosity() >= 0,
         )
         return func(*args, **kwargs)
 
@@ -341,8 +356,8 @@ def run(argv: list[str] | None = None) -> int:
     except PfsError as exc:
         click.echo(f"pfs: error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("pfs: aborted", err=True)
+    except click.exceptions.Abort:  # Ctrl-C or end of input at a prompt
+        click.echo("\npfs: aborted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()
