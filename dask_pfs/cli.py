@@ -357,7 +357,7 @@ def run(argv: list[str] | None = None) -> int:
         click.echo(f"pfs: error: {exc}", err=True)
         return exc.exit_code
     except click.exceptions.Abort:  # Ctrl-C or end of input at a prompt
-        click.echo("\npfs: aborted", err=True)
+        click.echo("pfs: interrupted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()

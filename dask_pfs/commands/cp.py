@@ -230,10 +230,10 @@ def cp_cmd(
 
 
 WHAT_CHANGED_DOES = {
-    "error": "would fail (exists and differs; --update replaces)",
+    "error": "would fail: exists and differs, --update replaces",
     "skip": "would be replaced",
     "overwrite": "would be replaced",
-    "ignore": "left alone (--ignore-existing)",
+    "ignore": "left alone: --ignore-existing",
 }
 
 
