@@ -89,7 +89,7 @@ def cli(verbose: int, quiet: bool) -> None:
     Exit codes: 0 success; 1 the job ran but some entries failed (counted and logged);
     2 bad input or a refused action (nothing changed); 130 interrupted (Ctrl-C).
     Shell completion: eval "$(_PFS_COMPLETE=bash_source pfs)" in ~/.bashrc
-    (zsh_source, fish_source for zsh and fish). Manual: man pfs (docs/man/).
+    (zsh_source, fish_source for zsh and fish). Manual pages: man -l docs/man/pfs.1 (pfs-CMD.1).
     """
     from .verbosity import set_verbosity
 
@@ -356,15 +356,12 @@ def run(argv: list[str] | None = None) -> int:
     except PfsError as exc:
         click.echo(f"pfs: error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:  # Ctrl-C or end of input at a prompt
+    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C (or end of input at a prompt)
         click.echo("pfs: interrupted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()
         return 2
-    except KeyboardInterrupt:
-        click.echo("pfs: interrupted", err=True)
-        return 130
     except SystemExit as exc:
         return _code_of(exc)
     return 0

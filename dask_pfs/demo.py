@@ -9,6 +9,7 @@ The tree is seeded, so the numbers are the same on every machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -50,10 +51,8 @@ def demo_dir(wanted: str | None) -> str:
     """A directory only this user can write: a new ``mkdtemp`` one, or ``wanted`` when it is safe to use."""
     if wanted is None:
         return tempfile.mkdtemp(prefix="pfs-demo-")  # mode 0700, a name nobody could plant in advance
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(wanted, 0o700)
-    except FileExistsError:
-        pass
     st = os.lstat(wanted)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise PermissionError(f"{wanted}: not a directory (a symlink?); give a directory of yours")
