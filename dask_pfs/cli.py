@@ -23,6 +23,7 @@ import click
 
 from operators.sizes import parse_size
 
+from .cli_values import job_limits, kubernetes_options
 from .cluster import ClusterOptions
 from .errors import PfsError
 from .security import TlsFiles
@@ -65,8 +66,18 @@ COMMAND_MODULES = {  # subcommand -> module under dask_pfs.commands that registe
 }
 
 
+class Interrupted(Exception):
+    """Ctrl-C in a command: not a KeyboardInterrupt, which click would answer with an extra blank line."""
+
+
 class LazyGroup(click.Group):
     """Imports a subcommand's module only when that command runs (``pfs scan`` never loads DuckDB)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMAND_MODULES, *self.commands})
@@ -208,8 +219,8 @@ def cluster_options(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         slurm = None
         kind = kwargs.pop("cluster_kind")
-        kubernetes = _kubernetes(kind, {k[4:]: kwargs.pop(k) for k in [k for k in kwargs if k.startswith("k8s_")]},
-                                 kwargs["threads"])  # fmt: skip
+        k8s = {k[4:]: kwargs.pop(k) for k in [k for k in kwargs if k.startswith("k8s_")]}
+        kubernetes = kubernetes_options(kind, k8s, kwargs["threads"])
         if kind == "slurm":
             slurm = {
                 "jobs": kwargs["slurm_jobs"],
@@ -224,7 +235,7 @@ def cluster_options(func: Callable) -> Callable:
             }
         for key in [k for k in kwargs if k.startswith("slurm_")]:
             kwargs.pop(key)
-        limits = _limits(kwargs.pop("max_ops_per_second"), kwargs.pop("max_bandwidth"))
+        limits = job_limits(kwargs.pop("max_ops_per_second"), kwargs.pop("max_bandwidth"))
         kwargs["cluster"] = ClusterOptions(
             **pop_scheduler_options(kwargs),
             driver=kwargs.pop("driver"),
@@ -300,41 +311,6 @@ def prune_options(func: Callable) -> Callable:
     return wrapper
 
 
-def _kubernetes(kind: str, k8s: dict, threads: int | None):
-    """``--cluster kubernetes`` and its ``--k8s-*`` options as ``KubernetesOptions`` (else None)."""
-    if kind != "kubernetes":
-        return None
-    from .kubernetes import DEFAULT_IMAGE, KubernetesOptions
-
-    try:
-        return KubernetesOptions(
-            claim=k8s["claim"] or "",
-            mount_path=k8s["mount"],
-            image=k8s["image"] or DEFAULT_IMAGE,
-            namespace=k8s["namespace"],
-            min_workers=k8s["min_workers"],
-            max_workers=k8s["max_workers"],
-            threads=threads,
-            cpu=k8s["cpu"],
-            memory=k8s["memory"],
-        )
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cluster kubernetes") from None
-
-
-def _limits(ops: float | None, bandwidth: str | None):
-    """The job-wide caps as ``operators.ratelimit.Limits``, or None when neither is set."""
-    if not ops and not bandwidth:
-        return None
-    from operators.ratelimit import Limits, parse_bandwidth
-
-    try:
-        rate = parse_bandwidth(bandwidth) if bandwidth else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--max-bandwidth") from None
-    return Limits(ops, rate)
-
-
 def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
@@ -356,8 +332,11 @@ def run(argv: list[str] | None = None) -> int:
     except PfsError as exc:
         click.echo(f"pfs: error: {exc}", err=True)
         return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):  # Ctrl-C (or end of input at a prompt)
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C: one line, whatever the workers were doing
         click.echo("pfs: interrupted", err=True)
+        return 130
+    except click.exceptions.Abort:  # Ctrl-C or end of input at a question: end its line first
+        click.echo("\npfs: interrupted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()

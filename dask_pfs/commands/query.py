@@ -182,8 +182,8 @@ def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
 
     try:
         cols = [d[0] for d in cur.description]
-        tsv = {"delimiter": "\t", "lineterminator": "\n"} if fmt != "csv" else {}
-        w = csv.writer(out, **tsv) if fmt != "json" else None
+        dialect = "excel" if fmt == "csv" else "excel-tab"
+        w = None if fmt == "json" else csv.writer(out, dialect, lineterminator="\r\n" if fmt == "csv" else "\n")
         if w is not None:
             w.writerow(cols)
         else:
