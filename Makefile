@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-DEMO_DIR ?= /tmp/pfs-demo
+DEMO_DIR ?=  # empty: a new private temp directory (mkdtemp, mode 0700)
 
 .PHONY: setup demo test lint fmt bench clean
 
@@ -10,7 +10,7 @@ setup:
 	@./scripts/setup.sh
 
 demo: setup
-	@$(PY) -m dask_pfs.demo --dir $(DEMO_DIR)
+	@$(PY) -m dask_pfs.demo $(if $(strip $(DEMO_DIR)),--dir $(DEMO_DIR))
 
 test: setup
 	@./scripts/ensure-tools.sh

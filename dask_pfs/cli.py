@@ -1,7 +1,8 @@
 """The ``pfs`` command line: one group, one module per command under ``dask_pfs.commands``.
 
 Exit codes: 0 success; 1 the job ran but some entries failed (errors are counted and
-logged); 2 bad input or a refused action, with nothing changed.
+logged); 2 bad input or a refused action, with nothing changed; 130 interrupted (Ctrl-C: one
+line on stderr, journals kept for ``--resume``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
 
+from dask_pfs.cli_values import job_limits, kubernetes_options
 from dask_pfs.clusters.client import ClusterOptions
 from dask_pfs.clusters.security import TlsFiles
 from dask_pfs.errors import PfsError
+from dask_pfs.runtime.verbosity import verbosity
 from dask_pfs.version import __version__
 from operators.sizes import parse_size
 
@@ -62,8 +65,18 @@ COMMAND_MODULES = {  # subcommand -> module under dask_pfs.commands that registe
 }
 
 
+class Interrupted(Exception):
+    """Ctrl-C in a command: not a KeyboardInterrupt, which click would answer with an extra blank line."""
+
+
 class LazyGroup(click.Group):
     """Imports a subcommand's module only when that command runs (``pfs scan`` never loads DuckDB)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMAND_MODULES, *self.commands})
@@ -76,9 +89,21 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="pfs")
-def cli() -> None:
-    """Parallel file-system tools: scan trees into Parquet manifests and act on them with Dask."""
+@click.version_option(__version__, "-V", "--version", prog_name="pfs")
+@click.option("-v", "--verbose", count=True, help="More output: -v a line per finished chunk, -vv debug logs.")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and the summary: no progress, links or warnings.")
+def cli(verbose: int, quiet: bool) -> None:
+    """Parallel file-system tools: scan trees into Parquet manifests and act on them with Dask.
+
+    \b
+    Exit codes: 0 success; 1 the job ran but some entries failed (counted and logged);
+    2 bad input or a refused action (nothing changed); 130 interrupted (Ctrl-C).
+    Shell completion: eval "$(_PFS_COMPLETE=bash_source pfs)" in ~/.bashrc
+    (zsh_source, fish_source for zsh and fish). Manual pages: man -l docs/man/pfs.1 (pfs-CMD.1).
+    """
+    from dask_pfs.runtime.verbosity import set_verbosity
+
+    set_verbosity(-1 if quiet else verbose)
 
 
 def scheduler_options() -> list[Callable]:
@@ -193,8 +218,8 @@ def cluster_options(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         slurm = None
         kind = kwargs.pop("cluster_kind")
-        kubernetes = _kubernetes(kind, {k[4:]: kwargs.pop(k) for k in [k for k in kwargs if k.startswith("k8s_")]},
-                                 kwargs["threads"])  # fmt: skip
+        k8s = {k[4:]: kwargs.pop(k) for k in [k for k in kwargs if k.startswith("k8s_")]}
+        kubernetes = kubernetes_options(kind, k8s, kwargs["threads"])
         if kind == "slurm":
             slurm = {
                 "jobs": kwargs["slurm_jobs"],
@@ -209,7 +234,7 @@ def cluster_options(func: Callable) -> Callable:
             }
         for key in [k for k in kwargs if k.startswith("slurm_")]:
             kwargs.pop(key)
-        limits = _limits(kwargs.pop("max_ops_per_second"), kwargs.pop("max_bandwidth"))
+        limits = job_limits(kwargs.pop("max_ops_per_second"), kwargs.pop("max_bandwidth"))
         kwargs["cluster"] = ClusterOptions(
             **pop_scheduler_options(kwargs),
             driver=kwargs.pop("driver"),
@@ -219,6 +244,7 @@ def cluster_options(func: Callable) -> Callable:
             kubernetes=kubernetes,
             limits=limits,
             dashboard=kwargs.pop("dashboard"),
+            announce=verbosity() >= 0,
         )
         return func(*args, **kwargs)
 
@@ -285,41 +311,6 @@ def prune_options(func: Callable) -> Callable:
     return wrapper
 
 
-def _kubernetes(kind: str, k8s: dict, threads: int | None):
-    """``--cluster kubernetes`` and its ``--k8s-*`` options as ``KubernetesOptions`` (else None)."""
-    if kind != "kubernetes":
-        return None
-    from dask_pfs.clusters.kubernetes import DEFAULT_IMAGE, KubernetesOptions
-
-    try:
-        return KubernetesOptions(
-            claim=k8s["claim"] or "",
-            mount_path=k8s["mount"],
-            image=k8s["image"] or DEFAULT_IMAGE,
-            namespace=k8s["namespace"],
-            min_workers=k8s["min_workers"],
-            max_workers=k8s["max_workers"],
-            threads=threads,
-            cpu=k8s["cpu"],
-            memory=k8s["memory"],
-        )
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cluster kubernetes") from None
-
-
-def _limits(ops: float | None, bandwidth: str | None):
-    """The job-wide caps as ``operators.ratelimit.Limits``, or None when neither is set."""
-    if not ops and not bandwidth:
-        return None
-    from operators.ratelimit import Limits, parse_bandwidth
-
-    try:
-        rate = parse_bandwidth(bandwidth) if bandwidth else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--max-bandwidth") from None
-    return Limits(ops, rate)
-
-
 def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
@@ -341,15 +332,15 @@ def run(argv: list[str] | None = None) -> int:
     except PfsError as exc:
         click.echo(f"pfs: error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("pfs: aborted", err=True)
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C: one line, whatever the workers were doing
+        click.echo("pfs: interrupted", err=True)
+        return 130
+    except click.exceptions.Abort:  # Ctrl-C or end of input at a question: end its line first
+        click.echo("\npfs: interrupted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()
         return 2
-    except KeyboardInterrupt:
-        click.echo("pfs: interrupted", err=True)
-        return 130
     except SystemExit as exc:
         return _code_of(exc)
     return 0

@@ -1,15 +1,20 @@
 """``make demo``: build a sample tree, scan it on the embedded Dask cluster, query the manifest.
 
-Run as ``python -m dask_pfs.demo --dir /tmp/pfs-demo``.  The tree is seeded, so the numbers
-are the same on every machine.
+Run as ``python -m dask_pfs.demo`` (a new private directory from ``mkdtemp``, mode 0700) or with
+``--dir DIR``: a directory of yours (created 0700 when missing; refused when it is a symlink, another
+user's, or writable by others, where a planted ``tree -> /etc`` would have root scan /etc into it).
+The tree is seeded, so the numbers are the same on every machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
+import stat
+import tempfile
 import time
 
 from dask_pfs.manifests.manifest import open_manifest
@@ -42,11 +47,30 @@ def make_sample_tree(root: str, files: int = 20_000, fanout: int = 8, depth: int
         os.utime(path, (now - age, now - age))
 
 
+def demo_dir(wanted: str | None) -> str:
+    """A directory only this user can write: a new ``mkdtemp`` one, or ``wanted`` when it is safe to use."""
+    if wanted is None:
+        return tempfile.mkdtemp(prefix="pfs-demo-")  # mode 0700, a name nobody could plant in advance
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(wanted, 0o700)
+    st = os.lstat(wanted)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise PermissionError(f"{wanted}: not a directory (a symlink?); give a directory of yours")
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise PermissionError(f"{wanted}: owned by another user or writable by others; give a private directory")
+    return wanted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--dir", default="/tmp/pfs-demo")
+    parser.add_argument("--dir", default=None, help="a directory of yours (default: a new private temp directory)")
     parser.add_argument("--files", type=int, default=20_000)
     args = parser.parse_args()
+    try:
+        args.dir = demo_dir(args.dir)
+    except PermissionError as exc:
+        raise SystemExit(f"pfs demo: {exc}") from None
+    print(f"demo directory: {args.dir} (remove it when done)")
     tree = os.path.join(args.dir, "tree")
     out = os.path.join(args.dir, "manifest")
     if not os.path.isdir(tree):

@@ -81,7 +81,7 @@ with DAG(
     copies = PfsCopyOperator.partial(
         task_id="archive_part",
         dst="{{ params.archive }}",
-        skip_existing=True,  # files archived by an earlier run are skipped, not copied again
+        update=True,  # files archived by an earlier run are skipped, not copied again
     ).expand_kwargs(parts)
     verify = PfsVerifyOperator(
         task_id="verify_archive",
@@ -117,4 +117,4 @@ with DAG(
         timeout=24 * 3600,
     )
     selected = split.override(task_id="split_selection")(ready.output, "{{ params.where }}", n="{{ params.parts }}")
-    PfsCopyOperator.partial(task_id="copy_part", dst="{{ params.archive }}", skip_existing=True).expand_kwargs(selected)
+    PfsCopyOperator.partial(task_id="copy_part", dst="{{ params.archive }}", update=True).expand_kwargs(selected)

@@ -42,7 +42,7 @@ with DAG(
         manifest=scan.output,  # the scan's manifest URI (the XCom holds counts, never file lists)
         where=SELECT,
         dst="{{ params.scratch }}",
-        skip_existing=True,  # a rerun only copies what changed
+        update=True,  # a rerun only copies what changed
     )
     verify = PfsVerifyOperator(
         task_id="verify",

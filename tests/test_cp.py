@@ -164,13 +164,23 @@ def test_existing_files_policies_and_failure_log(tmp_path, dask_client):
     assert failed.exit_code == 1 and failed.failures == 1
     assert (dst / "d/b.txt").read_text() == "changed"
     assert pq.read_table(log).to_pylist()[0]["path"] == "d/b.txt"
-    # --skip-existing replaces what differs and skips the rest; --overwrite rewrites all
-    fixed = copy(f"{src}/", dst, client=dask_client, skip_existing=True)
+    # --ignore-existing leaves the differing file alone; --update replaces what differs and skips the
+    # rest; --overwrite rewrites all
+    left = copy(f"{src}/", dst, client=dask_client, ignore_existing=True)
+    assert left.exit_code == 0 and left.counts["files"] == 0 and left.counts["skipped"] == 2
+    assert (dst / "d/b.txt").read_text() == "changed"
+    fixed = copy(f"{src}/", dst, client=dask_client, update=True)
     assert fixed.exit_code == 0 and fixed.counts["files"] == 1 and fixed.counts["skipped"] == 1
     assert tree_digest(dst) == tree_digest(src)
     assert copy(f"{src}/", dst, client=dask_client, overwrite=True).counts["files"] == 2
-    with pytest.raises(PfsError):
-        copy(src, dst, client=dask_client, overwrite=True, skip_existing=True)
+    with pytest.raises(PfsError, match="exclude each other"):
+        copy(src, dst, client=dask_client, overwrite=True, update=True)
+    with pytest.raises(PfsError, match="exclude each other"):
+        copy(src, dst, client=dask_client, update=True, ignore_existing=True)
+    (dst / "a.txt").write_text("changed")  # the old keyword still means --update, with a warning
+    with pytest.warns(DeprecationWarning, match="use update"):
+        old_name = copy(f"{src}/", dst, client=dask_client, skip_existing=True)
+    assert old_name.counts["files"] == 1 and tree_digest(dst) == tree_digest(src)
 
 
 def test_stale_temp_files_are_removed_by_the_next_run(tmp_path, dask_client):
@@ -304,7 +314,7 @@ def test_cli_help_documents_semantics():
     from dask_pfs.cli import cli
 
     out = CliRunner().invoke(cli, ["cp", "--help"]).output
-    for text in ("trailing slash", "--skip-existing", "--split-size", "Exit codes"):
+    for text in ("trailing slash", "--update", "--ignore-existing", "--split-size", "Exit codes"):
         assert text in out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,8 +20,9 @@ class PfsCopyOperator(PfsBaseOperator):
 
     Semantics are ``pfs cp``'s: ``src="a/"`` copies the contents of ``a`` into ``dst``; with a
     manifest the selected rows go below ``dst`` relative to the manifest's root (or to ``src``).
-    Existing identical files are skipped; a differing one fails unless ``skip_existing`` or
-    ``overwrite``.  ``where`` is one DuckDB condition over manifest columns (never a statement);
+    Existing identical files are skipped; a differing one fails unless ``update`` (replace it),
+    ``ignore_existing`` (leave every existing file alone) or ``overwrite`` (``skip_existing`` is the
+    deprecated name of ``update``).  ``where`` is one DuckDB condition over manifest columns (never a statement);
     ``max_entries`` (a count or ``"5%"`` of the manifest's rows) makes the engine refuse a larger
     selection before anything is written.  Returns the counts (``files``, ``bytes``, ``dirs``,
     ``skipped``, ``failed``..., and ``selected`` with a manifest).
@@ -47,7 +49,9 @@ class PfsCopyOperator(PfsBaseOperator):
         where: str | None = None,
         max_entries: int | str | None = None,
         overwrite: bool = False,
-        skip_existing: bool = False,
+        update: bool = False,
+        ignore_existing: bool = False,
+        skip_existing: bool | None = None,
         preserve: bool = False,
         manifest_out: Any = None,
         storage_options: dict | None = None,
@@ -61,7 +65,12 @@ class PfsCopyOperator(PfsBaseOperator):
         self.where = where
         self.max_entries = max_entries
         self.overwrite = overwrite
-        self.skip_existing = skip_existing
+        if skip_existing is not None:
+            warnings.warn("PfsCopyOperator(skip_existing=...) is deprecated: use update=...", DeprecationWarning,
+                          stacklevel=2)  # fmt: skip
+            update = skip_existing
+        self.update = update
+        self.ignore_existing = ignore_existing
         self.preserve = preserve
         self.manifest_out = manifest_out
         self.storage_options = storage_options
@@ -70,11 +79,12 @@ class PfsCopyOperator(PfsBaseOperator):
     def job_spec(self, context: Context) -> JobSpec:
         if self.src is None and self.manifest is None:
             raise AirflowException("give src (a tree to copy) or manifest (rows to copy)")
-        for flag in ("overwrite", "skip_existing", "preserve"):
+        for flag in ("overwrite", "update", "ignore_existing", "preserve"):
             if not isinstance(getattr(self, flag), bool):
                 raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
-        if self.overwrite and self.skip_existing:
-            raise AirflowException("overwrite and skip_existing exclude each other")
+        chosen = [flag for flag in ("overwrite", "update", "ignore_existing") if getattr(self, flag)]
+        if len(chosen) > 1:
+            raise AirflowException(f"{' and '.join(chosen)} exclude each other")
         where = check_where(self.where)
         max_entries = check_cap(self.max_entries, "max_entries")
         if (where or max_entries is not None) and self.manifest is None:
@@ -84,7 +94,8 @@ class PfsCopyOperator(PfsBaseOperator):
         kwargs: dict[str, Any] = {
             "where": where,
             "overwrite": self.overwrite,
-            "skip_existing": self.skip_existing,
+            "update": self.update,
+            "ignore_existing": self.ignore_existing,
             "preserve": self.preserve,
             "threads": self.threads,
             "storage_options": merge_options(src_options, self.storage_options),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +21,9 @@ class PfsSyncOperator(PfsBaseOperator):
 
     ``delete=True`` removes extras, unless the source scan reported errors (then it is switched
     off and ``delete_suppressed`` says why); ``max_delete`` (a count or ``"5%"``) fails the task
-    before anything changes.  ``dry_run=True`` only writes the plan.  Returns the plan's counts
+    before anything changes.  ``dry_run=True`` only writes the plan.  Changed files are replaced
+    (``update=True``, the default); ``ignore_existing=True`` (or ``update=False``) copies only what
+    the destination lacks.  ``skip_existing`` is the deprecated name of ``update``.  Returns the plan's counts
     per action, ``copied_files``/``copied_bytes``/``deleted`` and the plan directory.
     """
 
@@ -49,6 +52,9 @@ class PfsSyncOperator(PfsBaseOperator):
         max_delete: int | str | None = None,
         dry_run: bool = False,
         update_dst_manifest: bool = False,
+        update: bool = True,
+        ignore_existing: bool = False,
+        skip_existing: bool | None = None,
         storage_options: dict | None = None,
         dst_storage_options: dict | None = None,
         **kwargs: Any,
@@ -60,10 +66,15 @@ class PfsSyncOperator(PfsBaseOperator):
         self.delete, self.max_delete = delete, max_delete
         self.dry_run = dry_run  # type: ignore[method-assign,assignment]  # BaseOperator.dry_run(): a parameter wins
         self.update_dst_manifest = update_dst_manifest
+        if skip_existing is not None:
+            warnings.warn("PfsSyncOperator(skip_existing=...) is deprecated: use update=...", DeprecationWarning,
+                          stacklevel=2)  # fmt: skip
+            update = skip_existing
+        self.update, self.ignore_existing = update, ignore_existing
         self.storage_options, self.dst_storage_options = storage_options, dst_storage_options
 
     def job_spec(self, context: Context) -> JobSpec:
-        for flag in ("delete", "dry_run", "update_dst_manifest"):
+        for flag in ("delete", "dry_run", "update_dst_manifest", "update", "ignore_existing"):
             if not isinstance(getattr(self, flag), bool):
                 raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         src, src_options = to_url(self.src, "src")
@@ -74,6 +85,7 @@ class PfsSyncOperator(PfsBaseOperator):
             "max_delete": self.max_delete if self.max_delete not in ("", None) else None,
             "dry_run": self.dry_run,
             "update_dst_manifest": self.update_dst_manifest,
+            "ignore_existing": self.ignore_existing or not self.update,
             "threads": self.threads,
             "storage_options": merge_options(src_options, self.storage_options),
             "dst_storage_options": merge_options(dst_options, self.dst_storage_options),

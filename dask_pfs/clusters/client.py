@@ -46,6 +46,7 @@ class ClusterOptions:
     security: TlsFiles | Security | None = None
     # where the driver runs with a scheduler given: auto, local or cluster (dask_pfs.remote.client.remote_driver)
     driver: str = "auto"
+    announce: bool = False  # the CLI: print the dashboard link of a cluster it starts on stderr
 
     @property
     def embedded(self) -> bool:
@@ -161,6 +162,8 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             cluster.pfs_dashboard = dashboard  # read by dashboard_link()
         try:
             with Client(cluster, set_as_default=False) as client:
+                if options.announce and (link := dashboard_link(client)):
+                    print(f"pfs: dashboard: {link}", file=sys.stderr, flush=True)
                 yield client
         finally:
             mine = {n.pid for n in getattr(cluster, "workers", {}).values() if getattr(n, "pid", None)}

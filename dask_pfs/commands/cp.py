@@ -10,11 +10,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from dask_pfs.cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
+from dask_pfs.commands.existing import existing_options
+from dask_pfs.compare.itemize import HELP as ITEMIZE_HELP
 from dask_pfs.copy import CopyResult
 from dask_pfs.errors import PfsError
 from dask_pfs.remote.client import run_job
 from dask_pfs.remote.driver import JobSpec
-from dask_pfs.runtime.progress import NullProgress, Reporter, describe, human_bytes
+from dask_pfs.runtime.progress import NullProgress, Reporter, describe, human_bytes, make_reporter
+from dask_pfs.runtime.verbosity import verbosity
 
 
 class CopyProgress:
@@ -62,7 +65,9 @@ class CopyProgress:
 
 
 def make_copy_reporter(enabled: bool | None) -> Reporter:
-    if enabled is False or (enabled is None and not sys.stderr.isatty()):
+    if verbosity() != 0 or enabled is False:
+        return make_reporter(enabled)  # -q: none, -v: a line per chunk
+    if enabled is None and not sys.stderr.isatty():
         return NullProgress()
     return CopyProgress()
 
@@ -81,8 +86,10 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
     help="With --manifest: refuse (exit 2, nothing copied) when the selection has more rows than this.",
 )
 @click.option("--manifest-out", help="Keep the scan of SRC in this manifest directory (default: a temporary one).")
-@click.option("--overwrite", is_flag=True, help="Rewrite every destination file that exists.")
-@click.option("--skip-existing", is_flag=True, help="Skip identical existing files, replace ones that differ.")
+@existing_options
+@click.option("-n", "--dry-run", is_flag=True, help="Copy nothing: scan both sides and say what would be copied.")
+@click.option("-i", "--itemize", is_flag=True, help=ITEMIZE_HELP + " Plans first (scans DST too).")
+@click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Changes a dry run prints.")
 @click.option("-L", "--dereference", "follow", is_flag=True, help="Copy what symlinks to files point at.")
 @click.option("--preserve", is_flag=True, help="Also copy ownership (uid/gid; needs root).")
 @click.option(
@@ -115,8 +122,10 @@ def cp_cmd(
     where,
     max_entries,
     manifest_out,
-    overwrite,
-    skip_existing,
+    on_exist,
+    dry_run,
+    itemize,
+    show,
     follow,
     preserve,
     inplace,
@@ -146,7 +155,8 @@ def cp_cmd(
     Symlinks stay symlinks (-L copies what they point at), hard links within the tree stay
     linked, sparse files stay sparse, mode and mtime are kept (ownership with --preserve).
     Existing files: identical ones (size and mtime) are skipped; one that differs is an
-    error unless --skip-existing (replace it) or --overwrite (rewrite all).
+    error unless --update (replace it), --ignore-existing (leave every existing file alone)
+    or --overwrite (rewrite all). -n shows what would happen; -i lists each change.
     Object stores: no symlinks (skipped), big files are uploaded whole by one task.
     --where may only filter: one SQL condition over the manifest's columns, run on a DuckDB
     connection that reads nothing but the manifest; --max-entries N (or N%) caps the selection.
@@ -157,7 +167,8 @@ def cp_cmd(
     deleted when a run ends without failures (see docs/journal.md); delete it by hand to
     drop an interrupted run.
 
-    Exit codes: 0 done; 1 some files failed (see the failure log); 2 refused, nothing copied.
+    Exit codes: 0 done; 1 some files failed (see the failure log); 2 refused, nothing copied;
+    130 interrupted (the journal is kept for --resume).
     """
     if manifest:
         if len(paths) != 1:
@@ -167,6 +178,11 @@ def cp_cmd(
         if len(paths) != 2:
             raise PfsError("usage: pfs cp SRC DST (or pfs cp --manifest DIR DST)")
         src, dst = paths
+    if dry_run or itemize:
+        _preview(src, dst, manifest, where, max_entries, on_exist, None if itemize else show, prune,
+                 cluster, threads, progress, as_json and dry_run, dry_run)  # fmt: skip
+        if dry_run:
+            return
     spec = JobSpec(
         "copy",
         (src, dst),
@@ -174,8 +190,9 @@ def cp_cmd(
             "manifest": manifest,
             "where": where,
             "max_entries": max_entries,
-            "overwrite": overwrite,
-            "skip_existing": skip_existing,
+            "overwrite": on_exist == "overwrite",
+            "update": on_exist == "skip",
+            "ignore_existing": on_exist == "ignore",
             "follow_symlinks": follow,
             "preserve": preserve,
             "inplace": inplace,
@@ -210,3 +227,42 @@ def cp_cmd(
         for path, error in result.samples[:5]:
             click.echo(f"  {path}: {error}", err=True)
         sys.exit(1)
+
+
+WHAT_CHANGED_DOES = {
+    "error": "would fail: exists and differs, --update replaces",
+    "skip": "would be replaced",
+    "overwrite": "would be replaced",
+    "ignore": "left alone: --ignore-existing",
+}
+
+
+def _preview(src, dst, manifest, where, max_entries, on_exist, show, prune, cluster, threads, progress, as_json,
+             summary):  # fmt: skip
+    """``--dry-run``/``--itemize``: the plan of the copy (``dask_pfs.compare.preview``): change lines, then
+    the counts."""
+    spec = JobSpec(
+        "dask_pfs.compare.preview:preview_copy",
+        (src, dst),
+        {"on_exist": on_exist, "manifest": manifest, "where": where, "max_entries": max_entries, "show": show,
+         "prune": prune, "threads": threads},
+    )  # fmt: skip
+    p = run_job(spec, cluster, make_copy_reporter(progress), inputs=[src, manifest], outputs=[dst])
+    if as_json:
+        echo_json(p)
+        return
+    for line in p["lines"]:
+        click.echo(line)
+    if p["more"]:
+        click.echo(f"... and {p['more']:,} more (--itemize lists all)")
+    c = p["counts"]
+    if "selected" in c and summary:
+        click.echo(f"would copy {c['selected']:,} selected rows of {p['source']} below {p['destination']}")
+        return
+    if summary:
+        click.echo(
+            f"would copy {p['source']} -> {p['destination']}: {c['new']:,} new, {c['changed']:,} changed "
+            f"({WHAT_CHANGED_DOES[on_exist]}), {c['type-changed']:,} type-changed, {c['unchanged']:,} identical "
+            + ("(rewritten: --overwrite)" if on_exist == "overwrite" else "(skipped)")
+            + f", {c['error']:,} unreadable; {human_bytes(c['copy_bytes'])} in new and changed files"
+        )

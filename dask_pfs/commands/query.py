@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
 import tempfile
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -30,13 +32,37 @@ if TYPE_CHECKING:
     from dask_pfs.runtime.progress import Reporter
 
 
+def _text(value: Any) -> str:
+    """A value as text: bytes (``path_raw``, a name that is not UTF-8) as base64, never a Python repr."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """A value for JSON: bytes as base64 text, the rest as JSON knows it (or its text)."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    return value
+
+
 def _print_table(columns: list[str], rows: list[tuple], title: str | None = None) -> None:
+    """A table on a terminal; tab-separated lines, whole values, when stdout is a pipe or a file."""
+    if not sys.stdout.isatty():
+        if title:
+            click.echo(f"# {title}")
+        click.echo("\t".join(columns))
+        for row in rows:
+            click.echo("\t".join(_text(v).replace("\t", " ").replace("\n", " ") for v in row))
+        return
     table = Table(title=title, show_lines=False)
     for col in columns:
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(*["" if v is None else str(v) for v in row])
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+        table.add_row(*[_text(v) for v in row])
+    Console().print(table)
 
 
 @cli.command("query")
@@ -52,9 +78,10 @@ def _print_table(columns: list[str], rows: list[tuple], title: str | None = None
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["table", "csv", "json", "parquet"]),
-    default="table",
-    show_default=True,
+    type=click.Choice(["table", "tsv", "csv", "json", "parquet"]),
+    default=None,
+    help="table on a terminal, else tsv (whole values, tab-separated). Bytes (path_raw) are base64 in every "
+    "format but parquet.",
 )
 @click.option("-o", "--output", help="Write to this file instead of stdout (required for parquet).")
 @click.option("--allow-incomplete", is_flag=True, help="Read a manifest without a completion marker.")
@@ -72,6 +99,8 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
     from dask_pfs.remote.client import remote_driver, run_job
     from dask_pfs.remote.driver import JobSpec
 
+    if fmt is None:
+        fmt = "table" if sys.stdout.isatty() and not output else "tsv"
     if fmt == "parquet" and not output:
         raise PfsError("--format parquet needs -o FILE")
     if remote_driver(cluster, [manifest]):
@@ -82,14 +111,14 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
         con.unregister("rows")
         sql = "SELECT * FROM selected"
     else:
-        m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+        m = _open(manifest, allow_incomplete)
         check_parts(m)  # a damaged part: exit 2 naming it, not rows read wrong
         sql = select_sql(m, where, select, order, limit)
         con = connect(m)
     if fmt == "parquet":
         write_parquet(con, sql, output)  # pyarrow writes: the locked connection cannot
         return
-    if fmt == "table":
+    if fmt == "table" and not output:
         rel = run_query(con, sql)
         _print_table(rel.columns, rel.fetchall())
         return
@@ -103,6 +132,17 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
             _write_rows(cur, fmt, f)
     else:
         _write_rows(cur, fmt, sys.stdout)
+
+
+def _open(manifest: str, allow_incomplete: bool):
+    """The manifest; an incomplete one (``--allow-incomplete``) is said in one line, not a raw warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = open_manifest(manifest, allow_incomplete=allow_incomplete)
+    if not m.complete:
+        click.echo(f"pfs: warning: {manifest}: incomplete manifest (no completion marker): the rows written so far",
+                   err=True)  # fmt: skip
+    return m
 
 
 def select_rows(
@@ -136,12 +176,14 @@ def marker(
 
 
 def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
-    """Stream the rows of an executed query to ``out`` as CSV (with a header) or a JSON array of objects."""
+    """Stream the rows of an executed query to ``out`` as CSV or TSV (with a header) or a JSON array of
+    objects; bytes as base64 (``_text``)."""
     import csv
 
     try:
         cols = [d[0] for d in cur.description]
-        w = csv.writer(out) if fmt == "csv" else None
+        dialect = "excel" if fmt == "csv" else "excel-tab"
+        w = None if fmt == "json" else csv.writer(out, dialect, lineterminator="\r\n" if fmt == "csv" else "\n")
         if w is not None:
             w.writerow(cols)
         else:
@@ -149,10 +191,11 @@ def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
         first = True
         while rows := cur.fetchmany(10_000):
             if w is not None:
-                w.writerows(rows)
+                w.writerows([_text(v) for v in r] for r in rows)
                 continue
             for r in rows:
-                out.write(("\n " if first else ",\n ") + json.dumps(dict(zip(cols, r, strict=True)), default=str))
+                record = {c: _plain(v) for c, v in zip(cols, r, strict=True)}
+                out.write(("\n " if first else ",\n ") + json.dumps(record, default=str))
                 first = False
         if w is None:
             out.write("\n]\n")
@@ -170,8 +213,8 @@ def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
     help="With --by parent: total per directory at this depth (default 1).",
 )
 @click.option("--where", help="One SQL condition over the manifest's columns restricting the rows counted.")
-@click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", type=click.IntRange(0), default=50, show_default=True, help="Groups shown (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print the totals and groups as JSON (more_groups: left out).")
 @cluster_options
 def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress) -> None:
     """Sizes and counts of a manifest, or of a URL (scanned first into a temporary manifest)."""
@@ -184,6 +227,7 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
     spec = JobSpec(f"{__name__}:du_rows", (target, by, depth, where), {"threads": threads})
     report = run_job(spec, cluster, make_reporter(progress), inputs=[target])
     rows, totals = report["rows"], report["totals"]
+    shown = rows[:limit] if limit else rows
     if as_json:
         keys = ("key", "entries", "files", "bytes", "errors")
         echo_json(
@@ -192,11 +236,11 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
                 "by": by,
                 "depth": depth,
                 "total": totals,
-                "groups": [dict(zip(keys, r, strict=True)) for r in rows],
+                "groups": [dict(zip(keys, r, strict=True)) for r in shown],
+                "more_groups": len(rows) - len(shown),
             }
         )
         return
-    shown = rows[:limit] if limit else rows
     _print_table(
         [by, "bytes", "size", "files", "entries", "errors"],
         [

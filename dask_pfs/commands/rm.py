@@ -1,4 +1,4 @@
-"""``pfs rm URL`` and ``pfs rm --manifest DIR [--where SQL]``: a thin layer over :func:`dask_pfs.remove.api`."""
+"""``pfs rm URL`` and ``pfs rm --manifest DIR [--where SQL]``: a thin layer over :func:`dask_pfs.remove`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 
 from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
 from dask_pfs.errors import PfsError
-from dask_pfs.runtime.progress import human_bytes, make_reporter
+from dask_pfs.runtime.progress import ask, human_bytes, make_reporter
 
 if TYPE_CHECKING:
     from dask_pfs.remove.api import RemoveResult
@@ -77,11 +77,12 @@ def rm_cmd(
     """
     if url is None and manifest is None:
         raise PfsError("give a URL to remove, or --manifest DIR")
+    reporter = make_reporter(progress)
     confirm = None
     if not yes and sys.stdin.isatty():
 
         def confirm(message: str) -> bool:
-            return click.confirm(message, default=False, err=True)
+            return ask(reporter, message)
 
     from dask_pfs.remote.client import run_job
     from dask_pfs.remote.driver import JobSpec
@@ -106,7 +107,7 @@ def rm_cmd(
         },
     )
     result: RemoveResult = run_job(
-        spec, cluster, make_reporter(progress), inputs=[url, manifest], outputs=[log, journal], confirm=confirm
+        spec, cluster, reporter, inputs=[url, manifest], outputs=[log, journal], confirm=confirm
     )
     if as_json:
         echo_json(result.summary())

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 import click
 
 from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
-from dask_pfs.runtime.progress import human_bytes
+from dask_pfs.compare.itemize import HELP as ITEMIZE_HELP
+from dask_pfs.runtime.progress import ask, human_bytes, make_reporter
 
 
 @cli.command("sync")
@@ -24,6 +26,13 @@ from dask_pfs.runtime.progress import human_bytes
 @click.option("--delete", is_flag=True, help="Remove entries of DST that are not in SRC.")
 @click.option("--max-delete", metavar="N|P%", help="Refuse (exit 2) when --delete would remove more than this.")
 @click.option("-n", "--dry-run", is_flag=True, help="Write and summarize the plan; change nothing.")
+@click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Changes a dry run prints.")
+@click.option("-i", "--itemize", is_flag=True, help=ITEMIZE_HELP)
+@click.option(
+    "--ignore-existing",
+    is_flag=True,
+    help="Copy only entries DST lacks: changed and type-changed ones are left as they are.",
+)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask before deleting (asked only on a terminal).")
 @click.option("--update-dst-manifest", is_flag=True, help="Rewrite the DST manifest from the plan (no rescan).")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted sync: its plan, and only unfinished chunks.")
@@ -41,6 +50,9 @@ def sync_cmd(
     delete,
     max_delete,
     dry_run,
+    show,
+    itemize,
+    ignore_existing,
     yes,
     update_dst_manifest,
     resume,
@@ -69,18 +81,21 @@ def sync_cmd(
     survive a crash or a kill; `pfs sync SRC DST --resume` reuses the plan and copies only
     the chunks the journal lacks. A journal is deleted when its run ends without failures.
 
-    Exit codes: 0 in sync; 1 some entries failed; 2 refused (nothing changed).
+    -n lists the first --show changes (-i all of them, with or without -n) as rsync -i does.
+    After a clean run only the plan stays in ~/.cache/pfs/sync-<id>/ (the default work directory).
+
+    Exit codes: 0 in sync; 1 some entries failed; 2 refused (nothing changed); 130 interrupted.
     """
+    reporter = make_reporter(progress)
     confirm = None
     if not yes and sys.stdin.isatty():
 
         def confirm(message: str) -> bool:
-            return click.confirm(message, default=False, err=True)
+            return ask(reporter, message)
 
     from dask_pfs.copy import MiB
     from dask_pfs.remote.client import run_job
     from dask_pfs.remote.driver import JobSpec
-    from dask_pfs.runtime.progress import make_reporter
 
     spec = JobSpec(
         "sync",
@@ -94,6 +109,7 @@ def sync_cmd(
             "max_delete": max_delete,
             "dry_run": dry_run,
             "update_dst_manifest": update_dst_manifest,
+            "ignore_existing": ignore_existing,
             "resume": resume,
             "threads": threads,
             "chunk_files": chunk_files,
@@ -102,16 +118,22 @@ def sync_cmd(
         },
     )
     paths = [dst, src_manifest, dst_manifest, plan]
-    result = run_job(spec, cluster, make_reporter(progress), inputs=[src], outputs=paths, confirm=confirm)
+    warnings.filterwarnings("ignore", message="--delete switched off")  # said below, from the result
+    result = run_job(spec, cluster, reporter, inputs=[src], outputs=paths, confirm=confirm)
     c = result.counts
     if as_json:
         echo_json(result.summary())
     else:
+        if itemize or result.dry_run:
+            _changes(result, None if itemize else show, not ignore_existing)
         verb = "would sync" if result.dry_run else "synced"
+        extra = "kept"
+        if result.delete:
+            extra = f"would delete {c['extra']:,}" if result.dry_run else f"deleted {c.get('deleted', 0):,}"
         click.echo(
-            f"{verb} {result.source} -> {result.destination}: {c['new']:,} new, {c['changed']:,} changed, "
-            f"{c['type-changed']:,} type-changed, {c['unchanged']:,} unchanged, {c['extra']:,} extra"
-            + (" (deleted)" if result.delete and not result.dry_run else " (kept)")
+            f"{verb} {result.source} -> {result.destination}: {c['new']:,} new, {c['changed']:,} changed"
+            + (" (left: --ignore-existing)" if ignore_existing else "")
+            + f", {c['type-changed']:,} type-changed, {c['unchanged']:,} unchanged, {c['extra']:,} extra ({extra})"
             + f", {c['error']:,} unreadable; {human_bytes(c['copy_bytes'])} to copy in {result.seconds:.1f} s; "
             f"plan: {result.plan}"
         )
@@ -120,3 +142,22 @@ def sync_cmd(
     for path, error in result.samples[:5]:
         click.echo(f"  {path}: {error}", err=True)
     sys.exit(result.exit_code)
+
+
+def _changes(result, show: int | None, replace_changed: bool) -> None:
+    """The plan's change lines (``dask_pfs.compare.itemize``): the first ``show``, or all (None)."""
+    import os
+    from itertools import islice
+
+    from dask_pfs.compare.itemize import itemize
+
+    plan = os.path.join(result.plan, "plan.parquet")
+    if not os.path.exists(plan):
+        click.echo(f"pfs: the plan is not here to list ({plan}: written by the driver on the cluster)", err=True)
+        return
+    lines = itemize(plan, delete=result.delete, replace_changed=replace_changed)
+    for line in lines if show is None else islice(lines, show):
+        click.echo(line)
+    more = sum(1 for _ in lines)
+    if more:
+        click.echo(f"... and {more:,} more (--itemize lists all)")

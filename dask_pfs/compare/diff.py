@@ -54,7 +54,7 @@ class DiffResult(JobResult):
     could not read (``error``); ``samples``: the first ``(path, change)`` pairs; ``log``: the
     Parquet file of the rows that differ, when asked for (``output``)."""
 
-    old: str  # the manifests compared (a live side: the temporary scan, gone after the call)
+    old: str  # the sides compared as given: a manifest, or the live tree (its scan is temporary, never named)
     new: str
     bytes: dict = field(default_factory=dict)  # of files: added, removed, changed (new size), old, new, delta
 
@@ -129,7 +129,9 @@ def diff(
     """
     t0 = time.monotonic()
     names = (os.fspath(old), os.fspath(new))
+    _check_output(out)
     given = [_manifest_or_none(name, storage_options) for name in names]
+    _check_checksum(checksum, given, names)
     with ExitStack() as stack:
         if any(m is None for m in given):
             work = stack.enter_context(tempfile.TemporaryDirectory(prefix="pfs-diff-"))
@@ -145,8 +147,32 @@ def diff(
             given = [s.manifest for s in sides]
         assert given[0] is not None and given[1] is not None
         result = _compare(given[0], given[1], out, compare_mtime, samples)
+    result.old, result.new = names  # not the temporary scan of a live side, gone by now
     result.seconds = round(time.monotonic() - t0, 3)
     return result
+
+
+def _check_output(out: str | os.PathLike | None) -> None:
+    """A local ``-o`` goes into an existing directory: a typo in it is refused, not created."""
+    if out is None or "://" in os.fspath(out):
+        return
+    parent = os.path.dirname(os.path.abspath(os.fspath(out)))
+    if not os.path.isdir(parent):
+        raise PfsError(f"{out}: directory {parent} does not exist")
+
+
+def _check_checksum(checksum: str | None, given: list[Manifest | None], names: tuple[str, str]) -> None:
+    """``checksum`` asked while a manifest side has none of that algorithm: the comparison would
+    silently fall back to size and mtime, so refuse and say what to do."""
+    if not checksum:
+        return
+    for m, name in zip(given, names, strict=True):
+        has = ((m.info.get("options") or {}).get("checksum") if m is not None else checksum) or None
+        if has != checksum:
+            raise PfsError(
+                f"{name} has no {checksum} checksums (scanned with {has or 'no checksum'}): rescan it with "
+                f"--checksum {checksum}, or leave --checksum out to compare size and mtime"
+            )
 
 
 def _manifest_or_none(name: str, storage_options: dict | None) -> Manifest | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -101,6 +102,7 @@ def sync(
     max_delete: str | int | None = None,
     dry_run: bool = False,
     update_dst_manifest: bool = False,
+    ignore_existing: bool = False,
     resume: bool = False,
     confirm: Callable[[str], bool] | None = None,
     cluster: ClusterOptions | None = None,
@@ -119,7 +121,12 @@ def sync(
     ``confirm(message)`` is asked before anything is deleted (not for a dry run).  Raises
     :class:`PfsError` (exit code 2, nothing changed) for refused requests, ``max_delete``
     exceeded and a declined confirmation.  ``prune`` applies to both scans (``operators.scan.prune``):
-    what it leaves out is neither copied nor deleted.
+    what it leaves out is neither copied nor deleted.  ``ignore_existing`` copies only new entries:
+    changed and type-changed destination entries are left as they are.
+
+    After a run without failures only the plan stays in the default work directory
+    (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
+    kept with ``update_dst_manifest``, which the next sync reads instead of rescanning).
     """
     t0 = time.monotonic()
     progress = progress or NullProgress()
@@ -175,11 +182,25 @@ def sync(
                 compare_mtime=not sides[1].flat,
                 info=info,
             )
-        return _act(
+        result = _act(
             client, p, sides, s_loc, d_loc, delete=delete, cap=cap, dry_run=dry_run,
             update=update_dst_manifest, resume=resume, confirm=confirm, threads=threads, progress=progress,
-            limits=(chunk_files, chunk_bytes, split_size), t0=t0,
+            limits=(chunk_files, chunk_bytes, split_size), t0=t0, ignore_existing=ignore_existing,
         )  # fmt: skip
+    if not result.failed:
+        _drop_scans(result, None if src_manifest else src_m, None if dst_manifest or update_dst_manifest else dst_m)
+    return result
+
+
+def _drop_scans(result: SyncResult, src_m: str | None, dst_m: str | None) -> None:
+    """Remove the manifests a clean run scanned into its work directory (and their checksum passes):
+    the plan is what stays; the summary stops naming them."""
+    for m, attr in ((src_m, "src_manifest"), (dst_m, "dst_manifest")):
+        if m is None or "://" in m:
+            continue
+        for path in (m, f"{m.rstrip('/')}-sums"):
+            shutil.rmtree(path, ignore_errors=True)
+        setattr(result, attr, None)
 
 
 def _sides(
@@ -215,8 +236,11 @@ def _sides(
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,
-         limits, t0) -> SyncResult:  # fmt: skip
+         limits, t0, ignore_existing=False) -> SyncResult:  # fmt: skip
     c = dict(p.counts)
+    if ignore_existing:  # changed and type-changed entries stay as they are
+        c["remove_first"] = 0  # a type-changed directory stays, with what is below it
+        c["copy_bytes"] = _count_bytes_new(p)
     result = SyncResult(
         source=s_loc.url,
         destination=d_loc.url,
@@ -271,15 +295,17 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         result.failed += r.failed
         c["deleted"] = r.counts["removed_files"] + r.counts["removed_dirs"]
     copied = None
-    if any(c[a] for a in COPY_ACTIONS):
+    actions = ("new",) if ignore_existing else COPY_ACTIONS
+    if any(c[a] for a in actions):
         files, nbytes, split = limits
         copied = copy(
             sides[0].root,
             d_loc.url,
             manifest=sides[0].manifest.url,
-            where=p.where(f"action IN {COPY_ACTIONS!r}"),
+            where=p.where("action = 'new'" if ignore_existing else f"action IN {COPY_ACTIONS!r}"),
             client=client,
-            overwrite=True,
+            overwrite=not ignore_existing,
+            ignore_existing=ignore_existing,
             threads=threads,
             progress=progress,
             chunk_files=files,
@@ -306,6 +332,11 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             c["dst_manifest_updated"] = True
     result.seconds = round(time.monotonic() - t0, 3)
     return result
+
+
+def _count_bytes_new(p: Plan) -> int:
+    sql = "SELECT coalesce(sum(size), 0) FROM read_parquet(?) WHERE action = 'new' AND src_type = 'file'"
+    return int(connection().execute(sql, [p.file]).fetchall()[0][0])
 
 
 def _count(p: Plan, condition: str) -> int:

@@ -50,6 +50,10 @@ class VerifyResult(JobResult):
         """``log``, by its name in verify's first API."""
         return self.log
 
+    def summary(self) -> dict:
+        """With ``report`` (= ``log``): the Parquet file of differences, None when nothing differs."""
+        return {**super().summary(), "report": self.log}
+
 
 def compare_sql(src: Side, dst: Side, where: Filter | None) -> str:
     """One row per path on either side with its status (missing/extra/different/error/same)."""

@@ -7,7 +7,8 @@ walks).  This module ties them together.
 
 Existing destination files: identical ones (same size and mtime; size only on object stores)
 are skipped; by default a file that exists and differs is a failure (exit code 1), with
-``skip_existing`` it is replaced, and ``overwrite`` rewrites every file.
+``update`` it is replaced, with ``ignore_existing`` nothing that exists is touched (identical or
+not), and ``overwrite`` rewrites every file.  ``skip_existing`` is the deprecated name of ``update``.
 
 Resume: every finished file chunk and byte range is recorded in a journal
 (``operators.journal``; ``DST/.pfs-journal-<id>/`` for local destinations), together with the
@@ -24,6 +25,7 @@ import os
 import tempfile
 import time
 import uuid
+import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -65,7 +67,7 @@ class CopyResult(JobResult):
 
     source: str
     destination: str
-    manifest: str | None = None
+    manifest: str | None = None  # the scan of SRC, when it outlives the call (--manifest-out, a kept journal)
     phases: dict = field(default_factory=dict)  # seconds per phase (scan, check, dirs, files, links, meta)
     ranges: int = 0  # byte-range tasks of big files (split over several tasks)
     streamed: int = 0  # files, symlinks and special files copied while the scan was still walking
@@ -104,7 +106,9 @@ def copy(
     max_entries: int | str | None = None,
     cluster: ClusterOptions | None = None,
     overwrite: bool = False,
-    skip_existing: bool = False,
+    update: bool = False,
+    ignore_existing: bool = False,
+    skip_existing: bool | None = None,
     follow_symlinks: bool = False,
     preserve: bool = False,
     inplace: bool = False,
@@ -136,7 +140,7 @@ def copy(
     ``inplace`` writes files (not the ranges of big ones) straight to their names: faster where a
     rename is costly (GlusterFS: ~4x fewer files/s with temp names), but a reader or a killed run
     can see a partial file under its real name; its mtime is never set, so a rerun with
-    ``skip_existing`` replaces it.
+    ``update`` replaces it.
 
     Raises :class:`PfsError` (exit code 2, destination untouched) for refused requests: missing
     source, unsafe manifest paths, a destination inside the source, conflicting options, a
@@ -149,8 +153,11 @@ def copy(
     (``operators.scan.prune``: excludes, includes, a maximum depth, one file system).
     """
     t0 = time.monotonic()
-    if overwrite and skip_existing:
-        raise PfsError("--overwrite and --skip-existing exclude each other")
+    kept_manifest = os.fspath(manifest_out or manifest or "") or None  # what outlives the call (not a temp scan)
+    if skip_existing is not None:
+        warnings.warn("copy(skip_existing=...) is deprecated: use update=...", DeprecationWarning, stacklevel=3)
+        update = update or skip_existing
+    on_exist = _on_exist(overwrite, update, ignore_existing)
     if src is None and manifest is None:
         raise PfsError("give a source or --manifest")
     selection, cap = selection_options(manifest, where, max_entries)
@@ -214,7 +221,7 @@ def copy(
                     dst_protocol=target.dst.protocol,
                     dst_root=target.dst.path,
                     token=token,
-                    on_exist="overwrite" if overwrite else "skip" if skip_existing else "error",
+                    on_exist=on_exist,
                     check_existing=not target.fresh,
                     follow_symlinks=follow_symlinks,
                     preserve=preserve,
@@ -271,13 +278,13 @@ def copy(
             counts = job.counts()
             return CopyResult(
                 source=target.src.url,
-                destination=target.dst.url,
+                destination=target.named,
                 counts=counts,
                 failed=job.failed,
                 samples=job.problems.samples,
                 log=job.problems.close(),
                 seconds=round(time.monotonic() - t0, 3),
-                manifest=m.url if manifest_out is None else os.fspath(manifest_out),
+                manifest=kept_manifest or (m.url if kept else None),  # a clean run removed its journal
                 tasks=job.sub.tasks,
                 phases=phases | job.phases,
                 resumed=job.resumed,
@@ -287,6 +294,15 @@ def copy(
                 streamed=job.streamed_files,
                 selected=selected,
             )
+
+
+def _on_exist(overwrite: bool, update: bool, ignore_existing: bool) -> str:
+    """``CopySpec.on_exist`` of the options, which exclude each other (PfsError when two are set)."""
+    chosen = [name for name, on in (("--overwrite", overwrite), ("--update", update),
+                                    ("--ignore-existing", ignore_existing)) if on]  # fmt: skip
+    if len(chosen) > 1:
+        raise PfsError(f"{' and '.join(chosen)} exclude each other")
+    return "overwrite" if overwrite else "skip" if update else "ignore" if ignore_existing else "error"
 
 
 def _selected(m: Manifest, selection: Filter | None, cap: Cap | None) -> int:

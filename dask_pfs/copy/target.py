@@ -33,6 +33,16 @@ class Target:
     rename: dict[bytes, bytes]  # single file copied to a new name
     make_root: bool
 
+    @property
+    def named(self) -> str:
+        """What a summary calls the destination: the copy's own name for one file (``cp f d/new.h5``
+        -> ``d/new.h5``, ``cp f d/`` -> ``d/f``), else the root the rows go below."""
+        if self.rename:
+            return self.dst.child(os.fsdecode(next(iter(self.rename.values()))))
+        if not self.make_root and self.src.path:  # one file into a directory
+            return self.dst.child(os.path.basename(self.src.path.rstrip("/")))
+        return self.dst.url
+
     def streamable(self, manifest_out: str | os.PathLike | None) -> bool:
         """Copy while scanning into a new local destination with a local manifest: nothing there to
         compare against, so no row needs the destination's state first, and nothing there but this

@@ -279,7 +279,7 @@ def open_manifest(
         if not allow_incomplete:
             raise IncompleteManifestError(
                 f"{url}: no {MARKER_NAME}: the scan that wrote it failed or was interrupted "
-                "(rerun the scan, or pass --allow-incomplete to read it anyway)"
+                "(rerun the scan with --resume, or read its rows anyway: pfs query --allow-incomplete)"
             )
         warnings.warn(f"{url}: incomplete manifest (no {MARKER_NAME})", stacklevel=2)
         return Manifest(url, {"root": None, "complete": False}, False, storage_options)

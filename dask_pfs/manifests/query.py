@@ -17,7 +17,8 @@ __all__ = ["BY_CHOICES", "connection", "du_sql", "run_query", "select_sql"]
 
 
 def du_sql(manifest: Manifest, by: str = "parent", depth: int | None = None, where: str | None = None) -> str:
-    """Sizes and counts grouped by ``by``; ``depth`` N groups paths by their first N components."""
+    """Sizes and counts grouped by ``by`` (biggest first; ``by="depth"``: by depth); ``depth`` N groups
+    paths by their first N components."""
     if by not in BY_CHOICES:
         raise PfsError(f"--by must be one of {', '.join(BY_CHOICES)}")
     where = check_where(where)
@@ -33,12 +34,15 @@ def du_sql(manifest: Manifest, by: str = "parent", depth: int | None = None, whe
             "CASE WHEN type <> 'file' THEN '(' || type || ')' WHEN strpos(name, '.') > 1 "
             "THEN lower(regexp_extract(name, '\\.([^.]*)$', 1)) ELSE '(none)' END"
         )
+    elif by == "depth":
+        key = "depth"  # a number: sorted 1, 2, ... 10, not as text
     else:
         key = f"CAST({by} AS VARCHAR)"
+    order = "key" if by == "depth" else "bytes DESC, key"
     cond = f"WHERE ({where})" if where else ""
     return (
         f"SELECT {key} AS key, count(*) AS entries, count(*) FILTER (WHERE type = 'file') AS files, "
         f"coalesce(sum(size) FILTER (WHERE type = 'file'), 0) AS bytes, "
         f"count(*) FILTER (WHERE error IS NOT NULL) AS errors "
-        f"FROM {manifest.relation_sql()} {cond} GROUP BY ALL ORDER BY bytes DESC, key"
+        f"FROM {manifest.relation_sql()} {cond} GROUP BY ALL ORDER BY {order}"
     )

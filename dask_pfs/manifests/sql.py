@@ -120,6 +120,8 @@ def _refusal(text: str, kind: str) -> str | None:
         return f"not valid SQL ({tree})"
     node, base = tree, _baseline(kind, neutral)
     if node.get("type") != "SELECT_NODE" or _without(node, changes) != _without(base, changes):
+        if any(m.get("type") == "DISTINCT_MODIFIER" for m in node.get("modifiers") or []):
+            return "DISTINCT is not allowed (it merges rows; counts per value: pfs du --by)"
         return "it reaches beyond its clause (FROM, a CTE, UNION, GROUP BY, ORDER BY, LIMIT...)"
     if kind == "order" and [m.get("type") for m in node["modifiers"]] != ["ORDER_MODIFIER"]:
         return "it reaches beyond its clause (LIMIT, OFFSET...)"

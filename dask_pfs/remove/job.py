@@ -1,7 +1,5 @@
-"""One ``rm`` job: prepared (checked, confirmed, journaled) without a cluster, then run on one.
-
-``dask_pfs.remove.api`` is the driver's API; the module docstring there says how each mode runs.
-"""
+"""One ``rm`` job: prepared (checked, confirmed, journaled) without a cluster, then run on one
+(``dask_pfs.remove`` is the driver's API; the module docstring there says how each mode runs)."""
 
 from __future__ import annotations
 
@@ -22,6 +20,7 @@ from dask_pfs.manifests.check import check_parts
 from dask_pfs.manifests.manifest import Selection, open_manifest
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.remove import journal as rm_journal
+from dask_pfs.remove.tree_count import describe_tree
 from dask_pfs.runtime.journals import same_job
 from dask_pfs.runtime.progress import Reporter, human_bytes
 from dask_pfs.runtime.results import JobResult, ProblemLog
@@ -141,8 +140,8 @@ class Removal:
             prune=pruned_at(loc, self.prune),
         )
 
-    def _ask(self, message: str) -> None:
-        if self.confirm is not None and not self.dry_run and not self.confirm(message):
+    def _ask(self, message: Callable[[], str]) -> None:
+        if self.confirm is not None and not self.dry_run and not self.confirm(message()):
             raise PfsError("not confirmed: nothing removed")
 
     def _log(self, log: str | os.PathLike | None, default: str, storage_options: dict | None = None) -> None:
@@ -152,20 +151,20 @@ class Removal:
         """Check and confirm ``pfs rm URL``; False when it was done here (a single entry) or is done."""
         loc = resolve(url, storage_options)
         self.target = loc.url
-        jr = None if self.dry_run else rm_journal.tree_journal(loc, self.journal_opt)
         found = probe(loc)
+        if found.exists and found.kind != "link":
+            refuse_target(loc, self.force)  # before anything else is said or made
+        jr = None if self.dry_run else rm_journal.tree_journal(loc, self.journal_opt)
         if not found.exists:
             if self.resume and jr is not None and jr.exists:  # killed after its last rmdir: done
                 self.resumed = len(jr.done())
                 jr.remove()
                 return False
             raise PfsError(f"{loc.url}: no such file or directory")
-        if found.kind != "link":
-            refuse_target(loc, self.force)
         self._log(log, os.path.join(tempfile.gettempdir(), f"pfs-rm-failures-{new_run_id()}.parquet"))
         if found.kind == "directory":
             self.spec = self._spec(loc)
-            self._ask(f"Remove {loc.url} and everything below it?")
+            self._ask(lambda: f"Remove {loc.url} and everything below it{describe_tree(loc)}?")
             if jr is not None:
                 job: dict = {"job": "rm", "mode": "tree", "target": loc.url}
                 if self.prune is not None:
@@ -178,7 +177,7 @@ class Removal:
                 self.jr = jr
             return True
         # a file, a symlink (never followed) or another non-directory: no cluster needed
-        self._ask(f"Remove {loc.url}?")
+        self._ask(lambda: f"Remove {loc.url}?")
         parent, _, name = loc.path.rstrip("/").rpartition("/")
         spec = replace(
             self._spec(Location(loc.url, loc.protocol, parent or "/", loc.storage_options)), ignore_changes=True
@@ -345,10 +344,8 @@ class Removal:
                 f"(nothing removed), e.g. " + "; ".join(samples)
             )
         t = self.totals
-        self._ask(
-            f"Remove {t['entries']:,} entries ({human_bytes(t['bytes'])}) and {t['dirs']:,} directories "
-            f"under {self.target}?"
-        )
+        self._ask(lambda: f"Remove {t['entries']:,} entries ({human_bytes(t['bytes'])}) and {t['dirs']:,} directories "
+                  f"under {self.target}?")  # fmt: skip
         # 2. non-directories, in chunks all over the cluster (the frozen selection's order: chunk ids are stable)
         cols = "path, path_raw, type, size, epoch_ns(mtime) AS mtime"
         files = sel.batches(sel.sql(cols, also="error IS NULL AND type <> 'directory'"), self.chunk)

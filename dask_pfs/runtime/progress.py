@@ -111,8 +111,44 @@ class RichProgress:
         self.progress.stop()
 
 
+def ask(reporter: Reporter, message: str) -> bool:
+    """A yes/no question on the terminal (``[y/N]``, no by default) with the live bar stopped while
+    it waits, so no redraw covers the question; the bar goes on after the answer."""
+    import click
+
+    live = getattr(reporter, "progress", None)
+    if live is not None:
+        live.stop()
+    try:
+        return click.confirm(message, default=False, err=True)
+    finally:
+        if live is not None:
+            live.start()
+
+
+class ChunkLines:
+    """``-v``: one line on stderr per finished chunk (each ``update``), with the job's counters."""
+
+    def start(self, title: str) -> None:
+        self.title, self.t0 = title, time.monotonic()
+
+    def update(self, counters: dict) -> None:
+        shown = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in counters.items())
+        print(f"pfs: {self.title}: {shown} ({time.monotonic() - self.t0:.1f} s)", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        pass
+
+
 def make_reporter(enabled: bool | None) -> Reporter:
-    """A bar on a terminal unless disabled; nothing when stderr is not a TTY."""
-    if enabled is False or (enabled is None and not sys.stderr.isatty()):
+    """A bar on a terminal unless disabled; nothing when stderr is not a TTY; ``-q`` nothing, ``-v``
+    a line per chunk (``dask_pfs.runtime.verbosity``)."""
+    from dask_pfs.runtime.verbosity import verbosity
+
+    if verbosity() < 0 or enabled is False:
+        return NullProgress()
+    if verbosity() > 0:
+        return ChunkLines()
+    if enabled is None and not sys.stderr.isatty():
         return NullProgress()
     return RichProgress()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
@@ -12,7 +14,7 @@ from dask_pfs.runtime.locking import writer_lock
 from dask_pfs.runtime.progress import Reporter
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import ScanResult, ScanTuning, TreeScan
-from dask_pfs.urls import resolve
+from dask_pfs.urls import Location, resolve
 from operators.scan.prune import Prune
 
 if TYPE_CHECKING:
@@ -59,7 +61,13 @@ def scan(
     With neither ``client`` nor a cluster to connect to (an embedded cluster), the driver walks the
     tree itself before the cluster starts (``dask_pfs.scan.driver_walk``), and a tree it finishes within
     ``scan_here.DRIVER_SECONDS`` is done without one (unless a dashboard is asked for).
+
+    An output directory inside the tree is left out of it (an anchored ``--exclude``): a manifest
+    never lists its own parts or journal.
     """
+    prune = without_output(
+        resolve(os.fspath(url), storage_options), resolve(os.fspath(out), out_storage_options), prune
+    )
     with writer_lock(resolve(os.fspath(out), out_storage_options), "scan into"):  # dask_pfs.runtime.locking
         job = TreeScan(
             url,
@@ -83,6 +91,19 @@ def scan(
                     return job.done
         with job_client(client, cluster, threads, limits) as c:
             return job.run(c, progress, tuning, on_dashboard, limits, on_parts)
+
+
+def without_output(root: Location, out: Location, prune: Prune | None) -> Prune | None:
+    """``prune`` plus an exclude of ``out`` when it lies inside the local tree ``root``."""
+    if not (root.is_local and out.is_local):
+        return prune
+    top, inner = os.path.realpath(root.path), os.path.realpath(out.path)
+    if os.path.commonpath([top, inner]) != top or top == inner:
+        return prune
+    rel = os.path.relpath(inner, top).replace(os.sep, "/")
+    pattern = "/" + re.sub(r"([*?\[\]\\!#])", r"\\\1", rel) + "/"  # gitignore: anchored, literal
+    prune = prune or Prune()
+    return replace(prune, exclude=(*prune.exclude, pattern))
 
 
 __all__ = ["ScanResult", "ScanTuning", "scan"]

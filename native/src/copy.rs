@@ -31,6 +31,7 @@ struct Options {
     check_existing: bool,
     overwrite: bool,
     skip_same: bool,
+    ignore_existing: bool,
     umask: u32,
     root: bool,
 }
@@ -214,6 +215,9 @@ fn verdict(dfd: c_int, name: &[u8], job: &Job, o: &Options) -> Result<Option<u8>
         Err(libc::ENOENT) => return Ok(None),
         Err(e) => return Err(e),
     };
+    if o.ignore_existing {
+        return Ok(Some(SKIP));
+    }
     let same = st.st_mode & libc::S_IFMT == libc::S_IFREG
         && Some(st.st_size) == job.size
         && job.mtime.is_none_or(|m| {
@@ -344,7 +348,7 @@ fn copy_one(
 
 /// Copy regular files from `src_root` to `dst_root`: per file its source path, destination path
 /// and temp name (relative, exact bytes) and the manifest's size and mtime (for the existing-file
-/// verdict).  `on_exist`: 0 error, 1 skip identical, 2 overwrite.  Returns one status byte per file
+/// verdict).  `on_exist`: 0 error, 1 skip identical, 2 overwrite, 3 skip anything there.  Returns one status byte per file
 /// (COPIED, SKIP, ERROR, DIFFERS, DST_PARENT) and one errno per file (0 when none).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
@@ -387,6 +391,7 @@ fn cp_files(
         check_existing,
         overwrite: on_exist == 2,
         skip_same: on_exist == 1,
+        ignore_existing: on_exist == 3,
         umask,
         root: unsafe { libc::geteuid() } == 0,
     };

@@ -198,6 +198,8 @@ class _Destination:
         same = self.same(e)
         if same is None:
             return "copy"
+        if self.spec.on_exist == "ignore":  # --ignore-existing: never touch what is there
+            return "skip"
         if same and self.spec.on_exist != "overwrite":
             return "skip"
         if self.spec.on_exist == "error":
@@ -206,7 +208,7 @@ class _Destination:
 
     def differs(self, e: Entry) -> str:
         where = os.fsdecode(self.path(e.out_rel))
-        return f"exists and differs (size or mtime): {where}; use --overwrite or --skip-existing"
+        return f"exists and differs (size or mtime): {where}; use --update, --ignore-existing or --overwrite"
 
     # what each kind says --------------------------------------------------
 
@@ -357,7 +359,7 @@ class LocalDestination(_Destination):
         outs = [check_relative(e.out_rel) for e in entries]
         temps = [temp_name(out.rpartition(b"/")[2], spec.token) for out in outs]
         sizes, mtimes = [e.size for e in entries], [e.mtime_ns for e in entries]
-        on_exist = {"error": 0, "skip": 1, "overwrite": 2}[spec.on_exist]
+        on_exist = {"error": 0, "skip": 1, "overwrite": 2, "ignore": 3}[spec.on_exist]
         src_root, dst_root = os.fsencode(spec.src_root), os.fsencode(spec.dst_root)
         step = CORE_BATCH if ops_capped() or bytes_capped() else max(1, len(entries))
         results: list[str | BaseException] = []

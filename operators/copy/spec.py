@@ -45,7 +45,7 @@ class CopySpec:
     dst_protocol: str
     dst_root: str
     token: str  # names this run's temp files; the same in every attempt of a task
-    on_exist: str = "error"  # error | skip | overwrite  (see dask_pfs.copy.copy)
+    on_exist: str = "error"  # error | skip (--update) | overwrite | ignore (--ignore-existing); dask_pfs.copy
     check_existing: bool = True  # False when the destination root did not exist before the run
     follow_symlinks: bool = False
     preserve: bool = False  # ownership (needs root)
