@@ -424,6 +424,40 @@ def test_port_and_generated_jupyter_token(helm: str) -> None:
     assert env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"] == "/etc/pfs/tls/tls.key"
 
 
+def test_jupyter_network_policy(helm: str) -> None:
+    """Jupyter holds the client key and the shared volume: no pod reaches it unless listed in jupyterIngress."""
+    closed = parse(render(helm, "x", "--set", "jupyter.enabled=true"))
+    pol = get(closed, "NetworkPolicy", "x-pfs-jupyter")
+    assert pol["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "pfs",
+        "app.kubernetes.io/instance": "x",
+        "app.kubernetes.io/component": "jupyter",
+    }
+    labels = get(closed, "Deployment", "x-pfs-jupyter")["spec"]["template"]["metadata"]["labels"]
+    assert pol["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert pol["spec"]["policyTypes"] == ["Ingress"] and pol["spec"]["ingress"] == []  # deny all
+
+    peer = {"podSelector": {"matchLabels": {"pfs.io/jupyter-client": "true"}}}
+    opened = parse(
+        render(
+            helm,
+            "x",
+            "--set",
+            "jupyter.enabled=true",
+            "--set",
+            "jupyter.service.port=9888",
+            "--set-json",
+            f"networkPolicy.jupyterIngress=[{json.dumps(peer)}]",
+        )
+    )
+    (rule,) = get(opened, "NetworkPolicy", "x-pfs-jupyter")["spec"]["ingress"]
+    assert rule == {"from": [peer], "ports": [{"port": 9888, "protocol": "TCP"}]}
+
+    assert not [o for o in parse(render(helm, "x")) if o["metadata"]["name"].endswith("-jupyter")]  # Jupyter off
+    no_policies = parse(render(helm, "x", "--set", "jupyter.enabled=true", "--set", "networkPolicy.enabled=false"))
+    assert not [o for o in no_policies if o["kind"] == "NetworkPolicy"]
+
+
 # --- TLS ---
 
 
