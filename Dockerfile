@@ -16,15 +16,19 @@ ARG UV_VERSION=0.13.9
 # Extra packages not in pfs's dependencies, e.g. "jupyterlab" for the chart's Jupyter (unpinned: not in the lock).
 ARG EXTRA_PACKAGES=""
 ENV UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never VIRTUAL_ENV=/opt/pfs
+# The build host's CA bundle, as a build secret (scripts/build-image.sh passes it): PyPI behind a TLS-inspecting
+# proxy then works; the final image keeps only the base's own certificates.
+ENV CA=/run/secrets/cacert
 # uv from PyPI through the interpreter's own venv/pip (the Debian base has no pip of its own).
-RUN ${PYTHON} -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir --disable-pip-version-check -q \
+RUN --mount=type=secret,id=cacert if [ -s $CA ]; then export SSL_CERT_FILE=$CA PIP_CERT=$CA; fi \
+    && ${PYTHON} -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir --disable-pip-version-check -q \
         "uv==${UV_VERSION}" && /opt/uv/bin/uv venv -q --python ${PYTHON} /opt/pfs
 WORKDIR /src
 # Dependencies first (a cached layer while the lock does not change): the runtime set of pyproject.toml with the
 # s3 and sftp extras, constrained to the lock's pins.
 COPY pyproject.toml requirements-dev.lock ./
-RUN --mount=type=cache,target=/root/.cache/uv \
-    /opt/uv/bin/uv pip install -c requirements-dev.lock -r pyproject.toml --extra s3 --extra sftp ${EXTRA_PACKAGES}
+RUN --mount=type=cache,target=/root/.cache/uv --mount=type=secret,id=cacert \
+    if [ -s $CA ]; then export SSL_CERT_FILE=$CA; fi && /opt/uv/bin/uv pip install -c requirements-dev.lock -r pyproject.toml --extra s3 --extra sftp ${EXTRA_PACKAGES}
 # Then pfs itself: the wheel scripts/build-image.sh built on the host (maturin, the host's cargo: Debian
 # bookworm's cargo 1.63 is older than the core's rust-version).
 COPY build/image/*.whl /src/wheels/

@@ -4,8 +4,8 @@
 #   1. podman (apt-get install podman buildah runc uidmap mmdebstrap, as root, when missing);
 #   2. the pfs wheel, compiled core included, built on the host by maturin (`uv build`) into build/image/;
 #   3. a base: $BASE_IMAGE if set, else python:3.11-slim when a registry answers, else a Debian bookworm base
-#      made by mmdebstrap from Debian's packages (~3 min once; cached as $PFS_IMAGE_CACHE/debian-py311.tar and
-#      imported as localhost/debian-py311:bookworm);
+#      made by mmdebstrap from Debian's packages (~3 min once; cached as $PFS_IMAGE_CACHE/debian-py311-N.tar and
+#      imported as localhost/debian-py311:bookworm-N);
 #   4. podman build with the flags these machines need (runc, explicit ulimits, host network).
 # Prints the image name on the last line. Env: IMAGE (default: the chart's), BASE_IMAGE, PYTHON (the base's
 # interpreter), PFS_IMAGE_CACHE (default ~/.cache/pfs-image), EXTRA_PACKAGES (e.g. jupyterlab).
@@ -17,7 +17,9 @@ repo=$(sed -n 's/^  repository: *//p' charts/pfs/values.yaml | head -1)
 tag=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/pfs/Chart.yaml)
 IMAGE=${IMAGE:-$repo:$tag}
 CACHE=${PFS_IMAGE_CACHE:-$HOME/.cache/pfs-image}
-DEBIAN_BASE=localhost/debian-py311:bookworm
+# BASE_RECIPE: bump when the mmdebstrap command below changes, so cached bases of the old recipe are not reused
+BASE_RECIPE=2
+DEBIAN_BASE=localhost/debian-py311:bookworm-$BASE_RECIPE
 log() { echo "build-image: $*" >&2; }
 
 # 1. podman
@@ -46,18 +48,19 @@ if [ -z "${BASE_IMAGE:-}" ]; then
     else
         if ! podman image exists "$DEBIAN_BASE"; then
             mkdir -p "$CACHE"
-            if [ ! -s "$CACHE/debian-py311.tar" ]; then
+            if [ ! -s "$CACHE/debian-py311-$BASE_RECIPE.tar" ]; then
                 log "no registry: making a Debian bookworm base with mmdebstrap (~3 min, once)"
-                # no docs, man pages or translations: they only weigh
+                # no recommended packages (perl: 46 MB), docs, man pages or translations: they only weigh
                 mmdebstrap --quiet --variant=minbase --include=python3.11,python3-venv,ca-certificates \
+                    --aptopt='APT::Install-Recommends "false"' \
                     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
                     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
                     --dpkgopt='path-exclude=/usr/share/info/*' \
-                    bookworm "$CACHE/debian-py311.partial.tar" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
+                    bookworm "$CACHE/debian-py311-$BASE_RECIPE.partial.tar" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
                     </dev/null >&2
-                mv "$CACHE/debian-py311.partial.tar" "$CACHE/debian-py311.tar"
+                mv "$CACHE/debian-py311-$BASE_RECIPE.partial.tar" "$CACHE/debian-py311-$BASE_RECIPE.tar"
             fi
-            podman import -q "$CACHE/debian-py311.tar" "$DEBIAN_BASE" >/dev/null
+            podman import -q "$CACHE/debian-py311-$BASE_RECIPE.tar" "$DEBIAN_BASE" >/dev/null
         fi
         BASE_IMAGE=$DEBIAN_BASE
         PYTHON=${PYTHON:-/usr/bin/python3.11}
@@ -65,8 +68,11 @@ if [ -z "${BASE_IMAGE:-}" ]; then
 fi
 PYTHON=${PYTHON:-/usr/local/bin/python3.11}
 
-# 4. the image
+# 4. the image; the host's CA bundle goes in as a build secret (PyPI through a TLS-inspecting proxy), not a layer
+CA=${PFS_BUILD_CA_FILE:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
+secret=()
+[ -s "$CA" ] && secret=(--secret "id=cacert,src=$CA")
 log "podman build -t $IMAGE (base $BASE_IMAGE)"
-podman build "${PODMAN_FLAGS[@]}" --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "PYTHON=$PYTHON" \
+podman build "${PODMAN_FLAGS[@]}" "${secret[@]}" --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "PYTHON=$PYTHON" \
     --build-arg "EXTRA_PACKAGES=${EXTRA_PACKAGES:-}" -t "$IMAGE" -f Dockerfile . >&2
 echo "$IMAGE"
