@@ -23,6 +23,9 @@ ENV CA=/run/secrets/cacert
 RUN --mount=type=secret,id=cacert if [ -s $CA ]; then export SSL_CERT_FILE=$CA PIP_CERT=$CA; fi \
     && ${PYTHON} -m venv /opt/uv && /opt/uv/bin/pip install --no-cache-dir --disable-pip-version-check -q \
         "uv==${UV_VERSION}" && /opt/uv/bin/uv venv -q --python ${PYTHON} /opt/pfs
+# strip (binutils) for the last step; python:3.11-slim and the Debian base both have apt.
+RUN command -v strip >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends binutils \
+        >/dev/null && rm -rf /var/lib/apt/lists/*)
 WORKDIR /src
 # Dependencies first (a cached layer while the lock does not change): the runtime set of pyproject.toml with the
 # s3 and sftp extras, constrained to the lock's pins.
@@ -33,12 +36,21 @@ RUN --mount=type=cache,target=/root/.cache/uv --mount=type=secret,id=cacert \
 # bookworm's cargo 1.63 is older than the core's rust-version).
 COPY build/image/*.whl /src/wheels/
 RUN /opt/uv/bin/uv pip install --no-deps --no-cache /src/wheels/*.whl
-# What the image never uses: tests and C headers of the binary packages.
+# What the image never uses, measured in docs/deploy.md: tests, C headers and sources of the binary packages;
+# pyarrow's Flight RPC, its own S3/GCS/Azure/HDFS file systems and ORC (pfs reads object stores through fsspec;
+# pyarrow.fs then lists them as not imported); bokeh's source maps and its extension compiler. Then the debug
+# symbols of the shared libraries, and pyarrow's duplicate copies of one library (wheels cannot hold symlinks).
 RUN cd /opt/pfs/lib/python3.11/site-packages \
     && rm -rf pyarrow/include pyarrow/src pyarrow/tests numpy/_core/include numpy/_core/tests numpy/*/tests \
-        pandas/tests bokeh/server/static/js/*.map bokeh/server/static/js/compiler* \
-    && find . -name '*.pyx' -delete -o -name '*.pxd' -delete -o -name '*.pxi' -delete \
-    && /opt/pfs/bin/pfs --help >/dev/null && /opt/pfs/bin/python -c "import operators._native, bokeh, s3fs, paramiko"
+        pyarrow/*flight* pyarrow/libarrow_s3.so* pyarrow/_s3fs.* pyarrow/_gcsfs.* pyarrow/_azurefs.* \
+        pyarrow/_hdfs.* pyarrow/_orc.* pyarrow/_dataset_orc.* pyarrow/_pyarrow_cpp_tests.* \
+        bokeh/server/static/js/*.map bokeh/server/static/js/compiler* \
+    && find . \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \) -delete \
+    && find . -name '*.so*' -type f -exec strip --strip-unneeded {} + \
+    && cd pyarrow && for f in lib*.so.*.*.*; do b=${f%.*.*}; for d in "$b" "${b%.*}"; do \
+        if [ "$d" != "$f" ] && cmp -s "$f" "$d"; then ln -sf "$f" "$d"; fi; done; done \
+    && /opt/pfs/bin/pfs --help >/dev/null \
+    && /opt/pfs/bin/python -c "import operators._native, bokeh, s3fs, paramiko, pyarrow.dataset, pyarrow.fs, duckdb"
 
 FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="pfs" \

@@ -7,7 +7,7 @@
 #      made by mmdebstrap from Debian's packages (~3 min once; cached as $PFS_IMAGE_CACHE/debian-py311-N.tar and
 #      imported as localhost/debian-py311:bookworm-N);
 #   4. podman build with the flags these machines need (runc, explicit ulimits, host network).
-# Prints the image name on the last line. Env: IMAGE (default: the chart's), BASE_IMAGE, PYTHON (the base's
+# Prints the image name on the last line (only that with --print-name). Env: IMAGE (default: the chart's), BASE_IMAGE, PYTHON (the base's
 # interpreter), PFS_IMAGE_CACHE (default ~/.cache/pfs-image), EXTRA_PACKAGES (e.g. jupyterlab).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,7 @@ CACHE=${PFS_IMAGE_CACHE:-$HOME/.cache/pfs-image}
 BASE_RECIPE=2
 DEBIAN_BASE=localhost/debian-py311:bookworm-$BASE_RECIPE
 log() { echo "build-image: $*" >&2; }
+if [ "${1:-}" = "--print-name" ]; then echo "$IMAGE"; exit 0; fi  # what `make image` would build (tests/test_helm.py)
 
 # 1. podman
 need=()

@@ -194,6 +194,21 @@ def test_defaults_render_a_secured_scheduler_and_workers(rendered: dict[str, lis
     assert c["image"] == "ghcr.io/pfs/pfs:0.1.0"
 
 
+def test_default_image_is_what_make_image_builds(rendered: dict[str, list[dict]]) -> None:
+    """`make image` (scripts/build-image.sh) tags the image the chart's pods run by default."""
+    made = subprocess.run(
+        [str(ROOT / "scripts" / "build-image.sh"), "--print-name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "IMAGE"},  # the default name, not an override
+    )
+    assert made.returncode == 0, made.stderr
+    for obj in workloads(rendered["default-values"]):
+        for c in pod_spec(obj)["containers"]:
+            assert c["image"] == made.stdout.strip(), obj["metadata"]["name"]
+
+
 TLS_FILES = {
     "--tls-ca-file": "/etc/pfs/tls/ca.crt",
     "--tls-cert": "/etc/pfs/tls/tls.crt",

@@ -183,6 +183,19 @@ def wait_health(port: int, name: str, deadline_s: float = 180) -> float:
         time.sleep(0.1)
 
 
+def dashboard_serves(port: int) -> None:
+    """The scheduler's dashboard page (bokeh) and every script it loads answer 200."""
+    base = f"http://127.0.0.1:{port}"
+    with urllib.request.urlopen(f"{base}/status", timeout=60) as resp:
+        page = resp.read().decode()
+    scripts = re.findall(r'<script[^>]* src="([^"]+)"', page)
+    assert any("bokeh" in src for src in scripts), page[:2000]
+    for src in scripts:
+        url = src if src.startswith("http") else f"{base}/{src.lstrip('/')}"
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            assert resp.status == 200 and resp.read(), url
+
+
 @pytest.fixture(scope="module")
 def image_objs() -> tuple[str, list[dict], dict[str, int]]:
     helm = find_helm()
@@ -286,6 +299,7 @@ def test_chart_pods_as_containers_scan_copy_through_a_killed_worker_and_remove(p
     t0 = time.monotonic()
     p.start(get(objs, "Deployment", "-scheduler"), "scheduler")
     ready = wait_health(ports["dashboard"], p.names[-1])
+    dashboard_serves(ports["dashboard"])
     worker = get(objs, "Deployment", "-worker")
     http = {"w0": str(ports["http"]), "w1": str(free_port())}
     t1 = time.monotonic()
