@@ -188,6 +188,7 @@ def test_defaults_render_a_secured_scheduler_and_workers(rendered: dict[str, lis
     assert args[args.index("--nthreads") + 1] == "4"
     assert args[args.index("--nworkers") + 1] == "1"
     assert "--memory-limit" not in args
+    assert "--no-dashboard" in args  # /health and /metrics stay on --dashboard-address; no bokeh import at start
     assert env_of(c)["PFS_THREADS"] == "64"
     assert env_of(c)["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] == "False"  # see dask_pfs/cluster.py
     assert "shared" not in volumes_of(worker)
