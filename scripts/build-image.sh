@@ -18,7 +18,7 @@ tag=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' charts/pfs/Chart.
 IMAGE=${IMAGE:-$repo:$tag}
 CACHE=${PFS_IMAGE_CACHE:-$HOME/.cache/pfs-image}
 # BASE_RECIPE: bump when the mmdebstrap command below changes, so cached bases of the old recipe are not reused
-BASE_RECIPE=2
+BASE_RECIPE=3
 DEBIAN_BASE=localhost/debian-py311:bookworm-$BASE_RECIPE
 log() { echo "build-image: $*" >&2; }
 if [ "${1:-}" = "--print-name" ]; then echo "$IMAGE"; exit 0; fi  # what `make image` would build (tests/test_helm.py)
@@ -51,9 +51,10 @@ if [ -z "${BASE_IMAGE:-}" ]; then
             mkdir -p "$CACHE"
             if [ ! -s "$CACHE/debian-py311-$BASE_RECIPE.tar" ]; then
                 log "no registry: making a Debian bookworm base with mmdebstrap (~3 min, once)"
-                # no recommended packages (perl: 46 MB), docs, man pages or translations: they only weigh
+                # no recommended packages, no perl (46 MB; nothing here needs it), docs, man pages, translations
                 mmdebstrap --quiet --variant=minbase --include=python3.11,python3-venv,ca-certificates \
                     --aptopt='APT::Install-Recommends "false"' \
+                    --customize-hook='chroot "$1" dpkg --purge perl libperl5.36 perl-modules-5.36' \
                     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
                     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
                     --dpkgopt='path-exclude=/usr/share/info/*' \
