@@ -51,10 +51,10 @@ if [ -z "${BASE_IMAGE:-}" ]; then
             mkdir -p "$CACHE"
             if [ ! -s "$CACHE/debian-py311-$BASE_RECIPE.tar" ]; then
                 log "no registry: making a Debian bookworm base with mmdebstrap (~3 min, once)"
-                # no recommended packages, no perl (46 MB; nothing here needs it), docs, man pages, translations
+                # merged /usr set up by mmdebstrap's hook, not by the usrmerge package (which pulls in perl, 46 MB);
+                # no recommended packages, docs, man pages or translations
                 mmdebstrap --quiet --variant=minbase --include=python3.11,python3-venv,ca-certificates \
-                    --aptopt='APT::Install-Recommends "false"' \
-                    --customize-hook='chroot "$1" dpkg --purge perl libperl5.36 perl-modules-5.36' \
+                    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr --aptopt='APT::Install-Recommends "false"' \
                     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
                     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
                     --dpkgopt='path-exclude=/usr/share/info/*' \
