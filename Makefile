@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?=  # empty: a new private temp directory (mkdtemp, mode 0700)
 
-.PHONY: setup demo test lint fmt bench clean
+.PHONY: setup demo test test-image image lint fmt bench clean
 
 setup:
 	@./scripts/setup.sh
@@ -18,6 +18,15 @@ test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+# The container image the Helm chart runs by default (charts/pfs), built with podman: docs/deploy.md.
+image:
+	@./scripts/build-image.sh
+
+# The image run as the chart runs it (tests/test_image.py, marker `image`): scheduler, workers and the scan Job
+# as podman containers; CI runs it after `make test` (.ci/run).
+test-image: setup image
+	$(VENV)/bin/python -m pytest -q -m image tests/test_image.py $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -188,10 +188,26 @@ def test_defaults_render_a_secured_scheduler_and_workers(rendered: dict[str, lis
     assert args[args.index("--nthreads") + 1] == "4"
     assert args[args.index("--nworkers") + 1] == "1"
     assert "--memory-limit" not in args
+    assert "--no-dashboard" in args  # /health and /metrics stay on --dashboard-address; no bokeh import at start
     assert env_of(c)["PFS_THREADS"] == "64"
     assert env_of(c)["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] == "False"  # see dask_pfs/clusters/client.py
     assert "shared" not in volumes_of(worker)
     assert c["image"] == "ghcr.io/pfs/pfs:0.1.0"
+
+
+def test_default_image_is_what_make_image_builds(rendered: dict[str, list[dict]]) -> None:
+    """`make image` (scripts/build-image.sh) tags the image the chart's pods run by default."""
+    made = subprocess.run(
+        [str(ROOT / "scripts" / "build-image.sh"), "--print-name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "IMAGE"},  # the default name, not an override
+    )
+    assert made.returncode == 0, made.stderr
+    for obj in workloads(rendered["default-values"]):
+        for c in pod_spec(obj)["containers"]:
+            assert c["image"] == made.stdout.strip(), obj["metadata"]["name"]
 
 
 TLS_FILES = {
@@ -422,6 +438,40 @@ def test_port_and_generated_jupyter_token(helm: str) -> None:
     env = env_of(container(jupyter))  # a plain distributed.Client(DASK_SCHEDULER_ADDRESS) works in a notebook
     assert env["DASK_SCHEDULER_ADDRESS"] == "tls://x-pfs-scheduler:9786"
     assert env["DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY"] == "/etc/pfs/tls/tls.key"
+
+
+def test_jupyter_network_policy(helm: str) -> None:
+    """Jupyter holds the client key and the shared volume: no pod reaches it unless listed in jupyterIngress."""
+    closed = parse(render(helm, "x", "--set", "jupyter.enabled=true"))
+    pol = get(closed, "NetworkPolicy", "x-pfs-jupyter")
+    assert pol["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "pfs",
+        "app.kubernetes.io/instance": "x",
+        "app.kubernetes.io/component": "jupyter",
+    }
+    labels = get(closed, "Deployment", "x-pfs-jupyter")["spec"]["template"]["metadata"]["labels"]
+    assert pol["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert pol["spec"]["policyTypes"] == ["Ingress"] and pol["spec"]["ingress"] == []  # deny all
+
+    peer = {"podSelector": {"matchLabels": {"pfs.io/jupyter-client": "true"}}}
+    opened = parse(
+        render(
+            helm,
+            "x",
+            "--set",
+            "jupyter.enabled=true",
+            "--set",
+            "jupyter.service.port=9888",
+            "--set-json",
+            f"networkPolicy.jupyterIngress=[{json.dumps(peer)}]",
+        )
+    )
+    (rule,) = get(opened, "NetworkPolicy", "x-pfs-jupyter")["spec"]["ingress"]
+    assert rule == {"from": [peer], "ports": [{"port": 9888, "protocol": "TCP"}]}
+
+    assert not [o for o in parse(render(helm, "x")) if o["metadata"]["name"].endswith("-jupyter")]  # Jupyter off
+    no_policies = parse(render(helm, "x", "--set", "jupyter.enabled=true", "--set", "networkPolicy.enabled=false"))
+    assert not [o for o in no_policies if o["kind"] == "NetworkPolicy"]
 
 
 # --- TLS ---
