@@ -4,7 +4,8 @@
 2. directories (owner-writable for now; stale temp files of interrupted runs removed);
 3. files in chunks by count and bytes; big files as byte ranges (``copy.bigfiles``);
 4. hard links to files copied in 3 (POSIX destinations);
-5. directory modes and times, after their contents, then the destination root's.
+5. directory modes and times, after their contents, then the destination root's (by the last part
+   of a group still running: ``copy.group``).
 
 Every finished file chunk and byte range is journaled; a resumed run skips what the journal
 lists.  Chunk ids follow the plan order, so one manifest always gives the same ids.
@@ -25,6 +26,7 @@ from operators.copy_multipart import has_multipart
 from operators.copy_plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
 from operators.journal import Journal
 
+from ..locking import Held
 from ..manifest import Manifest
 from ..progress import Reporter
 from ..results import ProblemLog
@@ -32,6 +34,7 @@ from ..runtime import Submitter
 from ..sql import Filter
 from ..urls import make_root
 from .bigfiles import BigFiles
+from .group import Ledger
 from .rows import CopyRows
 from .target import Target
 
@@ -55,6 +58,7 @@ class CopyJob:
         journal: Journal | None,
         done: dict[str, dict],
         failure_log: str,
+        group: Held | None = None,
     ) -> None:
         self.spec, self.target, self.where, self.limits, self.progress = spec, target, where, limits, progress
         self.journal = journal
@@ -73,6 +77,7 @@ class CopyJob:
         self.streamed_files = 0
         self.streaming = False  # the scan reports progress meanwhile
         self.rows: CopyRows | None = None
+        self.group = group  # the shared lock of a part of a group (``copy.group``), else None
 
     # submitting -----------------------------------------------------------
 
@@ -231,11 +236,22 @@ class CopyJob:
         if not self.spec.dst_local:
             return
         assert self.rows is not None
-        self.in_chunks("dirmeta", set_dir_meta, self.rows.dirs_sql(descending=True), DIR_CHUNK)
+        rows, ledger, settled = self.rows, None, []
+        if self.group is not None:
+            ledger = Ledger(self.group)
+            ledger.add(self.where)
+            if not self.group.sole():
+                return  # other parts still write below these directories: the last one settles them
+            settled, union = ledger.union()
+            if settled:
+                rows = CopyRows(rows.m, union, self.limits.split_size, self.spec.dst_local, ())
+        self.in_chunks("dirmeta", set_dir_meta, rows.dirs_sql(descending=True), DIR_CHUNK)
         if self.target.make_root and self.spec.src_local and os.path.isdir(self.target.src.path):
             s = os.stat(self.target.src.path)
             root = Entry(b"", "directory", 0, s.st_mtime_ns, s.st_atime_ns, s.st_mode, s.st_uid, s.st_gid)
             self.took(set_dir_meta(self.spec, [root]), None)
+        if ledger is not None:
+            ledger.clear(settled)
 
 
 def _lost(entries: list[Entry], exc: BaseException) -> Outcome:
