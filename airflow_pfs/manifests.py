@@ -128,7 +128,7 @@ class PfsManifest:
         return [self._selection(where, low, high) for low, high in itertools.pairwise(edges)]
 
     def _selection(self, where: str | None, low: str | None = None, high: str | None = None) -> dict[str, str | None]:
-        conditions = [f"({where})"] if where else []
+        conditions = [f"({_one_line(where)})"] if where else []
         if low is not None:
             conditions.append(f"path >= {sql_str(low)}")
         if high is not None:
@@ -145,6 +145,13 @@ class PfsManifest:
             raise AirflowException(f"where: {str(exc).removeprefix('query failed: ')}") from None
         except Exception as exc:  # duckdb.Error raised while rows are read (a bad cast in where)
             raise AirflowException(f"where: {str(exc).splitlines()[0]}") from None
+
+
+def _one_line(where: str) -> str:
+    """A checked where-clause without the newline that ends it, unless its last line holds a ``--`` comment
+    (which the newline must end before the conditions pfs adds)."""
+    text = where.rstrip()
+    return text + "\n" if "--" in text.rsplit("\n", 1)[-1] else text
 
 
 def max_map_length() -> int:

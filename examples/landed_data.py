@@ -81,7 +81,7 @@ with DAG(
     copies = PfsCopyOperator.partial(
         task_id="archive_part",
         dst="{{ params.archive }}",
-        update=True,  # files archived by an earlier run are skipped, not copied again
+        update=True,  # identical files archived by an earlier run are skipped; a changed one is replaced
     ).expand_kwargs(parts)
     verify = PfsVerifyOperator(
         task_id="verify_archive",
@@ -117,4 +117,5 @@ with DAG(
         timeout=24 * 3600,
     )
     selected = split.override(task_id="split_selection")(ready.output, "{{ params.where }}", n="{{ params.parts }}")
+    # update: identical files already archived are skipped, changed ones replaced
     PfsCopyOperator.partial(task_id="copy_part", dst="{{ params.archive }}", update=True).expand_kwargs(selected)

@@ -42,7 +42,7 @@ with DAG(
         manifest=scan.output,  # the scan's manifest URI (the XCom holds counts, never file lists)
         where=SELECT,
         dst="{{ params.scratch }}",
-        update=True,  # a rerun only copies what changed
+        update=True,  # a rerun skips identical files and replaces changed ones (only what changed is copied)
     )
     verify = PfsVerifyOperator(
         task_id="verify",

@@ -18,12 +18,22 @@ from distributed import Client
 
 from dask_pfs.clusters.client import client_of_scheduler
 from dask_pfs.errors import PfsError
+from dask_pfs.remote.client import follow, remote_driver
 from dask_pfs.runtime.progress import LogProgress
 
 from .. import jobs
 from ..hooks import PfsDaskHook
 from ..lineage import LineageRef
 from ..triggers import PfsJobTrigger
+
+INPUT_KWARGS = ("url", "manifest", "src_manifest", "dst_manifest")
+
+
+def job_inputs(spec: jobs.JobSpec) -> list[str]:
+    """The paths a job reads (its first argument: the tree scanned, copied, synced or verified; its
+    manifests; the tree a remove takes): when one is not on this host, the driver runs on the cluster."""
+    found = [spec.args[0]] if spec.args and isinstance(spec.args[0], str) else []
+    return found + [spec.kwargs[k] for k in INPUT_KWARGS if isinstance(spec.kwargs.get(k), str)]
 
 
 class PfsBaseOperator(BaseOperator):
@@ -33,7 +43,9 @@ class PfsBaseOperator(BaseOperator):
     :param workers: worker processes for an embedded LocalCluster.
     :param threads: I/O threads per worker process (operations in flight per process).
     :param deferrable: run the job on the cluster and free the Airflow worker while it runs.
-        Needs a running scheduler; a retry re-attaches to the job still running.
+        Needs a running scheduler; a retry re-attaches to the job still running.  Without it, the
+        driver runs in the task, or (with a scheduler connection, like the CLI's ``--driver auto``)
+        on the cluster when an input path is not on this host; the task then follows its progress.
     :param poll_interval: seconds between job status checks when deferred.
     :param progress_interval: seconds between progress lines in the task log.
     :param fail_on_errors: fail the task when the engine reports per-entry errors.
@@ -112,10 +124,17 @@ class PfsBaseOperator(BaseOperator):
         hook = self.hook
         if self.deferrable:
             self._submit_and_defer(context, hook, spec)
+        progress = LogProgress(self.log, self.progress_interval)
         try:
             with hook.client() as client:
                 self._client = client
-                summary = jobs.run_engine(spec, client, LogProgress(self.log, self.progress_interval))
+                if remote_driver(hook.get_conn(), job_inputs(spec)):
+                    # like the CLI's --driver auto: an input this Airflow worker does not mount is read
+                    # by a driver on the cluster, whose progress this task follows
+                    self.log.info("%s not on this host; the job's driver runs on the cluster", job_inputs(spec))
+                    summary = jobs.summarize(follow(client, spec, hook.get_conn(), progress, None))
+                else:
+                    summary = jobs.run_engine(spec, client, progress)
         except PfsError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from None
         finally:

@@ -20,9 +20,11 @@ class PfsCopyOperator(PfsBaseOperator):
 
     Semantics are ``pfs cp``'s: ``src="a/"`` copies the contents of ``a`` into ``dst``; with a
     manifest the selected rows go below ``dst`` relative to the manifest's root (or to ``src``).
-    Existing identical files are skipped; a differing one fails unless ``update`` (replace it),
-    ``ignore_existing`` (leave every existing file alone) or ``overwrite`` (``skip_existing`` is the
-    deprecated name of ``update``).  ``where`` is one DuckDB condition over manifest columns (never a statement);
+    Existing identical files (same size and mtime) are skipped; a differing one fails unless ``update``
+    (replace it), ``ignore_existing`` (leave every existing file alone) or ``overwrite`` (every file is
+    rewritten); ``skip_existing`` is the deprecated name of ``update``.  A retry of the task resumes
+    from the journal of the try that failed.  ``where`` is one DuckDB condition over manifest columns
+    (never a statement);
     ``max_entries`` (a count or ``"5%"`` of the manifest's rows) makes the engine refuse a larger
     selection before anything is written.  Returns the counts (``files``, ``bytes``, ``dirs``,
     ``skipped``, ``failed``..., and ``selected`` with a manifest).
@@ -93,6 +95,7 @@ class PfsCopyOperator(PfsBaseOperator):
         dst, dst_options = to_url(self.dst, "dst")
         kwargs: dict[str, Any] = {
             "where": where,
+            "resume": _is_retry(context),  # a retry goes on from the journal of the try that failed
             "overwrite": self.overwrite,
             "update": self.update,
             "ignore_existing": self.ignore_existing,
@@ -124,3 +127,8 @@ class PfsCopyOperator(PfsBaseOperator):
         if self.manifest_out is not None:
             outputs.append(LineageRef(to_url(self.manifest_out, "manifest_out")[0], MANIFEST))
         return inputs, outputs
+
+
+def _is_retry(context: Context) -> bool:
+    ti = context.get("ti")
+    return bool(ti is not None and (getattr(ti, "try_number", 1) or 1) > 1)

@@ -23,7 +23,8 @@ class PfsRemoveOperator(PfsBaseOperator):
     manifest's rows) makes the engine refuse a larger selection before anything is removed: a
     typo in ``where`` then fails instead of emptying the tree.  Returns the engine's counts
     (``removed_files``, ``removed_dirs``, ``bytes``, ``failed``, ``skipped_*``, and ``selected``:
-    rows the where-clause selected), in XCom, deferred or not.
+    rows the where-clause selected), in XCom, deferred or not; a dry run names them
+    ``would_remove_files`` and ``would_remove_dirs``.
     """
 
     engine = "remove"
@@ -92,6 +93,8 @@ class PfsRemoveOperator(PfsBaseOperator):
 
     def report(self, summary: dict) -> dict:
         result = super().report(summary)
+        if summary.get("dry_run"):  # nothing was removed: say what would be
+            result = {k.replace("removed_", "would_remove_", 1): v for k, v in result.items()}
         if summary.get("selected") is not None:  # manifest mode: counted by the engine, kept in XCom
             self.log.info("%s: %d manifest rows selected for removal", self.task_id, summary["selected"])
         if summary.get("dry_run") and summary.get("would_remove"):

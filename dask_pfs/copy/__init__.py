@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.copy.group import group_of
 from dask_pfs.copy.phases import CopyJob
 from dask_pfs.copy.streaming import Streamer
 from dask_pfs.copy.target import Target, live_target, manifest_target
@@ -179,14 +180,16 @@ def copy(
         selected = _selected(m, selection, cap)
         root = os.fspath(src) if src is not None else m.root
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
-    with writer_lock(target.dst, "copy into"):  # one writer per destination (dask_pfs.runtime.locking)
+    group = group_of(m, target.dst, selection) if m is not None else None
+    # one writer per destination (dask_pfs.runtime.locking), or the parts of one manifest's copy (copy.group)
+    with writer_lock(target.dst, "copy into", group) as held:
         live = manifest is None
         jr = target.journal(journal, src, manifest, where_text if prune is None else json.dumps(prune.describe()))
         prior = jr.job() if jr is not None and resume else {}
         if jr is not None and not resume and jr.exists:
             logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
             jr.remove()
-        token = prior.get("token") or uuid.uuid4().hex[:12]
+        token = prior.get("token") or group or uuid.uuid4().hex[:12]  # parts share one: copy.group
         if manifest is None and prior.get("manifest") and has_marker(prior["manifest"]):
             manifest = prior["manifest"]  # the interrupted run's scan: same rows, same chunks
             m = open_manifest(manifest)
@@ -234,7 +237,8 @@ def copy(
                 chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
                 log = os.fspath(failure_log) if failure_log else _default_log(token)
                 done = jr.done() if jr is not None and prior else {}
-                return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log)
+                shared = held if group is not None else None
+                return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log, shared)
 
             job = new_job(target.src, streamed=True) if streaming else None
             streamer = None

@@ -4,7 +4,8 @@
 2. directories (owner-writable for now; stale temp files of interrupted runs removed);
 3. files in chunks by count and bytes; big files as byte ranges (``copy.bigfiles``);
 4. hard links to files copied in 3 (POSIX destinations);
-5. directory modes and times, after their contents, then the destination root's.
+5. directory modes and times, after their contents, then the destination root's (by the last part
+   of a group still running: ``copy.group``).
 
 Every finished file chunk and byte range is journaled; a resumed run skips what the journal
 lists.  Chunk ids follow the plan order, so one manifest always gives the same ids.
@@ -21,10 +22,12 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from dask_pfs.copy.bigfiles import BigFiles
+from dask_pfs.copy.group import Ledger
 from dask_pfs.copy.rows import CopyRows
 from dask_pfs.copy.target import Target
 from dask_pfs.manifests.manifest import Manifest
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.runtime.locking import Held
 from dask_pfs.runtime.progress import Reporter
 from dask_pfs.runtime.results import ProblemLog
 from dask_pfs.runtime.submitter import Submitter
@@ -54,6 +57,7 @@ class CopyJob:
         journal: Journal | None,
         done: dict[str, dict],
         failure_log: str,
+        group: Held | None = None,
     ) -> None:
         self.spec, self.target, self.where, self.limits, self.progress = spec, target, where, limits, progress
         self.journal = journal
@@ -72,6 +76,7 @@ class CopyJob:
         self.streamed_files = 0
         self.streaming = False  # the scan reports progress meanwhile
         self.rows: CopyRows | None = None
+        self.group = group  # the shared lock of a part of a group (``copy.group``), else None
 
     # submitting -----------------------------------------------------------
 
@@ -230,11 +235,22 @@ class CopyJob:
         if not self.spec.dst_local:
             return
         assert self.rows is not None
-        self.in_chunks("dirmeta", set_dir_meta, self.rows.dirs_sql(descending=True), DIR_CHUNK)
+        rows, ledger, settled = self.rows, None, []
+        if self.group is not None:
+            ledger = Ledger(self.group)
+            ledger.add(self.where)
+            if not self.group.sole():
+                return  # other parts still write below these directories: the last one settles them
+            settled, union = ledger.union()
+            if settled:
+                rows = CopyRows(rows.m, union, self.limits.split_size, self.spec.dst_local, ())
+        self.in_chunks("dirmeta", set_dir_meta, rows.dirs_sql(descending=True), DIR_CHUNK)
         if self.target.make_root and self.spec.src_local and os.path.isdir(self.target.src.path):
             s = os.stat(self.target.src.path)
             root = Entry(b"", "directory", 0, s.st_mtime_ns, s.st_atime_ns, s.st_mode, s.st_uid, s.st_gid)
             self.took(set_dir_meta(self.spec, [root]), None)
+        if ledger is not None:
+            ledger.clear(settled)
 
 
 def _lost(entries: list[Entry], exc: BaseException) -> Outcome:

@@ -124,6 +124,8 @@ def concurrency_report(client: Client, threads: int | None = None) -> dict:
         log.debug("no concurrency report: %s", exc)
         return {"mode": "unknown"}
     summary = concurrency.summarize(per_worker)
-    if summary.get("mode") == "auto":
-        log.info("concurrency auto-tuned: settled at %s in flight per worker", summary.get("settled"))
+    if summary.get("mode") == "auto" and summary.get("settled") is not None:
+        log.info("concurrency auto-tuned: settled at %s in flight per worker", summary["settled"])
+    elif summary.get("mode") == "auto":  # no worker ran pool work long enough to have a figure
+        log.debug("concurrency auto-tuned: no worker settled (the job was too short)")
     return summary

@@ -10,6 +10,15 @@ needs no cleaning (the kernel drops a dead process's ``flock``).  It guards the 
 from one host; ``PFS_LOCK_DIR`` on a shared file system with working ``flock`` (NFSv4, Lustre)
 widens that to every host and user that sets it.  Re-entrant within a process: ``sync`` holds its
 destination while the copy it runs takes the same lock.
+
+Parts of one job share the lock: :func:`writer_lock` with a ``group`` (a copy of a manifest's rows:
+the manifest's identity and the destination, ``dask_pfs.copy.group``) takes a shared ``flock`` that
+jobs of the same group can all hold, while a job of another group, or one without a group, is refused
+as before.  The mapped copies of an Airflow fan-out (``pfs cp --manifest M --where <part>``, one per
+part) thus run at once.  Every taking of the lock goes through a short-held gate file, so that the
+first holder of a group can name its group in the lock file and turn its lock into a shared one
+without another job slipping in; :meth:`Held.sole` tells a group member whether it is the last one
+still running (it then settles what the parts share: ``dask_pfs.copy.group``).
 """
 
 from __future__ import annotations
@@ -33,7 +42,9 @@ class LockedError(PfsError):
 
 
 _held: dict[str, int] = {}  # lock file -> how many blocks of this process hold it
+_fds: dict[str, int] = {}  # lock file -> the descriptor holding its flock in this process
 _guard = threading.Lock()
+GROUP_TAG = "group "
 
 
 def lock_key(loc: Location) -> str:
@@ -61,11 +72,41 @@ def lock_path(key: str) -> str:
     return os.path.join(lock_dir(), ident(key) + ".lock")
 
 
+class Held:
+    """The lock of a destination as one block holds it."""
+
+    def __init__(self, path: str, group: str | None) -> None:
+        self.path = path
+        self.group = group
+
+    def sole(self) -> bool:
+        """Whether no other process holds this lock now (always True for an exclusive one): the last
+        part of a group to finish settles what the parts share.  Asked under the gate, so no part can
+        join meanwhile; the lock stays shared."""
+        with _guard:
+            if _held.get(self.path, 0) > 1:
+                return False  # another block of this process (a thread) still holds it
+            fd = _fds.get(self.path)
+        if fd is None or self.group is None:
+            return True
+        with _gate(self.path):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                alone = True
+            except BlockingIOError:
+                alone = False
+            # Linux drops the shared lock when the conversion fails: take it back (nobody can hold
+            # more than a shared one while we hold the gate, so this does not wait)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        return alone
+
+
 @contextlib.contextmanager
-def writer_lock(loc: Location, what: str) -> Iterator[None]:
+def writer_lock(loc: Location, what: str, group: str | None = None) -> Iterator[Held]:
     """Hold the lock of ``loc`` for the block; :class:`LockedError` at once if another process holds it.
 
-    ``what`` names the job in the refusal (``"copy into"``, ``"scan into"``).
+    ``what`` names the job in the refusal (``"copy into"``, ``"scan into"``).  ``group``: jobs that
+    name the same group share the lock (parts of one job); others are refused.
     """
     key = lock_key(loc)
     path = lock_path(key)
@@ -74,35 +115,68 @@ def writer_lock(loc: Location, what: str) -> Iterator[None]:
             _held[path] += 1
             fd = None
         else:
-            fd = _acquire(path, key, what, loc.url)
+            fd = _acquire(path, key, what, loc.url, group)
             _held[path] = 1
+            _fds[path] = fd
     try:
-        yield
+        yield Held(path, group)
     finally:
         with _guard:
             _held[path] -= 1
             if not _held[path]:
                 del _held[path]
+                _fds.pop(path, None)
                 if fd is not None:
                     os.close(fd)  # drops the flock
 
 
-def _acquire(path: str, key: str, what: str, url: str) -> int:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+@contextlib.contextmanager
+def _gate(path: str) -> Iterator[None]:
+    """A short-held exclusive lock beside the lock file: taking and converting locks happen one at a time."""
+    fd = os.open(path + ".gate", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
         os.close(fd)
-        raise LockedError(
-            f"{url}: another pfs job is writing there ({holder}); refusing to {what} it at the same time "
-            "(wait for it to end; a killed job's lock goes with its process)"
-        ) from None
-    except BaseException:
-        os.close(fd)
-        raise
-    note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}, on {key}".encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, note, 0)
+
+
+def _acquire(path: str, key: str, what: str, url: str, group: str | None = None) -> int:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with _gate(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            first = _try(fd, fcntl.LOCK_EX)
+            if not first and (group is None or not _try(fd, fcntl.LOCK_SH) or _group_of(fd) != group):
+                holder = os.pread(fd, 400, 0).decode(errors="replace").strip() or "another process"
+                raise LockedError(
+                    f"{url}: another pfs job is writing there ({holder}); refusing to {what} it at the same time "
+                    "(wait for it to end; a killed job's lock goes with its process)"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        if first:
+            note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}, on {key}"
+            if group is not None:
+                note += f", {GROUP_TAG}{group}"
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, note.encode(), 0)
+            if group is not None:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # now others of the group may join (we hold the gate)
     return fd
+
+
+def _try(fd: int, kind: int) -> bool:
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _group_of(fd: int) -> str | None:
+    """The group the first holder wrote into the lock file (None: an exclusive holder)."""
+    note = os.pread(fd, 400, 0).decode(errors="replace")
+    _, tag, group = note.rpartition(", " + GROUP_TAG)
+    return group.strip() if tag else None

@@ -32,11 +32,18 @@ class Reporter(Protocol):
     def stop(self) -> None: ...
 
 
+COPIED = ("files", "symlinks", "hardlinks")  # what a copy counts instead of "entries"
+
+
 def describe(counters: dict, elapsed: float) -> str:
-    entries = counters.get("entries", 0)
-    rate = entries / elapsed if elapsed > 0 else 0.0
-    text = f"{entries:,} entries, {human_bytes(counters.get('bytes', 0))}, {rate:,.0f} entries/s"
-    errors = counters.get("errors", 0)
+    """One progress line; a copy's counters (files, symlinks, hard links, ``failed``) are named as such."""
+    if "entries" not in counters and any(k in counters for k in COPIED):
+        count, unit = sum(int(counters.get(k) or 0) for k in COPIED), "files"
+    else:
+        count, unit = int(counters.get("entries") or 0), "entries"
+    rate = count / elapsed if elapsed > 0 else 0.0
+    text = f"{count:,} {unit}, {human_bytes(counters.get('bytes', 0))}, {rate:,.0f} {unit}/s"
+    errors = counters.get("errors") or counters.get("failed") or 0
     return text + (f", {errors:,} errors" if errors else "")
 
 

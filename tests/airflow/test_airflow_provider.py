@@ -147,6 +147,7 @@ def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd
         "scan_deferred": "success",
         "count_deferred": "success",
         "deferred_missing": "failed",
+        "driver_on_cluster": "failed",
         "remove_tree_deferred": "success",
         "remove_rows_deferred": "success",
         "scan_object_storage_path": "success",
@@ -161,13 +162,16 @@ def test_scan_on_scheduler_processes(airflow_db, dask_processes, tmp_path, capfd
     assert (removed["removed_files"], removed["removed_dirs"], removed["errors"]) == (60, junk - 60 + 1, 0)
     assert not (out / "junk").exists()
     rows = results["remove_rows_deferred"]  # a deferred run: the operator is re-created before execute_complete
-    assert (rows["selected"], rows["removed_files"], rows["dry_run"]) == (60, 60, True)
+    assert (rows["selected"], rows["would_remove_files"], rows["dry_run"]) == (60, 60, True)
+    assert "removed_files" not in rows  # a dry run removes nothing
     assert len(list(src.rglob("*"))) == entries  # a dry run
     assert "[DAG TEST] running trigger in line" in logs
     assert f"Dask cluster: {dask_processes}" in logs
     assert "pfs job pfs-job-pfs_remote.scan_deferred-" in logs and ": submitted" in logs
     assert "deferred_missing: pfs job pfs-job-pfs_remote.deferred_missing-" in logs
     assert "error: " in logs and "no-such-dir: no such file or directory" in logs
+    assert "not-here'] not on this host; the job's driver runs on the cluster" in logs
+    assert "not-here: no such file or directory" in logs
     _assert_nothing_left(dask_processes)
 
 

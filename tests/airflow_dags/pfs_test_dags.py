@@ -62,6 +62,8 @@ with DAG("pfs_remote", schedule=None, params=PARAMS) as pfs_remote:
         deferrable=True,
         poll_interval=0.2,
     )
+    # not deferrable, but the path is not on this host: the driver runs on the cluster (--driver auto)
+    PfsScanOperator(task_id="driver_on_cluster", path="{{ params.src }}/not-here", manifest="{{ params.out }}/nh")
     PfsRemoveOperator(task_id="remove_tree_deferred", path="{{ params.out }}/junk", deferrable=True, poll_interval=0.2)
     # the engine counts the selection and caps it; the count reaches XCom through execute_complete
     PfsRemoveOperator(
