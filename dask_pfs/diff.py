@@ -42,6 +42,7 @@ from .progress import NullProgress, Reporter
 from .results import JobResult
 from .runtime import job_client
 from .sides import Side, scan_sides
+from .urls import resolve
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -139,7 +140,8 @@ def diff(
             prune = Prune.from_description(options["prune"]) if options.get("prune") else None
             jobs = [None if m else (name, os.path.join(work, label), storage_options)
                     for m, name, label in zip(given, names, ("old", "new"), strict=True)]  # fmt: skip
-            client = stack.enter_context(job_client(client, cluster, threads))
+            live = tuple(resolve(n, storage_options) for m, n in zip(given, names, strict=True) if m is None)
+            client = stack.enter_context(job_client(client, cluster, threads, here=live))
             known_sides = [Side(m, m.root) if m else None for m in given]
             sides = scan_sides(client, known_sides, jobs, checksum or options.get("checksum"), threads,
                                progress=progress or NullProgress(), prune=prune)  # fmt: skip

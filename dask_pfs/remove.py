@@ -31,6 +31,7 @@ from .progress import NullProgress, Reporter
 from .rm_job import CHUNK, Removal, RemoveResult, RemoveTuning
 from .runtime import job_client
 from .sql import Filter
+from .urls import Location
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -108,7 +109,9 @@ def remove(
             ready = job.prepare_tree(os.fspath(url), log, storage_options)
         if not ready:  # done without a cluster (a single file or link, or nothing left to resume)
             return job.result(time.monotonic() - t0)
-        with job_client(client, cluster, threads, limits) as c:
+        assert job.spec is not None  # set by prepare_*
+        here = (Location(job.spec.root, job.spec.protocol, job.spec.root),)  # where a driver alone works (dask_pfs.here)
+        with job_client(client, cluster, threads, limits, here) as c:
             job.run(c)
             concurrency = concurrency_report(c, threads)
     except PfsError:

@@ -1,0 +1,318 @@
+"""Small jobs without a cluster: the driver runs the job's own tasks, and a cluster joins only if the job lasts.
+
+An embedded LocalCluster costs 1.5-2.5 s of wall time and as much CPU before the first file (a
+scheduler and worker processes, each importing distributed, pyarrow and the operators), most of a
+1-file ``cp``/``rm``/``verify``/``sync`` (docs/performance.md).  :class:`HereClient` stands in for
+the Dask client of a job that would start one: it runs the very same task functions (``operators``)
+through the same :class:`~dask_pfs.runtime.Submitter`, keys, retries and journals, but on the
+driver's side:
+
+* **local disks**: on daemon threads of the driver (the native core does the I/O without the
+  interpreter lock, so one process already keeps the host's cores busy);
+* **network and FUSE mounts**: in child processes forked from the driver, which already imported
+  everything (a few ms each), so that hung storage cannot trap the command: a process with a
+  request stuck on a dead server cannot exit, and the driver abandons such a child instead of
+  waiting for it (as ``stall.abandon_stuck_workers`` does for a cluster's workers).
+
+A job still submitting after :data:`ALONE_SECONDS` starts the embedded cluster then
+(:func:`dask_pfs.cluster.connect`), and its later tasks go there, so a big job pays the start-up
+only when it is small beside the job.  Tasks that take another task's result as an argument (a big
+file's finish task) run where that task ran, here if any of them did.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.process as mp_process
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from operators import ratelimit
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from .cluster import ClusterOptions
+    from .limits import Limits
+    from .urls import Location
+
+log = logging.getLogger("pfs.here")
+
+ALONE_SECONDS = 10.0  # as scan_here.DRIVER_SECONDS: past it a cluster's start-up is small beside the job
+
+
+def alone_seconds() -> float:
+    """How long the driver works alone before a cluster joins (``PFS_ALONE_SECONDS``; 0: start one at once)."""
+    raw = os.environ.get("PFS_ALONE_SECONDS", "").strip()
+    try:
+        return float(raw) if raw else ALONE_SECONDS
+    except ValueError:
+        return ALONE_SECONDS
+
+
+class HereFuture(cf.Future):
+    """A task run by the driver: a ``concurrent.futures.Future`` with the little of Dask's API the drivers use."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+
+    @property
+    def status(self) -> str:
+        if not self.done():
+            return "pending"
+        if self.cancelled():
+            return "cancelled"
+        return "error" if self.exception() is not None else "finished"
+
+    def release(self) -> None:
+        """Nothing to release: the result lives in this process."""
+
+
+def _resolved(args: tuple) -> tuple:
+    """Arguments with the results of the futures among them (Dask's dependencies, here: already running)."""
+    return tuple(a.result() if isinstance(a, cf.Future) or _is_dask_future(a) else a for a in args)
+
+
+def _is_dask_future(obj: Any) -> bool:
+    return type(obj).__name__ == "Future" and type(obj).__module__.startswith("distributed")
+
+
+class _Threads:
+    """``n`` daemon threads taking tasks in order: a thread stuck on storage never holds the process's exit."""
+
+    def __init__(self, n: int, name: str = "pfs-here") -> None:
+        self.jobs: queue.Queue = queue.Queue()
+        self.threads = [threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def put(self, job: Callable[[], None]) -> None:
+        self.jobs.put(job)
+
+    def _serve(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            job()
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+
+
+def _child(conn) -> None:
+    """A forked helper: run each task it is sent, send back ``(ok, value)``, until the pipe closes."""
+    import pickle
+
+    import cloudpickle
+
+    while True:
+        try:
+            fn, args = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        try:
+            out = (True, fn(*args))
+        except BaseException as exc:  # handed to the driver, which retries or reports it
+            out = (False, exc)
+        try:
+            conn.send_bytes(cloudpickle.dumps(out))
+        except Exception as exc:  # an unpicklable result or exception
+            conn.send_bytes(cloudpickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}"))))
+
+
+class _Helper:
+    """One forked child process and the driver thread that feeds it, one task at a time."""
+
+    def __init__(self) -> None:
+        self.ctx = multiprocessing.get_context("fork")
+        self.proc: Any = None
+        self.conn: Any = None
+        self.busy = False
+
+    def _start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=_child, args=(child,), name="pfs-here-helper", daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+
+    def run(self, fn: Callable, args: tuple) -> Any:
+        import pickle
+
+        import cloudpickle
+
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        self.busy = True
+        try:
+            self.conn.send_bytes(cloudpickle.dumps((fn, args)))
+            ok, value = pickle.loads(self.conn.recv_bytes())
+        except (EOFError, OSError) as exc:  # the child died (killed, out of memory): a new one for the retry
+            self.abandon()
+            raise RuntimeError(f"helper process lost: {exc}") from None
+        finally:
+            self.busy = False
+        if ok:
+            return value
+        raise value
+
+    def abandon(self) -> bool:
+        """Kill the child and never wait for it (stuck on hung storage it cannot be reaped yet); True if it was busy."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return False
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        with contextlib.suppress(OSError, AttributeError):
+            proc.kill()
+        mp_process._children.discard(proc)  # type: ignore[attr-defined]  # multiprocessing joins children at exit
+        return self.busy
+
+
+class HereClient:
+    """The driver as the job's only worker, until :data:`ALONE_SECONDS` pass (see the module docstring)."""
+
+    pfs_here = True
+
+    def __init__(
+        self,
+        cluster: ClusterOptions,
+        limits: Limits | None = None,
+        *,
+        slots: int,
+        processes: bool,
+        alone: float | None = None,
+    ) -> None:
+        self.options = cluster
+        self.limits = limits
+        self.slots = max(1, slots)
+        self.processes = processes
+        self.alone = alone_seconds() if alone is None else alone
+        self.t0 = time.monotonic()
+        self.joined: Client | None = None  # the cluster that joined a long job
+        self._stack = contextlib.ExitStack()
+        self._helpers = [_Helper() for _ in range(self.slots)] if processes else []
+        self._free: queue.Queue = queue.Queue()
+        for h in self._helpers:
+            self._free.put(h)
+        self._threads = _Threads(self.slots)
+        if limits and not processes:
+            ratelimit.configure(limits)  # the job's caps, whole, for the one process working
+
+    # -- what the drivers use of a Dask client --
+    def submit(self, fn: Callable, *args: Any, key: str, pure: bool = False, retries: int = 0) -> Any:
+        here = any(isinstance(a, HereFuture) for a in args)
+        if not here and self._join_cluster():
+            assert self.joined is not None
+            return self.joined.submit(fn, *args, key=key, pure=pure, retries=retries)
+        fut = HereFuture(key)
+        self._threads.put(lambda: self._run(fut, fn, args, retries))
+        return fut
+
+    def nthreads(self) -> dict[str, int]:
+        mine = {"here": self.slots}
+        return mine | (self.joined.nthreads() if self.joined is not None else {})
+
+    def run(self, fn: Callable) -> dict[str, Any]:
+        """``fn()`` on every worker: here, the driver (its own process, or not at all for helper processes)."""
+        mine = {"here": fn()} if not self.processes else {}
+        return mine | (self.joined.run(fn) if self.joined is not None else {})
+
+    def cancel(self, futures: list) -> None:
+        for f in futures:
+            if isinstance(f, HereFuture):
+                f.cancel()
+            elif self.joined is not None:
+                self.joined.cancel([f])
+
+    @property
+    def cluster(self) -> Any:
+        return self.joined.cluster if self.joined is not None else None
+
+    @property
+    def dashboard_link(self) -> str | None:
+        return self.joined.dashboard_link if self.joined is not None else None
+
+    # -- running here --
+    def _run(self, fut: HereFuture, fn: Callable, args: tuple, retries: int) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            real = _resolved(args)
+        except BaseException as exc:  # a dependency failed: so does this task, as in Dask
+            fut.set_exception(exc)
+            return
+        for attempt in range(retries + 1):
+            try:
+                value = self._call(fn, real)
+            except BaseException as exc:
+                if attempt < retries and not isinstance(exc, KeyboardInterrupt):
+                    log.debug("task %s failed (%s); retrying", fut.key, exc)
+                    continue
+                fut.set_exception(exc)
+                return
+            fut.set_result(value)
+            return
+
+    def _call(self, fn: Callable, args: tuple) -> Any:
+        if not self.processes:
+            return fn(*args)
+        helper = self._free.get()
+        try:
+            return helper.run(fn, args)
+        finally:
+            self._free.put(helper)
+
+    def _join_cluster(self) -> bool:
+        """Start the embedded cluster once the job has outlasted :attr:`alone`; whether there is one."""
+        if self.joined is None and time.monotonic() - self.t0 >= self.alone:
+            from .cluster import connect
+            from .limits import job_limits
+
+            log.info("the job goes on after %.0f s: starting a cluster for the rest", self.alone)
+            self.joined = client = self._stack.enter_context(connect(self.options))
+            self._stack.enter_context(job_limits(client, self.limits))
+        return self.joined is not None
+
+    def close(self) -> int:
+        """Stop the helpers (abandoning any stuck on storage) and the cluster that joined; how many were left behind."""
+        self._threads.close()
+        left = sum(h.abandon() for h in self._helpers)
+        if self.limits and not self.processes:
+            ratelimit.configure(None)
+        self._stack.close()
+        if left:
+            log.warning("%d helper process(es) stuck on storage left behind", left)
+        return left
+
+
+def on_network(where: tuple[Location, ...]) -> bool:
+    """Whether any of the job's local paths is on network or FUSE storage (object stores are not: no mount to hang)."""
+    from operators.mounts import is_network
+
+    return any(loc.is_local and is_network(loc.path) for loc in where)
+
+
+def here_client(cluster: ClusterOptions, limits: Limits | None, where: tuple[Location, ...]) -> HereClient | None:
+    """A :class:`HereClient` for a job on ``where`` that would start an embedded cluster, else None.
+
+    Not when worker processes or a dashboard are asked for, ``PFS_ALONE_SECONDS=0``, or job-wide
+    caps on network storage (helper processes would each hold the whole rate).
+    """
+    from .cluster import default_workers
+    from .worker_config import TASKS_PER_WORKER
+
+    if not where or not cluster.embedded or cluster.workers or cluster.dashboard_asked or alone_seconds() <= 0:
+        return None  # worker processes asked for in so many words (--workers) are started
+    network = on_network(where)
+    if network and limits:
+        return None
+    workers = default_workers()
+    return HereClient(cluster, limits, slots=workers * (1 if network else TASKS_PER_WORKER), processes=network)
