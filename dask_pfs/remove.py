@@ -110,7 +110,7 @@ def remove(
         if not ready:  # done without a cluster (a single file or link, or nothing left to resume)
             return job.result(time.monotonic() - t0)
         assert job.spec is not None  # set by prepare_*
-        here = (Location(job.spec.root, job.spec.protocol, job.spec.root),)  # where a driver alone works (dask_pfs.here)
+        here = (Location(job.spec.root, job.spec.protocol, job.spec.root),)  # a small job: the driver alone
         with job_client(client, cluster, threads, limits, here) as c:
             job.run(c)
             concurrency = concurrency_report(c, threads)

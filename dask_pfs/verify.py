@@ -116,9 +116,12 @@ def verify(
     ]
     run = uuid.uuid4().hex[:8]
     report = os.fspath(report) if report else os.path.join(tempfile.gettempdir(), f"pfs-verify-{run}.parquet")
-    with tempfile.TemporaryDirectory(prefix="pfs-verify-") as work, job_client(
-        client, cluster, threads, here=_where(sides, (src, dst), (storage_options, dst_storage_options))
-    ) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="pfs-verify-") as work,
+        job_client(
+            client, cluster, threads, here=_where(sides, (src, dst), (storage_options, dst_storage_options))
+        ) as client,
+    ):
         jobs = [
             (src, os.path.join(work, "src"), storage_options) if src is not None else None,
             (dst, os.path.join(work, "dst"), dst_storage_options) if dst is not None else None,
@@ -165,11 +168,12 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
     return counts, wrote, sample_rows
 
 
-def _where(sides: list[Side | None], urls: tuple[str | None, ...], options: tuple[dict | None, ...]) -> tuple[Location, ...]:
+def _where(
+    sides: list[Side | None], urls: tuple[str | None, ...], options: tuple[dict | None, ...]
+) -> tuple[Location, ...]:
     """Both sides' roots: where the job reads (``dask_pfs.here`` runs a small one on the driver alone)."""
     roots = [url if url is not None else side.root if side else None for side, url in zip(sides, urls, strict=True)]
     return tuple(resolve(r, o) for r, o in zip(roots, options, strict=True) if r is not None)
 
 
 __all__ = ["VerifyResult", "compare_sql", "verify"]
-

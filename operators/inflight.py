@@ -26,7 +26,8 @@ class Permits:
     """
 
     def __init__(self, size: int | Callable[[], int]) -> None:
-        self._size = size if callable(size) else (lambda n=max(1, size): n)
+        fixed = max(1, size) if isinstance(size, int) else 1
+        self._size = size if callable(size) else (lambda: fixed)
         self._cond = threading.Condition(threading.Lock())
         self._mine = threading.local()  # permits the current thread holds
         self.held = 0
