@@ -106,74 +106,120 @@ class _Threads:
             self.jobs.put(None)
 
 
-def _child(conn) -> None:
-    """A forked helper: run each task it is sent, send back ``(ok, value)``, until the pipe closes."""
+def _child(conn, tasks: int) -> None:
+    """A forked helper: runs up to ``tasks`` tasks at once on its threads, sends back ``(id, ok, value)``
+    for each, until the pipe closes."""
     import pickle
 
     import cloudpickle
 
+    send = threading.Lock()
+    runners = _Threads(tasks, "pfs-helper")
+
+    def run(tid: int, fn: Callable, args: tuple) -> None:
+        try:
+            out = (tid, True, fn(*args))
+        except BaseException as exc:  # handed to the driver, which retries or reports it
+            out = (tid, False, exc)
+        try:
+            data = cloudpickle.dumps(out)
+        except Exception as exc:  # an unpicklable result or exception
+            data = cloudpickle.dumps((tid, False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+        with send:
+            conn.send_bytes(data)
+
     while True:
         try:
-            fn, args = pickle.loads(conn.recv_bytes())
+            tid, fn, args = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
-            return
-        try:
-            out = (True, fn(*args))
-        except BaseException as exc:  # handed to the driver, which retries or reports it
-            out = (False, exc)
-        try:
-            conn.send_bytes(cloudpickle.dumps(out))
-        except Exception as exc:  # an unpicklable result or exception
-            conn.send_bytes(cloudpickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}"))))
+            os._exit(0)
+        runners.put(lambda tid=tid, fn=fn, args=args: run(tid, fn, args))
 
 
 class _Helper:
-    """One forked child process and the driver thread that feeds it, one task at a time."""
+    """One forked child process running up to ``tasks`` tasks at once, and the driver's side of its pipe."""
 
-    def __init__(self) -> None:
+    def __init__(self, tasks: int) -> None:
         self.ctx = multiprocessing.get_context("fork")
+        self.tasks = tasks
         self.proc: Any = None
         self.conn: Any = None
-        self.busy = False
+        self.pending: dict[int, cf.Future] = {}
+        self._lock = threading.Lock()
+        self._ids = 0
+
+    def start(self) -> None:
+        with self._lock:
+            if self.proc is None:
+                self._start()
 
     def _start(self) -> None:
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_child, args=(child,), name="pfs-here-helper", daemon=True)
+        self.proc = self.ctx.Process(target=_child, args=(child, self.tasks), name="pfs-here-helper", daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
+        threading.Thread(target=self._read, args=(parent,), name="pfs-here-reader", daemon=True).start()
 
-    def run(self, fn: Callable, args: tuple) -> Any:
+    def _read(self, conn) -> None:
         import pickle
 
+        while True:
+            try:
+                tid, ok, value = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError) as exc:  # the child died (killed, out of memory) or was abandoned
+                self._fail(conn, exc)
+                return
+            with self._lock:
+                fut = self.pending.pop(tid, None)
+            if fut is not None and ok:
+                fut.set_result(value)
+            elif fut is not None:
+                fut.set_exception(value)
+
+    def _fail(self, conn, exc: BaseException) -> None:
+        with self._lock:
+            if self.conn is conn:
+                self.proc = self.conn = None  # the next task starts a new child
+            lost, self.pending = self.pending, {}
+        for fut in lost.values():
+            fut.set_exception(RuntimeError(f"helper process lost: {exc!r}"))
+
+    def run(self, fn: Callable, args: tuple) -> Any:
+        """``fn(*args)`` in the child; waits for its result (or the child's end)."""
         import cloudpickle
 
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
-        self.busy = True
-        try:
-            self.conn.send_bytes(cloudpickle.dumps((fn, args)))
-            ok, value = pickle.loads(self.conn.recv_bytes())
-        except (EOFError, OSError) as exc:  # the child died (killed, out of memory): a new one for the retry
-            self.abandon()
-            raise RuntimeError(f"helper process lost: {exc}") from None
-        finally:
-            self.busy = False
-        if ok:
-            return value
-        raise value
+        fut: cf.Future = cf.Future()
+        with self._lock:
+            if self.proc is None:
+                self._start()
+            self._ids += 1
+            tid, conn = self._ids, self.conn
+            self.pending[tid] = fut
+            try:
+                conn.send_bytes(cloudpickle.dumps((tid, fn, args)))
+            except OSError as exc:
+                self.pending.pop(tid, None)
+                raise RuntimeError(f"helper process lost: {exc}") from None
+        return fut.result()
 
-    def abandon(self) -> bool:
-        """Kill the child and never wait for it (stuck on hung storage it cannot be reaped yet); True if it was busy."""
-        proc, self.proc = self.proc, None
+    @property
+    def busy(self) -> int:
+        return len(self.pending)
+
+    def abandon(self) -> int:
+        """Kill the child and never wait for it (stuck on hung storage it cannot be reaped yet); its tasks running."""
+        with self._lock:
+            proc, conn, busy = self.proc, self.conn, len(self.pending)
+            self.proc = self.conn = None
         if proc is None:
-            return False
-        with contextlib.suppress(Exception):
-            self.conn.close()
+            return 0
         with contextlib.suppress(OSError, AttributeError):
             proc.kill()
         mp_process._children.discard(proc)  # type: ignore[attr-defined]  # multiprocessing joins children at exit
-        return self.busy
+        with contextlib.suppress(Exception):
+            conn.close()
+        return busy
 
 
 class HereClient:
@@ -189,6 +235,7 @@ class HereClient:
         slots: int,
         processes: bool,
         alone: float | None = None,
+        per_helper: int = 1,
     ) -> None:
         self.options = cluster
         self.limits = limits
@@ -198,10 +245,9 @@ class HereClient:
         self.t0 = time.monotonic()
         self.joined: Client | None = None  # the cluster that joined a long job
         self._stack = contextlib.ExitStack()
-        self._helpers = [_Helper() for _ in range(self.slots)] if processes else []
-        self._free: queue.Queue = queue.Queue()
-        for h in self._helpers:
-            self._free.put(h)
+        self._helpers = [_Helper(per_helper) for _ in range(max(1, self.slots // per_helper))] if processes else []
+        for h in self._helpers:  # forked now, before this client's threads run: nothing held mid-fork
+            h.start()
         self._threads = _Threads(self.slots)
         if limits and not processes:
             ratelimit.configure(limits)  # the job's caps, whole, for the one process working
@@ -264,11 +310,7 @@ class HereClient:
     def _call(self, fn: Callable, args: tuple) -> Any:
         if not self.processes:
             return fn(*args)
-        helper = self._free.get()
-        try:
-            return helper.run(fn, args)
-        finally:
-            self._free.put(helper)
+        return min(self._helpers, key=lambda h: h.busy).run(fn, args)
 
     def _join_cluster(self) -> bool:
         """Start the embedded cluster once the job has outlasted :attr:`alone`; whether there is one."""
@@ -284,7 +326,7 @@ class HereClient:
     def close(self) -> int:
         """Stop the helpers (abandoning any stuck on storage) and the cluster that joined; how many were left behind."""
         self._threads.close()
-        left = sum(h.abandon() for h in self._helpers)
+        left = sum(bool(h.abandon()) for h in self._helpers)
         if self.limits and not self.processes:
             ratelimit.configure(None)
         self._stack.close()
@@ -314,5 +356,5 @@ def here_client(cluster: ClusterOptions, limits: Limits | None, where: tuple[Loc
     network = on_network(where)
     if network and limits:
         return None
-    workers = default_workers()
-    return HereClient(cluster, limits, slots=workers * (1 if network else TASKS_PER_WORKER), processes=network)
+    slots = default_workers() * TASKS_PER_WORKER
+    return HereClient(cluster, limits, slots=slots, processes=network, per_helper=TASKS_PER_WORKER)

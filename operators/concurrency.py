@@ -348,10 +348,11 @@ def in_flight_cap(threads: int | None) -> int | Callable[[], int]:
 def fanned(threads: int | None, n: int | None, call: Callable[[int], T], count: Callable[[T], int] | None = None) -> T:
     """Run a native-core batch of ``n`` operations (None: the core finds out, and ``count`` of the
     result says) as ``call(fanout)``: the core keeps up to ``fanout`` of them in flight on its own
-    threads, not a Python thread each.  ``fanout`` is what the process's permits
-    (``operators.inflight``: the fixed thread count, else the controller's limit) have free, so
-    concurrent batches of one process together stay within the bound; the controller measures the
-    batch like that many pool jobs, so the hill climber tunes the core's fan-out as it tunes the pool.
+    threads, not a Python thread each.  With a fixed count (``--threads N``) ``fanout`` is what the
+    process's N permits (``operators.inflight``) have free, so concurrent batches and pool jobs of
+    one process together keep at most N in flight; auto-tuned, it is the controller's limit, and the
+    controller measures the batch like that many pool jobs, so the hill climber tunes the core's
+    fan-out as it tunes the pool.
     """
     from .inflight import permits
 
@@ -360,16 +361,16 @@ def fanned(threads: int | None, n: int | None, call: Callable[[int], T], count: 
         with permits(fixed).holding(max(1, min(fixed, n if n is not None else fixed))) as width:
             return call(width)
     ctl = controller()
-    with permits(None, lambda: ctl.limit).holding(max(1, min(ctl.limit, n if n is not None else ctl.limit))) as width:
-        started = ctl.begin(width)
-        done = n or 0
-        try:
-            result = call(width)
-            if count is not None:
-                done = count(result)
-            return result
-        finally:
-            ctl.end(started, max(1, done), width)
+    width = max(1, min(ctl.limit, n if n is not None else ctl.limit))
+    started = ctl.begin(width)
+    done = n or 0
+    try:
+        result = call(width)
+        if count is not None:
+            done = count(result)
+        return result
+    finally:
+        ctl.end(started, max(1, done), width)
 
 
 def report() -> dict:

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 class Permits:
     """A counting semaphore whose holders take several permits at once, up to ``size`` in all.
 
-    ``size`` may be a callable (the concurrency controller's current limit): a lowered limit
-    holds new takers back until enough permits have come back.
+    ``size`` may be a callable (a moving limit): a lowered limit holds new takers back until enough
+    permits have come back.
     """
 
     def __init__(self, size: int | Callable[[], int]) -> None:
@@ -71,7 +71,7 @@ class Permits:
 
 
 _lock = threading.Lock()
-_permits: dict[object, Permits] = {}
+_permits: dict[int, Permits] = {}
 
 
 def _forget_after_fork() -> None:
@@ -83,11 +83,10 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def permits(fixed: int | None, limit: Callable[[], int] | None = None) -> Permits:
-    """The process's permits for a fixed count (``--threads``), or, with ``fixed`` None, sized by ``limit``."""
-    key: object = fixed if fixed else "auto"
+def permits(fixed: int) -> Permits:
+    """The process's permits for ``--threads fixed``."""
     with _lock:
-        got = _permits.get(key)
+        got = _permits.get(fixed)
         if got is None:
-            got = _permits[key] = Permits(fixed if fixed else (limit or (lambda: 1)))
+            got = _permits[fixed] = Permits(fixed)
         return got
