@@ -110,9 +110,11 @@ def _child(conn, tasks: int) -> None:
     """A forked helper: runs up to ``tasks`` tasks at once on its threads, sends back ``(id, ok, value)``
     for each, until the pipe closes."""
     import pickle
+    import signal
 
     import cloudpickle
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it ends the helpers
     send = threading.Lock()
     runners = _Threads(tasks, "pfs-helper")
 
@@ -207,18 +209,23 @@ class _Helper:
     def busy(self) -> int:
         return len(self.pending)
 
-    def abandon(self) -> int:
-        """Kill the child and never wait for it (stuck on hung storage it cannot be reaped yet); its tasks running."""
+    def stop(self) -> int:
+        """End the child: an idle one is told to (its pipe closed) and reaped, so its CPU is the driver's;
+        one still running tasks (stuck on hung storage, it cannot be reaped yet) is killed and never
+        waited for.  How many tasks it was still running."""
         with self._lock:
             proc, conn, busy = self.proc, self.conn, len(self.pending)
             self.proc = self.conn = None
         if proc is None:
             return 0
-        with contextlib.suppress(OSError, AttributeError):
-            proc.kill()
-        mp_process._children.discard(proc)  # type: ignore[attr-defined]  # multiprocessing joins children at exit
         with contextlib.suppress(Exception):
             conn.close()
+        if not busy:
+            proc.join(timeout=2)  # it leaves at once on EOF
+        if busy or proc.exitcode is None:  # stuck, or not gone within 2 s
+            with contextlib.suppress(OSError, AttributeError):
+                proc.kill()
+            mp_process._children.discard(proc)  # type: ignore[attr-defined]  # multiprocessing joins children at exit
         return busy
 
 
@@ -326,7 +333,7 @@ class HereClient:
     def close(self) -> int:
         """Stop the helpers (abandoning any stuck on storage) and the cluster that joined; how many were left behind."""
         self._threads.close()
-        left = sum(bool(h.abandon()) for h in self._helpers)
+        left = sum(bool(h.stop()) for h in self._helpers)
         if self.limits and not self.processes:
             ratelimit.configure(None)
         self._stack.close()

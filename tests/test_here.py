@@ -88,7 +88,9 @@ def test_helper_processes_run_tasks_and_report_errors():
         with pytest.raises(ValueError, match="bad chunk"):
             client.submit(_boom, 0, key="boom", retries=1).result(timeout=60)
     finally:
+        procs = [h.proc for h in client._helpers]
         assert client.close() == 0
+    assert all(p.exitcode == 0 for p in procs)  # idle helpers are told to leave and reaped: their CPU is counted
 
 
 def test_a_helper_stuck_on_storage_is_abandoned_not_waited_for():
