@@ -32,7 +32,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from operators import ratelimit
 
@@ -106,15 +106,19 @@ class _Threads:
             self.jobs.put(None)
 
 
-def _child(conn, tasks: int) -> None:
+def _child(conn, tasks: int, siblings: list[int]) -> None:
     """A forked helper: runs up to ``tasks`` tasks at once on its threads, sends back ``(id, ok, value)``
-    for each, until the pipe closes."""
+    for each, until the pipe closes.  ``siblings``: the driver's ends of the other helpers' pipes, which
+    the fork copied here; closed, so that each helper sees its own pipe close when the driver closes it."""
     import pickle
     import signal
 
     import cloudpickle
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it ends the helpers
+    for fd in siblings:
+        with contextlib.suppress(OSError):
+            os.close(fd)
     send = threading.Lock()
     runners = _Threads(tasks, "pfs-helper")
 
@@ -141,6 +145,8 @@ def _child(conn, tasks: int) -> None:
 class _Helper:
     """One forked child process running up to ``tasks`` tasks at once, and the driver's side of its pipe."""
 
+    driver_ends: ClassVar[set[int]] = set()  # every helper's pipe, the driver's end: a new child closes its copies
+
     def __init__(self, tasks: int) -> None:
         self.ctx = multiprocessing.get_context("fork")
         self.tasks = tasks
@@ -157,10 +163,14 @@ class _Helper:
 
     def _start(self) -> None:
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_child, args=(child, self.tasks), name="pfs-here-helper", daemon=True)
+        siblings = sorted(_Helper.driver_ends | {parent.fileno()})
+        self.proc = self.ctx.Process(
+            target=_child, args=(child, self.tasks, siblings), name="pfs-here-helper", daemon=True
+        )
         self.proc.start()
         child.close()
         self.conn = parent
+        _Helper.driver_ends.add(parent.fileno())
         threading.Thread(target=self._read, args=(parent,), name="pfs-here-reader", daemon=True).start()
 
     def _read(self, conn) -> None:
@@ -183,6 +193,9 @@ class _Helper:
         with self._lock:
             if self.conn is conn:
                 self.proc = self.conn = None  # the next task starts a new child
+                _Helper.driver_ends.discard(conn.fileno())
+                with contextlib.suppress(OSError):
+                    conn.close()
             lost, self.pending = self.pending, {}
         for fut in lost.values():
             fut.set_exception(RuntimeError(f"helper process lost: {exc!r}"))
@@ -218,8 +231,8 @@ class _Helper:
             self.proc = self.conn = None
         if proc is None:
             return 0
-        with contextlib.suppress(Exception):
-            conn.close()
+        _Helper.driver_ends.discard(conn.fileno())
+        _hang_up(conn)
         if not busy:
             proc.join(timeout=2)  # it leaves at once on EOF
         if busy or proc.exitcode is None:  # stuck, or not gone within 2 s
@@ -227,6 +240,19 @@ class _Helper:
                 proc.kill()
             mp_process._children.discard(proc)  # type: ignore[attr-defined]  # multiprocessing joins children at exit
         return busy
+
+
+def _hang_up(conn) -> None:
+    """Close a helper's pipe for good: a plain close leaves the socket open while the reader thread
+    is blocked in ``recv`` on it, so the child would never see the end."""
+    import socket
+
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+    with contextlib.suppress(OSError):
+        conn.close()
 
 
 class HereClient:
