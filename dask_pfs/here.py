@@ -258,8 +258,6 @@ def _hang_up(conn) -> None:
 class HereClient:
     """The driver as the job's only worker, until :data:`ALONE_SECONDS` pass (see the module docstring)."""
 
-    pfs_here = True
-
     def __init__(
         self,
         cluster: ClusterOptions,
