@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import logging
 import multiprocessing
 import multiprocessing.process as mp_process
@@ -139,7 +140,7 @@ def _child(conn, tasks: int, siblings: list[int]) -> None:
             tid, fn, args = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             os._exit(0)
-        runners.put(lambda tid=tid, fn=fn, args=args: run(tid, fn, args))
+        runners.put(functools.partial(run, tid, fn, args))
 
 
 class _Helper:

@@ -165,7 +165,7 @@ class Submitter:
 
     def make_room(self, weight: int) -> None:
         if isinstance(self.client, HereClient) and self.client.joined is not None:  # a cluster joined: more room
-            self.slots = total_task_slots(self.client)  # type: ignore[arg-type]
+            self.slots = total_task_slots(self.client)
             self.limit = self.slots * self.per_slot
         while self.inflight + weight > self.limit and self.inflight:
             self.take()
