@@ -39,6 +39,7 @@ from dask_pfs.manifests.manifest import Manifest, has_marker, open_manifest
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
+from dask_pfs.urls import resolve
 from operators.scan.prune import Prune
 from operators.schema import PART_PREFIX, PART_SUFFIX
 
@@ -140,7 +141,8 @@ def diff(
             prune = Prune.from_description(options["prune"]) if options.get("prune") else None
             jobs = [None if m else (name, os.path.join(work, label), storage_options)
                     for m, name, label in zip(given, names, ("old", "new"), strict=True)]  # fmt: skip
-            client = stack.enter_context(job_client(client, cluster, threads))
+            live = tuple(resolve(n, storage_options) for m, n in zip(given, names, strict=True) if m is None)
+            client = stack.enter_context(job_client(client, cluster, threads, here=live))
             known_sides = [Side(m, m.root) if m else None for m in given]
             sides = scan_sides(client, known_sides, jobs, checksum or options.get("checksum"), threads,
                                progress=progress or NullProgress(), prune=prune)  # fmt: skip

@@ -140,7 +140,7 @@ def sync(
     plan_dir = (
         os.fspath(plan) if plan else (f"{dst_m.rstrip('/')}.plan" if dst_manifest else os.path.join(work, "plan"))
     )
-    with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads) as client:
+    with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads, here=(s_loc, d_loc)) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
             sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]

@@ -28,6 +28,7 @@ from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import check_checksum
+from dask_pfs.urls import Location, resolve
 from operators.checksum import DEFAULT
 
 if TYPE_CHECKING:
@@ -118,7 +119,12 @@ def verify(
     ]
     run = uuid.uuid4().hex[:8]
     report = os.fspath(report) if report else os.path.join(tempfile.gettempdir(), f"pfs-verify-{run}.parquet")
-    with tempfile.TemporaryDirectory(prefix="pfs-verify-") as work, job_client(client, cluster, threads) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="pfs-verify-") as work,
+        job_client(
+            client, cluster, threads, here=_where(sides, (src, dst), (storage_options, dst_storage_options))
+        ) as client,
+    ):
         jobs = [
             (src, os.path.join(work, "src"), storage_options) if src is not None else None,
             (dst, os.path.join(work, "dst"), dst_storage_options) if dst is not None else None,
@@ -163,6 +169,14 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
     except duckdb.Error as exc:  # a bad --where
         raise PfsError(f"verify query failed: {str(exc).splitlines()[0]}") from None
     return counts, wrote, sample_rows
+
+
+def _where(
+    sides: list[Side | None], urls: tuple[str | None, ...], options: tuple[dict | None, ...]
+) -> tuple[Location, ...]:
+    """Both sides' roots: where the job reads (``dask_pfs.runtime.here`` runs a small one on the driver alone)."""
+    roots = [url if url is not None else side.root if side else None for side, url in zip(sides, urls, strict=True)]
+    return tuple(resolve(r, o) for r, o in zip(roots, options, strict=True) if r is not None)
 
 
 __all__ = ["VerifyResult", "compare_sql", "verify"]

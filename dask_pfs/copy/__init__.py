@@ -215,7 +215,8 @@ def copy(
         if manifest is None:
             begin_journal()  # the scan below writes its manifest into the journal
         with ExitStack() as stack:
-            client = stack.enter_context(job_client(client, cluster, threads, limits))
+            here = (target.src, target.dst)  # a small job runs on the driver alone (dask_pfs.runtime.here)
+            client = stack.enter_context(job_client(client, cluster, threads, limits, here))
 
             def new_job(rows_root: Location, streamed: bool) -> CopyJob:
                 spec = CopySpec(

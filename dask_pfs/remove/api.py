@@ -29,6 +29,7 @@ from dask_pfs.remove.job import CHUNK, Removal, RemoveResult, RemoveTuning
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.submitter import job_client
+from dask_pfs.urls import Location
 from operators.scan.prune import Prune
 
 if TYPE_CHECKING:
@@ -107,7 +108,9 @@ def remove(
             ready = job.prepare_tree(os.fspath(url), log, storage_options)
         if not ready:  # done without a cluster (a single file or link, or nothing left to resume)
             return job.result(time.monotonic() - t0)
-        with job_client(client, cluster, threads, limits) as c:
+        assert job.spec is not None  # set by prepare_*
+        here = (Location(job.spec.root, job.spec.protocol, job.spec.root),)  # a small job: the driver alone
+        with job_client(client, cluster, threads, limits, here) as c:
             job.run(c)
             concurrency = concurrency_report(c, threads)
     except PfsError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import queue
 import uuid
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
@@ -29,12 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 from dask_pfs.clusters.client import ClusterOptions, connect, total_task_slots
 from dask_pfs.clusters.stall import Watch, storage_gone
+from dask_pfs.runtime.here import HereClient, here_client
 from dask_pfs.runtime.limits import Limits, job_limits
 from operators.scan.root_guard import RootChangedError
 from operators.scan.walk import Budget, DirItem
 
 if TYPE_CHECKING:
     from distributed import Client, Future
+
+    from dask_pfs.urls import Location
 
 RETRIES = 2
 PER_SLOT = 2  # tasks in flight per worker thread: one running, one queued behind it
@@ -46,15 +50,54 @@ def new_run_id() -> str:
 
 @contextlib.contextmanager
 def job_client(
-    client: Client | None, cluster: ClusterOptions | None, threads: int | None, limits: Limits | None = None
+    client: Client | None,
+    cluster: ClusterOptions | None,
+    threads: int | None,
+    limits: Limits | None = None,
+    here: tuple[Location, ...] = (),
 ) -> Iterator[Client]:
     """``client``, or one on ``cluster`` (``PFS_SCHEDULER``, else an embedded LocalCluster) for the
-    block; the job-wide caps (``limits``, else the cluster's) held over its workers meanwhile."""
+    block; the job-wide caps (``limits``, else the cluster's) held over its workers meanwhile.
+
+    Instead of an embedded cluster, a job on the locations ``here`` runs on the driver itself
+    (``dask_pfs.runtime.here``: a cluster joins only if the job outlasts ``PFS_ALONE_SECONDS``).
+    """
+    limits = limits or (cluster.limits if cluster else None)
     with contextlib.ExitStack() as stack:
         if client is None:
-            client = stack.enter_context(connect(cluster or ClusterOptions.from_env(threads=threads)))
-        stack.enter_context(job_limits(client, limits or (cluster.limits if cluster else None)))
+            options = cluster or ClusterOptions.from_env(threads=threads)
+            alone = here_client(options, limits, here)
+            if alone is not None:
+                stack.callback(alone.close)
+                yield alone  # type: ignore[misc]  # the part of Client's API the drivers use
+                return
+            client = stack.enter_context(connect(options))
+        stack.enter_context(job_limits(client, limits))
         yield client
+
+
+class _Completions:
+    """The finished futures of a :class:`Submitter` in the order they finish (``distributed.as_completed``'s
+    part the submitter uses), for futures of any kind: a driver working alone never imports distributed."""
+
+    def __init__(self) -> None:
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._held: set = set()  # a Dask future must stay referenced until taken, or its task is released
+
+    def add(self, fut: Any) -> None:
+        self._held.add(fut)
+        fut.add_done_callback(self._done.put)
+
+    def has_ready(self) -> bool:
+        return not self._done.empty()
+
+    def __next__(self) -> Any:
+        fut = self._done.get()
+        self._held.discard(fut)
+        return fut
+
+    def clear(self) -> None:
+        self._held.clear()
 
 
 class Submitter:
@@ -69,13 +112,18 @@ class Submitter:
         self.client = client
         self.job = job
         self.run = run or new_run_id()
+        self.per_slot = per_slot
         self.slots = total_task_slots(client)
         self.limit = self.slots * per_slot
         self.tasks = 0  # submitted so far: the next task's number
         self.inflight = 0  # weight in flight
-        from distributed import as_completed  # here: a job that needs no cluster never imports distributed
+        self._ac: Any
+        if isinstance(client, HereClient):
+            self._ac = _Completions()
+        else:
+            from distributed import as_completed  # here: a job that needs no cluster never imports distributed
 
-        self._ac = as_completed(loop=client.loop)
+            self._ac = as_completed(loop=client.loop)
         self._then: dict[Hashable, tuple[int, Callable[[Any], None], Callable[[BaseException], None] | None]] = {}
         self.watch = Watch()  # no task back within the stall timeout: StalledError (dask_pfs.clusters.stall)
 
@@ -115,6 +163,9 @@ class Submitter:
         self._ac.add(fut)
 
     def make_room(self, weight: int) -> None:
+        if isinstance(self.client, HereClient) and self.client.joined is not None:  # a cluster joined: more room
+            self.slots = total_task_slots(self.client)
+            self.limit = self.slots * self.per_slot
         while self.inflight + weight > self.limit and self.inflight:
             self.take()
 

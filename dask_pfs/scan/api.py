@@ -89,7 +89,8 @@ def scan(
                 job.start_here(limits, progress)
                 if job.done is not None:
                     return job.done
-        with job_client(client, cluster, threads, limits) as c:
+        here = (job.loc,) if job.head is None else ()  # a tree the driver walked for 10 s already gets the cluster
+        with job_client(client, cluster, threads, limits, here) as c:
             return job.run(c, progress, tuning, on_dashboard, limits, on_parts)
 
 

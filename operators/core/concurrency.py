@@ -348,13 +348,18 @@ def in_flight_cap(threads: int | None) -> int | Callable[[], int]:
 def fanned(threads: int | None, n: int | None, call: Callable[[int], T], count: Callable[[T], int] | None = None) -> T:
     """Run a native-core batch of ``n`` operations (None: the core finds out, and ``count`` of the
     result says) as ``call(fanout)``: the core keeps up to ``fanout`` of them in flight on its own
-    threads, not a Python thread each.  ``fanout`` is the fixed thread count, else the
-    controller's limit, and the controller measures the batch like that many pool jobs, so the
-    hill climber tunes the core's fan-out as it tunes the pool.
+    threads, not a Python thread each.  With a fixed count (``--threads N``) ``fanout`` is what the
+    process's N permits (``operators.core.inflight``) have free, so concurrent batches and pool jobs of
+    one process together keep at most N in flight; auto-tuned, it is the controller's limit, and the
+    controller measures the batch like that many pool jobs, so the hill climber tunes the core's
+    fan-out as it tunes the pool.
     """
+    from operators.core.inflight import permits
+
     fixed = fixed_threads(threads)
     if fixed:
-        return call(max(1, min(fixed, n if n is not None else fixed)))
+        with permits(fixed).holding(max(1, min(fixed, n if n is not None else fixed))) as width:
+            return call(width)
     ctl = controller()
     width = max(1, min(ctl.limit, n if n is not None else ctl.limit))
     started = ctl.begin(width)

@@ -13,6 +13,7 @@ import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 from operators.core.concurrency import GatedExecutor, controller, fixed_threads, hint_storage, note_mode
+from operators.core.inflight import Permits, permits
 
 DEFAULT_THREADS = 64
 
@@ -38,6 +39,23 @@ def default_threads() -> int:
         return DEFAULT_THREADS
 
 
+class _Permitted(ThreadPoolExecutor):
+    """The fixed pool (``--threads N``): each job holds one of the process's N permits
+    (``operators.core.inflight``), shared with the native core's fan-out, so both together keep N in flight."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(max_workers=n, thread_name_prefix="pfs-io")
+        self.permits = permits(n)
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(_holding, self.permits, fn, *args, **kwargs)
+
+
+def _holding(gate: Permits, fn, /, *args, **kwargs):
+    with gate.holding():
+        return fn(*args, **kwargs)
+
+
 def get_pool(threads: int | None = None, storage: tuple[tuple[str, str], ...] = ()) -> Executor:
     """The process-wide pool, (re)made when a different size is asked for.
 
@@ -51,7 +69,7 @@ def get_pool(threads: int | None = None, storage: tuple[tuple[str, str], ...] = 
         if _pool is None or _size != (want or 0):
             old = _pool
             if want:
-                _pool = ThreadPoolExecutor(max_workers=want, thread_name_prefix="pfs-io")
+                _pool = _Permitted(want)
             else:
                 hint_storage(*storage)  # where the controller starts: local disk or network storage
                 _pool = GatedExecutor(controller())

@@ -13,7 +13,8 @@ loop) is recorded as a symlink and not descended into.
 
 On a network mount a step's stats fan out over the core's own threads (:data:`NETWORK_WIDTH` per
 step, in chunks of :data:`NETWORK_CHUNK`), so the operations in flight are many times the Python
-threads the auto-tuned pool runs; on a local disk a step stays on its thread unless the directory
+threads the auto-tuned pool runs (with ``--threads N``, as many as the process's N permits have
+free, ``operators.core.inflight``); on a local disk a step stays on its thread unless the directory
 is big.
 """
 
@@ -25,7 +26,9 @@ from concurrent.futures import Executor
 from functools import partial
 
 import operators._native as _native
+from operators.core.concurrency import fixed_threads
 from operators.core.dirfd import OpenDirs
+from operators.core.inflight import permits
 from operators.mounts import is_network
 from operators.ratelimit import ops_capped, take_ops
 from operators.rows import Row, error_row
@@ -51,7 +54,8 @@ class LocalLister:
     decide, before they are listed).
     """
 
-    def __init__(self, root: str | bytes, prune: Prune | None = None) -> None:
+    def __init__(self, root: str | bytes, prune: Prune | None = None, threads: int | None = None) -> None:
+        self.permits = permits(fixed) if (fixed := fixed_threads(threads)) else None  # --threads N: the bound
         self.root = os.fsencode(root).rstrip(b"/") or b"/"
         self._open = OpenDirs(self.root, follow_root=True)  # a root that is a symlink is followed (find -H)
         self.sink = _native.Sink()
@@ -97,7 +101,11 @@ class LocalLister:
         capped = ops_capped()
         take, chunk = (take_ops, min(self.chunk, CAPPED_CHUNK)) if capped else (None, self.chunk)
         descend = 0 if capped else self.descend
-        step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, descend)
+        if self.permits is None:
+            step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, descend)
+        else:  # the step's stats within the process's --threads bound, beside every other job's
+            with self.permits.holding(self.width) as width:
+                step = scan.step(self.sink, STEP_ENTRIES, chunk, width, take, self._keep, descend)
         counts, samples, subdirs, err, done = step
         listing.counts.append((counts, samples))
         listing.subdirs.extend(subdirs)

@@ -40,7 +40,7 @@ class ScanSpec:
 
     def lister(self):
         if self.protocol in ("file", "local"):
-            return LocalLister(self.root, self.prune)
+            return LocalLister(self.root, self.prune, self.threads)
         tree = self.prune is not None and self.prune.needs_tree_walk  # prune prefixes instead of listing them
         return FsspecLister(self.protocol, self.root, self.storage_options, flat=False if tree else None)
 

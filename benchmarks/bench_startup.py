@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Start-up of a small job: scan, cp, rm, sync and verify of a 1-file tree, wall and CPU of the whole process tree.
+
+Each command runs as ``pfs`` would from a shell (a fresh interpreter), ``--runs`` times, the modes
+interleaved within each run: the driver alone (``dask_pfs.runtime.here``, the default) and an embedded
+cluster from the start (``PFS_ALONE_SECONDS=0``, the way before it).  CPU is user+system of the
+command and every process it started (``os.wait4``), so worker processes count.
+
+    .venv/bin/python benchmarks/bench_startup.py --dir /tmp/startup            # local disk
+    .venv/bin/python benchmarks/bench_startup.py --dir /mnt/lat/startup        # a FUSE mount (latfs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PFS = [sys.executable, "-m", "dask_pfs"]
+
+
+def timed(cmd: list[str], env: dict) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds of the whole process tree, exit code."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        sys.stderr.write(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.read().decode()[-400:]}\n")
+    return wall, usage.ru_utime + usage.ru_stime, proc.returncode
+
+
+def prepare(root: Path) -> dict[str, list[str]]:
+    """The 1-file trees and what each command does with them (its target made again before every run)."""
+    src = root / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "one").write_bytes(b"x" * 1000)
+    return {
+        "scan": [*PFS, "scan", str(src), "-o", str(root / "m"), "--overwrite"],
+        "cp": [*PFS, "cp", f"{src}/", str(root / "cp")],
+        "rm": [*PFS, "rm", str(root / "rmme"), "-y"],
+        "sync": [*PFS, "sync", f"{src}/", str(root / "sync")],
+        "verify": [*PFS, "verify", str(src), str(root / "copy")],
+    }
+
+
+def reset(root: Path, action: str) -> None:
+    for name in ("cp", "sync", "rmme"):
+        shutil.rmtree(root / name, ignore_errors=True)
+    if action == "rm":
+        (root / "rmme").mkdir()
+        (root / "rmme" / "one").write_bytes(b"x")
+    if not (root / "copy").exists():
+        shutil.copytree(root / "src", root / "copy")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", type=Path, required=True)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--actions", default="scan,cp,rm,sync,verify")
+    ap.add_argument("--modes", default="alone,cluster")
+    ap.add_argument("--json", type=Path, help="append raw rows here")
+    args = ap.parse_args()
+    cmds = prepare(args.dir)
+    base = {k: v for k, v in os.environ.items() if k != "PFS_THREADS"}
+    base.update({"PFS_DASHBOARD": "0", "XDG_CACHE_HOME": str(args.dir / "cache")})
+    modes = {"alone": {}, "cluster": {"PFS_ALONE_SECONDS": "0"}}
+    rows: list[dict] = []
+    for run in range(args.runs):
+        for action in args.actions.split(","):
+            for mode in args.modes.split(","):
+                reset(args.dir, action)
+                wall, cpu, rc = timed([*cmds[action], "--no-progress"], base | modes[mode])
+                rows.append({"run": run, "action": action, "mode": mode, "wall": wall, "cpu": cpu, "rc": rc})
+    if args.json:
+        with args.json.open("a") as f:
+            for r in rows:
+                f.write(json.dumps({"dir": str(args.dir), **r}) + "\n")
+    print(f"| action | {' | '.join(f'{m}: wall s (CPU s)' for m in args.modes.split(','))} |")
+    print("|---|" + "---|" * len(args.modes.split(",")))
+    for action in args.actions.split(","):
+        cells = []
+        for mode in args.modes.split(","):
+            mine = [r for r in rows if r["action"] == action and r["mode"] == mode]
+            w, c = (statistics.median(r[k] for r in mine) for k in ("wall", "cpu"))
+            lo, hi = min(r["wall"] for r in mine), max(r["wall"] for r in mine)
+            cells.append(f"{w:.2f} ({c:.2f}) [{lo:.2f}-{hi:.2f}]")
+        print(f"| {action} | {' | '.join(cells)} |")
+
+
+if __name__ == "__main__":
+    main()
