@@ -14,8 +14,8 @@ import time
 
 from .manifest import open_manifest
 from .progress import human_bytes, make_reporter
-from .query import connection
 from .scan import scan
+from .sql import connect
 
 EXTS = ("jpg", "png", "txt", "parquet", "ckpt", "log")
 
@@ -62,7 +62,7 @@ def main() -> None:
         f"{human_bytes(c['bytes'])} in {result.seconds:.1f} s including cluster start-up, {result.tasks} tasks"
     )
     m = open_manifest(out)
-    con = connection()
+    con = connect(m)
     sql = f"""
         SELECT lower(regexp_extract(name, '\\.([^.]*)$', 1)) AS ext, count(*) AS files,
                sum(size) AS bytes, count(*) FILTER (WHERE mtime < now() - INTERVAL 180 DAY) AS older_180d

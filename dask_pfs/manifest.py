@@ -26,12 +26,14 @@ from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHE
 
 from .caps import Cap
 from .errors import IncompleteManifestError, PfsError, QueryError
+from .manifest_root import root_identity
 from .sql import Filter, sql_str, where_filter, write_parquet
 from .sql import connect as locked
+from .sql_run import deadline
 from .version import __version__
 
 if TYPE_CHECKING:
-    import duckdb
+    pass
 
 JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directory (docs/journal.md)
 BATCH_ROWS = 20_000  # rows per record batch streamed out of DuckDB
@@ -110,7 +112,10 @@ class Manifest:
             if filename:
                 raise PfsError(f"{self.url}: the part of each row is known only for local manifests")
             return self.table_name
-        return f"read_parquet({sql_str(self.parts_glob)}{', filename = true' if filename else ''})"
+        extra = ", filename = true" if filename else ""
+        if any(c in self.local_dir for c in "*?[{"):  # a glob character in the directory's name: list the parts
+            return f"read_parquet([{', '.join(sql_str(f) for f in files)}]{extra})"
+        return f"read_parquet({sql_str(self.parts_glob)}{extra})"
 
     # As frames (``dask_pfs.frames``): filter with Dask, pandas or pyarrow, then pass the result to
     # copy/remove/verify as ``selection=``.
@@ -139,16 +144,6 @@ class Manifest:
         from .frames import to_dask
 
         return to_dask(self, columns, **read_parquet)
-
-
-def connection() -> duckdb.DuckDBPyConnection:
-    """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
-    import duckdb
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
-    return con
 
 
 class Selection:
@@ -193,7 +188,8 @@ class Selection:
         import duckdb
 
         try:
-            return self.con.execute(sql).fetchall()
+            with deadline(self.con):
+                return self.con.execute(sql).fetchall()
         except duckdb.Error as exc:
             raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
 
@@ -222,11 +218,19 @@ class Selection:
         """Stream the result of ``sql`` in record batches of at most ``rows`` rows."""
         import duckdb
 
+        cur = self.con.cursor()
         try:
-            reader = self.con.cursor().sql(sql).to_arrow_reader(rows)
+            with deadline(cur):
+                reader = cur.sql(sql).to_arrow_reader(rows)
+            while True:
+                with deadline(cur):  # each batch is computed as it is read: bounded one by one
+                    try:
+                        batch = reader.read_next_batch()
+                    except StopIteration:
+                        return
+                yield batch
         except duckdb.Error as exc:
             raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
-        yield from reader
 
     def write(self, sql: str, path: str) -> int:
         """Write the result of ``sql`` to the Parquet file ``path`` (the locked connection cannot)."""
@@ -341,6 +345,8 @@ def write_marker(url: str, info: dict[str, Any], storage_options: dict | None = 
         "host": socket.gethostname(),
         **info,
     }
+    if "root_identity" not in info:  # what binds the manifest to its tree (dask_pfs.manifest_root)
+        info["root_identity"] = root_identity(info.get("root"))
     final = f"{path.rstrip('/')}/{MARKER_NAME}"
     data = json.dumps(info, indent=2, sort_keys=False, default=str)
     if fs.protocol in ("file", "local") or "file" in fs.protocol:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -39,7 +38,8 @@ from .manifest import Selection, open_manifest
 from .manifest_check import check_parts
 from .progress import Reporter, human_bytes
 from .results import JobResult, ProblemLog
-from .runtime import Submitter, WalkTuning, new_run_id, walk_frontier
+from .results import default_log as job_log
+from .runtime import Submitter, WalkTuning, walk_frontier
 from .sql import Filter
 from .urls import Location, probe, pruned_at, refuse_target, resolve
 
@@ -163,7 +163,7 @@ class Removal:
             raise PfsError(f"{loc.url}: no such file or directory")
         if found.kind != "link":
             refuse_target(loc, self.force)
-        self._log(log, os.path.join(tempfile.gettempdir(), f"pfs-rm-failures-{new_run_id()}.parquet"))
+        self._log(log, job_log("rm", loc.url) if not self.dry_run else "")
         if found.kind == "directory":
             self.spec = self._spec(loc)
             self._ask(f"Remove {loc.url} and everything below it?")

@@ -40,14 +40,15 @@ from .copy import MiB, copy
 from .errors import PfsError
 from .journals import ident, pfs_cache
 from .locking import writer_lock
-from .manifest import connection, has_marker, open_manifest, prepare_output, remove_manifest_files, write_marker
-from .plan import COPY_ACTIONS, Plan, read_plan, write_plan
+from .manifest import has_marker, open_manifest, prepare_output, remove_manifest_files, write_marker
+from .plan import COPY_ACTIONS, Plan, count, read_plan, write_plan
 from .progress import NullProgress, Reporter
 from .remove import remove
 from .results import JobResult
 from .runtime import job_client
 from .scanning import check_checksum
 from .sides import Side, manifest_side, scan_sides, with_checksums
+from .sql import connect, write_parquet
 from .urls import Location, is_dir, resolve, root_times_from
 
 if TYPE_CHECKING:
@@ -162,8 +163,8 @@ def sync(
                 "src_errors": sides[0].scanned_errors,
             }
             p = write_plan(
-                sides[0].manifest.relation_sql(),
-                sides[1].manifest.relation_sql(),
+                sides[0].manifest,
+                sides[1].manifest,
                 plan_dir,
                 checksum=bool(algorithm),
                 compare_mtime=not sides[1].flat,
@@ -229,7 +230,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             "look deleted at the source; nothing is deleted (fix the errors and sync again)"
         )
         warnings.warn(f"--delete switched off: {result.delete_suppressed}", stacklevel=3)
-    extras = c["extra"] - _count(p, "action = 'extra' AND remove_first")
+    extras = c["extra"] - count(p, "action = 'extra' AND remove_first")
     if result.delete and extras and cap is not None:
         total = c["extra"] + c["unchanged"] + c["changed"] + c["type-changed"]
         cap.check(extras, total, "the sync would delete", "destination entries")
@@ -302,11 +303,6 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
     return result
 
 
-def _count(p: Plan, condition: str) -> int:
-    sql = f"SELECT count(*) FROM read_parquet('{p.file}') WHERE {condition}"
-    return int(connection().execute(sql).fetchall()[0][0])
-
-
 def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool) -> None:
     """Rewrite the destination manifest from the plan: what the destination holds after the sync.
 
@@ -315,7 +311,8 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     they were deleted.
     """
     s, d = open_manifest(src_m), open_manifest(dst_m)
-    con = connection()
+    tmp = os.path.join(d.local_dir, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
+    con = connect(s, d, reads=[p.file, tmp])
     kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
     sql = (
         f"SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime) "
@@ -324,14 +321,14 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
         f"WHERE {p.where(kept)} ORDER BY path"
     )
     name = "part-sync-0000000-0000.parquet"
-    tmp = os.path.join(dst_m, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
-    con.execute(f"COPY ({sql}) TO '{tmp}' (FORMAT parquet, COMPRESSION zstd)")
+    write_parquet(con, sql, tmp)  # pyarrow writes: the locked connection cannot
     counts = con.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
-        f"coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet('{tmp}')"
+        "SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
+        "coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet(?)",
+        [tmp],
     ).fetchall()[0]
     remove_manifest_files(dst_m)
-    os.replace(tmp, os.path.join(dst_m, name))
+    os.replace(tmp, os.path.join(d.local_dir, name))
     info = {
         "root": dst_url,
         "updated_from_plan": p.path,

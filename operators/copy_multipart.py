@@ -26,7 +26,8 @@ import contextlib
 import os
 from typing import Any, NamedTuple
 
-from .copy_ends import FsspecDestination, LocalSource, source_of
+from .copy_fsspec_destination import FsspecDestination
+from .copy_sources import LocalSource, source_of
 from .copy_spec import CopySpec, Entry, Outcome, remote_path
 from .ratelimit import take_bytes, take_ops
 

@@ -15,6 +15,7 @@ from ..errors import PfsError
 from ..progress import NullProgress, Reporter, describe, human_bytes
 from ..remote import JobSpec
 from ..remote_cli import run_job
+from ..results import shown
 
 
 class CopyProgress:
@@ -208,5 +209,5 @@ def cp_cmd(
     if result.failed:
         click.echo(f"pfs: {result.failed:,} entries failed (log: {result.log}), e.g.:", err=True)
         for path, error in result.samples[:5]:
-            click.echo(f"  {path}: {error}", err=True)
+            click.echo(f"  {shown(path)}: {shown(error)}", err=True)
         sys.exit(1)

@@ -19,8 +19,9 @@ from ..errors import PfsError
 from ..manifest import has_marker, open_manifest
 from ..manifest_check import check_parts
 from ..progress import NullProgress, human_bytes, make_reporter
-from ..query import BY_CHOICES, du_sql, run_query, select_sql
-from ..sql import arrow_reader, check_where, connect, write_parquet
+from ..query import BY_CHOICES, du_sql, select_sql
+from ..sql import arrow_reader, check_where, connect, fetch_all, write_parquet
+from ..sql_run import deadline
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,7 +77,7 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
         raise PfsError("--format parquet needs -o FILE")
     if remote_driver(cluster, [manifest]):
         spec = JobSpec(f"{__name__}:select_rows", (manifest, where, select, order, limit, allow_incomplete))
-        con = duckdb.connect()
+        con = connect()  # locked too: it reads only the rows registered here
         con.register("rows", run_job(spec, cluster, NullProgress(), inputs=[manifest]))
         con.execute("CREATE TABLE selected AS SELECT * FROM rows")  # a table: cursors see it, not a view
         con.unregister("rows")
@@ -90,12 +91,12 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
         write_parquet(con, sql, output)  # pyarrow writes: the locked connection cannot
         return
     if fmt == "table":
-        rel = run_query(con, sql)
-        _print_table(rel.columns, rel.fetchall())
+        _print_table(*fetch_all(con, sql))
         return
     cur = con.cursor()
     try:
-        cur.execute(sql)  # a bad column fails here, before the output file is opened
+        with deadline(cur):
+            cur.execute(sql)  # a bad column fails here, before the output file is opened
     except duckdb.Error as exc:
         raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
     if output:
@@ -135,6 +136,11 @@ def marker(
     return m.url, m.info
 
 
+def _fetch(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
+    with deadline(cur):
+        return cur.fetchmany(10_000)
+
+
 def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
     """Stream the rows of an executed query to ``out`` as CSV (with a header) or a JSON array of objects."""
     import csv
@@ -147,7 +153,7 @@ def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
         else:
             out.write("[")
         first = True
-        while rows := cur.fetchmany(10_000):
+        while rows := _fetch(cur):
             if w is not None:
                 w.writerows(rows)
                 continue
@@ -243,8 +249,8 @@ def du_rows(
         m = open_manifest(target)
         rows_sql, total_sql = du_sql(m, by, depth if by == "parent" else None, where), du_sql(m, "type", None, where)
         con = connect(m)
-        rows = run_query(con, rows_sql).fetchall()
-        total = run_query(con, total_sql).fetchall()
+        rows = fetch_all(con, rows_sql)[1]
+        total = fetch_all(con, total_sql)[1]
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -10,6 +10,7 @@ import click
 from ..cli import cli, cluster_options, echo_json, prune_options
 from ..errors import PfsError
 from ..progress import human_bytes, make_reporter
+from ..results import shown
 
 if TYPE_CHECKING:
     from ..remove import RemoveResult
@@ -142,7 +143,7 @@ def _print(r: RemoveResult) -> None:
         + (f"; {r.resumed:,} chunks done before" if r.resumed else "")
     )
     for path, problem in r.samples[:5]:
-        click.echo(f"  {path}: {problem}", err=True)
+        click.echo(f"  {shown(path)}: {shown(problem)}", err=True)
     if r.log:
         click.echo(f"log of failed and skipped entries: {r.log}", err=True)
     if r.journal:

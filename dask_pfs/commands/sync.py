@@ -8,6 +8,7 @@ import click
 
 from ..cli import cli, cluster_options, echo_json, prune_options
 from ..progress import human_bytes
+from ..results import shown
 
 
 @cli.command("sync")
@@ -118,5 +119,5 @@ def sync_cmd(
     if result.delete_suppressed:
         click.echo(f"pfs: warning: --delete switched off: {result.delete_suppressed}", err=True)
     for path, error in result.samples[:5]:
-        click.echo(f"  {path}: {error}", err=True)
+        click.echo(f"  {shown(path)}: {shown(error)}", err=True)
     sys.exit(result.exit_code)

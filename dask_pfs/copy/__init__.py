@@ -43,7 +43,7 @@ from ..locking import writer_lock
 from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from ..manifest_check import check_parts
 from ..progress import NullProgress, Reporter
-from ..results import JobResult
+from ..results import JobResult, default_log
 from ..runtime import job_client
 from ..scanning import scan_tree
 from ..sql import Filter
@@ -226,7 +226,7 @@ def copy(
                     dst_options=target.dst.storage_options,
                 )
                 chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
-                log = os.fspath(failure_log) if failure_log else _default_log(token)
+                log = os.fspath(failure_log) if failure_log else default_log("cp", rows_root.url, target.dst.url)
                 done = jr.done() if jr is not None and prior else {}
                 return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log)
 
@@ -296,10 +296,6 @@ def _selected(m: Manifest, selection: Filter | None, cap: Cap | None) -> int:
     if cap is not None:
         cap.check(n, total, "the selection has")
     return n
-
-
-def _default_log(token: str) -> str:
-    return os.path.join(tempfile.gettempdir(), f"pfs-cp-failures-{token}-{uuid.uuid4().hex[:6]}.parquet")
 
 
 def _end_journal(jr: Journal | None, failed: int, target: Target) -> str | None:

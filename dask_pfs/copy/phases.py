@@ -73,6 +73,7 @@ class CopyJob:
         self.streamed_files = 0
         self.streaming = False  # the scan reports progress meanwhile
         self.rows: CopyRows | None = None
+        self.dirs_failed: set[str] = set()
 
     # submitting -----------------------------------------------------------
 
@@ -84,13 +85,17 @@ class CopyJob:
             fn,
             self.spec,
             *args,
-            then=lambda out: self.took(out, cid),
-            failed=lambda exc: self.took(_lost(entries, exc), cid),
+            then=lambda out: self.took(out, cid, kind),
+            failed=lambda exc: self.took(_lost(entries, exc), cid, kind),
             weight=weight,
             kind=kind,
         )
 
-    def took(self, out: Outcome, cid: str | None) -> None:
+    def took(self, out: Outcome, cid: str | None, kind: str = "files") -> None:
+        if kind == "dirs":  # a directory not made (a planted link there) fails once, not again for its metadata
+            self.dirs_failed.update(path for path, _ in out.failures)
+        elif kind == "dirmeta":
+            out.failures = [f for f in out.failures if f[0] not in self.dirs_failed]
         if cid is not None:
             self.big.settle(cid, out)
             if self.journal is not None and not out.failures:
