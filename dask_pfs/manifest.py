@@ -29,6 +29,7 @@ from .errors import IncompleteManifestError, PfsError, QueryError
 from .manifest_root import root_identity
 from .sql import Filter, sql_str, where_filter, write_parquet
 from .sql import connect as locked
+from .sql_probe import probe_manifest
 from .sql_run import deadline
 from .version import __version__
 
@@ -163,6 +164,8 @@ class Selection:
         self.where = str(self.filter) if self.filter else None
         self.relation = manifest.relation_sql()
         self.con = locked(manifest, reads=self.filter.reads if self.filter else ())
+        if self.filter is not None and self.filter.user:  # a clause pfs did not write: first in a bounded child
+            probe_manifest(manifest, self.sql("count(*)"), self.filter.reads)
 
     @classmethod
     def of_file(cls, path: str) -> Selection:

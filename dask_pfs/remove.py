@@ -27,6 +27,7 @@ from .errors import PfsError
 from .frames import takes_selection
 from .limits import Limits, concurrency_report
 from .manifest import selection_options
+from .manifest_root import check_manifest_root
 from .progress import NullProgress, Reporter
 from .rm_job import CHUNK, Removal, RemoveResult, RemoveTuning
 from .runtime import job_client
@@ -60,6 +61,7 @@ def remove(
     journal: str | os.PathLike | bool | None = None,
     chunk_files: int = CHUNK,
     prune: Prune | None = None,
+    allow_other_root: bool = False,
 ) -> RemoveResult:
     """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where`` and/or ``selection``
     (a frame of manifest rows: Dask, pandas, pyarrow, DuckDB, or a saved Parquet path; ``dask_pfs.frames``).
@@ -79,6 +81,9 @@ def remove(
 
     ``prune`` (tree mode; ``operators.prune``) leaves entries in place: excluded ones, those below
     ``max_depth`` or on another file system are not listed or unlinked, and their directories stay.
+
+    With ``manifest``, its marker must name an absolute root that is the very tree it was scanned
+    from (``dask_pfs.manifest_root``); ``allow_other_root`` lifts that (a restored copy, a remount).
     """
     if (url is None) == (manifest is None):
         raise PfsError("give either a URL or --manifest, not both")
@@ -102,6 +107,7 @@ def remove(
     )
     try:
         if manifest is not None:
+            check_manifest_root(os.fspath(manifest), storage_options, destructive=True, allow_other=allow_other_root)
             ready = job.prepare_manifest(os.fspath(manifest), selection, cap, log, storage_options)
         else:
             assert url is not None  # exactly one of them, checked above

@@ -107,6 +107,7 @@ def sync(
     chunk_bytes: int = 256 * MiB,
     split_size: int | None = None,
     prune: Prune | None = None,
+    allow_other_root: bool = False,
 ) -> SyncResult:
     """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
 
@@ -114,7 +115,8 @@ def sync(
     ``confirm(message)`` is asked before anything is deleted (not for a dry run).  Raises
     :class:`PfsError` (exit code 2, nothing changed) for refused requests, ``max_delete``
     exceeded and a declined confirmation.  ``prune`` applies to both scans (``operators.prune``):
-    what it leaves out is neither copied nor deleted.
+    what it leaves out is neither copied nor deleted.  ``allow_other_root``: act with manifests whose
+    roots are not the trees they were scanned from (``dask_pfs.manifest_root``).
     """
     t0 = time.monotonic()
     progress = progress or NullProgress()
@@ -173,7 +175,7 @@ def sync(
         return _act(
             client, p, sides, s_loc, d_loc, delete=delete, cap=cap, dry_run=dry_run,
             update=update_dst_manifest, resume=resume, confirm=confirm, threads=threads, progress=progress,
-            limits=(chunk_files, chunk_bytes, split_size), t0=t0,
+            limits=(chunk_files, chunk_bytes, split_size), t0=t0, other_root=allow_other_root,
         )  # fmt: skip
 
 
@@ -210,7 +212,7 @@ def _sides(
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,
-         limits, t0) -> SyncResult:  # fmt: skip
+         limits, t0, other_root) -> SyncResult:  # fmt: skip
     c = dict(p.counts)
     result = SyncResult(
         source=s_loc.url,
@@ -250,6 +252,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             threads=threads,
             progress=progress,
             storage_options=sides[1].storage_options or None,
+            allow_other_root=other_root,
         )
         removed["first"] = r.summary()
         result.failed += r.failed
@@ -261,6 +264,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             threads=threads,
             progress=progress,
             storage_options=sides[1].storage_options or None,
+            allow_other_root=other_root,
         )
         removed["extras"] = r.summary()
         result.failed += r.failed
@@ -283,6 +287,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             storage_options=sides[0].storage_options or None,
             dst_storage_options=sides[1].storage_options or None,
             resume=resume,
+            allow_other_root=other_root,
         )
         result.copy = copied.summary()
         result.failed += copied.failed

@@ -30,6 +30,7 @@ from .scanning import check_checksum
 from .sides import Side, manifest_side, scan_sides, with_checksums
 from .sql import Filter, where_filter, write_parquet
 from .sql import connect as locked
+from .sql_probe import probe
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -141,6 +142,9 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
     # the where-clause runs only on a locked connection (which may read a selection's file too)
     con = locked(s_side.manifest, d_side.manifest, reads=where.reads if where else ())
     sql = compare_sql(s_side, d_side, where)
+    ms = (s_side.manifest, d_side.manifest)
+    if where is not None and where.user and all(m.is_local for m in ms):  # first in a bounded child
+        probe(f"SELECT count(*) FROM ({sql})", [m.local_dir for m in ms], where.reads)
     try:
         rows = con.execute(f"SELECT status, count(*), sum(src_size) FROM ({sql}) GROUP BY status").fetchall()
         counts = {s: 0 for s in ("same", *STATUSES)}

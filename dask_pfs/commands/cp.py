@@ -107,6 +107,12 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
 )
 @click.option("--failure-log", help="Parquet file listing failed paths (default: one in the temp dir).")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: only the chunks its journal lacks.")
+@click.option(
+    "--allow-other-root",
+    is_flag=True,
+    help="Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
+    "differ, or its marker records none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @prune_options
 @cluster_options
@@ -128,6 +134,7 @@ def cp_cmd(
     failure_log,
     resume,
     as_json,
+    allow_other_root,
     cluster,
     threads,
     progress,
@@ -189,6 +196,7 @@ def cp_cmd(
             "failure_log": failure_log,
             "resume": resume,
             "prune": prune,
+            "allow_other_root": allow_other_root,
         },
     )
     result: CopyResult = run_job(

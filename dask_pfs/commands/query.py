@@ -21,6 +21,7 @@ from ..manifest_check import check_parts
 from ..progress import NullProgress, human_bytes, make_reporter
 from ..query import BY_CHOICES, du_sql, select_sql
 from ..sql import arrow_reader, check_where, connect, fetch_all, write_parquet
+from ..sql_probe import probe_manifest
 from ..sql_run import deadline
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
         m = open_manifest(manifest, allow_incomplete=allow_incomplete)
         check_parts(m)  # a damaged part: exit 2 naming it, not rows read wrong
         sql = select_sql(m, where, select, order, limit)
+        probe_manifest(m, sql)  # the user's clauses run to the end in a bounded child first
         con = connect(m)
     if fmt == "parquet":
         write_parquet(con, sql, output)  # pyarrow writes: the locked connection cannot
@@ -121,7 +123,9 @@ def select_rows(
     """The rows ``pfs query`` selects, as one Arrow table (run on a worker that sees the manifest)."""
     m = open_manifest(manifest, allow_incomplete=allow_incomplete)
     check_parts(m)
-    return arrow_reader(connect(m), select_sql(m, where, select, order, limit)).read_all()
+    sql = select_sql(m, where, select, order, limit)
+    probe_manifest(m, sql)
+    return arrow_reader(connect(m), sql).read_all()
 
 
 def marker(
@@ -248,6 +252,8 @@ def du_rows(
     try:
         m = open_manifest(target)
         rows_sql, total_sql = du_sql(m, by, depth if by == "parent" else None, where), du_sql(m, "type", None, where)
+        if where:
+            probe_manifest(m, rows_sql)
         con = connect(m)
         rows = fetch_all(con, rows_sql)[1]
         total = fetch_all(con, total_sql)[1]

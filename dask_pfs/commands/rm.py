@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 @click.option("--chunk-files", type=click.IntRange(1), default=2000, show_default=True, help="Manifest rows per task.")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: skip the chunks its journal lists.")
 @click.option("--journal", help="Directory for the journal (default: MANIFEST/.pfs-journal-<id>, or the cache).")
+@click.option(
+    "--allow-other-root",
+    is_flag=True,
+    help="Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
+    "differ, or its marker records none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @prune_options
 @cluster_options
@@ -56,6 +62,7 @@ def rm_cmd(
     resume,
     journal,
     as_json,
+    allow_other_root,
     cluster,
     threads,
     progress,
@@ -104,6 +111,7 @@ def rm_cmd(
             "journal": journal,
             "chunk_files": chunk_files,
             "prune": prune,
+            "allow_other_root": allow_other_root,
         },
     )
     result: RemoveResult = run_job(

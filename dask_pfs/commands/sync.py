@@ -29,6 +29,12 @@ from ..results import shown
 @click.option("--update-dst-manifest", is_flag=True, help="Rewrite the DST manifest from the plan (no rescan).")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted sync: its plan, and only unfinished chunks.")
 @click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per copy task.")
+@click.option(
+    "--allow-other-root",
+    is_flag=True,
+    help="Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
+    "differ, or its marker records none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @prune_options
 @cluster_options
@@ -47,6 +53,7 @@ def sync_cmd(
     resume,
     chunk_files,
     as_json,
+    allow_other_root,
     cluster,
     threads,
     progress,
@@ -100,6 +107,7 @@ def sync_cmd(
             "chunk_files": chunk_files,
             "chunk_bytes": 256 * MiB,
             "prune": prune,
+            "allow_other_root": allow_other_root,
         },
     )
     paths = [dst, src_manifest, dst_manifest, plan]

@@ -42,6 +42,7 @@ from ..limits import Limits, concurrency_report
 from ..locking import writer_lock
 from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from ..manifest_check import check_parts
+from ..manifest_root import check_root
 from ..progress import NullProgress, Reporter
 from ..results import JobResult, default_log
 from ..runtime import job_client
@@ -124,6 +125,7 @@ def copy(
     limits: Limits | None = None,
     stream: bool = True,
     prune: Prune | None = None,
+    allow_other_root: bool = False,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst`` (``dask_pfs.copy.target``).
 
@@ -148,6 +150,8 @@ def copy(
     ``stream`` copies while scanning where it can (``dask_pfs.copy.streaming``); False keeps the
     phases strictly one after the other.  ``prune`` leaves entries out of the scan of ``src``
     (``operators.prune``: excludes, includes, a maximum depth, one file system).
+    ``allow_other_root``: copy a manifest's rows from a root that is not the tree it was scanned
+    from (``dask_pfs.manifest_root``; refused, exit 2, otherwise).
     """
     t0 = time.monotonic()
     if overwrite and skip_existing:
@@ -172,6 +176,7 @@ def copy(
         check_parts(m)  # a damaged part: exit 2 before anything is copied
         selected = _selected(m, selection, cap)
         root = os.fspath(src) if src is not None else m.root
+        check_root(m.info, m.url, root, destructive=False, allow_other=allow_other_root)  # dask_pfs.manifest_root
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     with writer_lock(target.dst, "copy into"):  # one writer per destination (dask_pfs.locking)
         live = manifest is None

@@ -39,7 +39,7 @@ class Streamer:
             )
             planner = Planner(self.job.limits, split=False)
             cur = self.con.cursor()
-            batches = cur.execute(sql, [os.path.join(self.manifest_dir, name)]).fetch_record_batch(BATCH_ROWS)
+            batches = cur.sql(sql, params=[os.path.join(self.manifest_dir, name)]).to_arrow_reader(BATCH_ROWS)
             items = [c for batch in batches for e in entries_from_batch(batch) for c in planner.add(e)]
             chunks = [c for c in [*items, *planner.finish()] if isinstance(c, Chunk)]  # no ranges: split=False
             self.job.stream_part(name, iter(chunks))
