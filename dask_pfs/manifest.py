@@ -9,6 +9,7 @@ stream, out of core, in DuckDB.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -25,7 +26,7 @@ import pyarrow as pa
 from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHEMA_VERSION
 
 from .caps import Cap
-from .errors import IncompleteManifestError, PfsError, QueryError
+from .errors import IncompleteManifestError, OutputError, PfsError, QueryError
 from .manifest_root import root_identity
 from .sql import Filter, sql_str, where_filter, write_parquet
 from .sql import connect as locked
@@ -322,7 +323,10 @@ def prepare_output(url: str, overwrite: bool, storage_options: dict | None = Non
             for p in existing:  # journals of jobs on the old manifest (an interrupted scan, an rm)
                 if os.path.basename(p.rstrip("/")).startswith(JOURNAL_PREFIX):
                     fs.rm(p, recursive=True)
-    fs.makedirs(path, exist_ok=True)
+    try:
+        fs.makedirs(path, exist_ok=True)
+    except OSError as exc:  # a read-only or full parent: one line, exit 2 (nothing done yet)
+        raise PfsError(f"{url}: cannot create the output directory: {exc.strerror or exc}") from None
 
 
 def remove_manifest_files(url: str, keep: set[str] | None = None, storage_options: dict | None = None) -> int:
@@ -352,11 +356,19 @@ def write_marker(url: str, info: dict[str, Any], storage_options: dict | None = 
         info["root_identity"] = root_identity(info.get("root"))
     final = f"{path.rstrip('/')}/{MARKER_NAME}"
     data = json.dumps(info, indent=2, sort_keys=False, default=str)
-    if fs.protocol in ("file", "local") or "file" in fs.protocol:
-        tmp = final + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(data)
-        os.replace(tmp, final)
-    else:
-        with fs.open(final, "w") as f:
-            f.write(data)
+    tmp = final + ".tmp"
+    try:
+        if fs.protocol in ("file", "local") or "file" in fs.protocol:
+            with open(tmp, "w") as f:
+                f.write(data)
+            os.replace(tmp, final)
+        else:
+            with fs.open(final, "w") as f:
+                f.write(data)
+    except OSError as exc:  # a full disk, a directory made read-only meanwhile: exit 1, resumable
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(
+            f"{url}: the manifest's marker could not be written ({exc.strerror or exc}); its parts are kept: "
+            "fix that, then run the same command with --resume"
+        ) from None

@@ -69,9 +69,15 @@ def make_dirs(spec: CopySpec, dirs: list[Entry]) -> Outcome:
     out = Outcome()
     if not spec.dst_has_dirs:
         return out
-    dst = destination_of(spec)
+    dst, src = destination_of(spec), source_of(spec)
+
+    def make(e: Entry) -> bool:
+        if src.kind_now(e) not in ("directory", None):  # a row that says directory for a file (forged)
+            raise NotADirectoryError(f"the manifest says directory, the source holds a {src.kind_now(e)}; not made")
+        return dst.make_dir(e)
+
     try:
-        results = _each(spec, dirs, dst.make_dir)
+        results = _each(spec, dirs, make)
     finally:
         dst.close()
     for e, result in zip(dirs, results, strict=True):

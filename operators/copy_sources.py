@@ -45,6 +45,16 @@ class LocalSource:
         except OSError:
             return e
 
+    def kind_now(self, e: Entry) -> str | None:
+        """What the source holds at ``e`` now, not following a link (None: nothing, or unreadable)."""
+        try:
+            mode = os.lstat(self.path(e.rel)).st_mode
+        except OSError:
+            return None
+        if st.S_ISDIR(mode):
+            return "directory"
+        return "file" if st.S_ISREG(mode) else "symlink" if st.S_ISLNK(mode) else "other"
+
     def kind_followed(self, e: Entry) -> str:
         s = os.stat(self.path(e.rel))
         return "file" if st.S_ISREG(s.st_mode) else "directory" if st.S_ISDIR(s.st_mode) else "other"
@@ -80,6 +90,9 @@ class FsspecSource:
 
     def fresh(self, e: Entry, follow: bool = False) -> Entry:
         return e  # the manifest's metadata: nothing cheaper to ask
+
+    def kind_now(self, e: Entry) -> str | None:
+        return None  # not asked: object stores have no directories to forge
 
     def kind_followed(self, e: Entry) -> str:
         return "file"

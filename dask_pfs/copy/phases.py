@@ -182,8 +182,12 @@ class CopyJob:
     def in_chunks(self, kind: str, fn: Callable, sql: str, size: int) -> None:
         """``fn(spec, entries)`` over the rows of ``sql`` in chunks of ``size``; wait for all of them."""
         buf: list[Entry] = []
+        last = None
         for batch in self.batches(sql):
             for e in entries_from_batch(batch):
+                if e.out_rel == last:  # a repeated row (in path order: adjacent): made and counted once
+                    continue
+                last = e.out_rel
                 buf.append(e)
                 if len(buf) >= size:
                     self.submit(fn, buf, entries=buf, kind=kind)
