@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import PfsError
-from .security import TlsFiles, check_client_certificate, scheduler_address
+from .security import TlsFiles, check_client_certificate, scheduler_address, warn_if_open
 from .stall import abandon_stuck_workers, worker_ttl
 from .worker_config import DRIVER_CONFIG, TASKS_PER_WORKER, WORKER_CONFIG
 
@@ -184,6 +184,7 @@ def client_of_scheduler(options: ClusterOptions) -> Client:
     else:
         raise PfsError("give --scheduler ADDR, --scheduler-file FILE or PFS_SCHEDULER")
     address = scheduler_address(address, secured=options.security is not None)
+    warn_if_open(address)
     security = options.security
     if isinstance(security, TlsFiles):
         security = security.to_security()
