@@ -147,8 +147,9 @@ def write_parquet(con: duckdb.DuckDBPyConnection, sql: str, path: str, storage_o
 
     reader = arrow_reader(con, sql)
     rows = 0
+    local = "://" not in path and not storage_options  # a local name as it is (fsspec reads '::' and globs)
     with (
-        fsspec.open(path, "wb", **(storage_options or {})) as f,
+        open(path, "wb") if local else fsspec.open(path, "wb", **(storage_options or {})) as f,
         pq.ParquetWriter(f, reader.schema, compression="zstd") as writer,
     ):
         for batch in reader:

@@ -101,13 +101,13 @@ class LocalDestination(Destination):
     # what is there ------------------------------------------------------------
 
     def same(self, e: Entry) -> bool | None:
-        with self.root.parent(check_relative(e.out_rel)) as (fd, name):
-            try:
+        try:
+            with self.root.parent(check_relative(e.out_rel)) as (fd, name):
                 s = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                return None
-            if e.kind == "symlink" and not self.spec.follow_symlinks:
-                return st.S_ISLNK(s.st_mode) and os.readlink(name, dir_fd=fd) == e.link_target
+                if e.kind == "symlink" and not self.spec.follow_symlinks:
+                    return st.S_ISLNK(s.st_mode) and os.readlink(name, dir_fd=fd) == e.link_target
+        except FileNotFoundError:  # the entry, or its directory, is not there yet
+            return None
         return (
             st.S_ISREG(s.st_mode)
             and s.st_size == e.size
