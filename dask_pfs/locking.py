@@ -102,7 +102,7 @@ def _acquire(path: str, key: str, what: str, url: str) -> int:
     except BaseException:
         os.close(fd)
         raise
-    note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}, on {key}".encode()
+    note = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}, on {key}".encode("utf-8", "surrogateescape")
     os.ftruncate(fd, 0)
     os.pwrite(fd, note, 0)
     return fd

@@ -73,7 +73,7 @@ class Manifest:
     @property
     def table_name(self) -> str:
         """The name a manifest on an object store is registered under (``dask_pfs.sql.connect``)."""
-        return "pfs_manifest_" + hashlib.sha1(self.url.encode()).hexdigest()[:12]
+        return "pfs_manifest_" + hashlib.sha1(self.url.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
     @property
     def parts_glob(self) -> str:

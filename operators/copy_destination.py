@@ -11,6 +11,7 @@ from concurrent.futures import Executor
 from .copy_sources import Source
 from .copy_spec import CopySpec, Entry
 from .ratelimit import take_bytes, take_ops
+from .safety import AncestorCheck
 
 
 class Destination:
@@ -82,6 +83,10 @@ class Destination:
 
     def make_parent(self, e: Entry) -> bool:
         raise NotImplementedError
+
+    def ancestors(self) -> AncestorCheck | None:
+        """A check that no directory above an entry became a symlink (None: nothing to check)."""
+        return None
 
     def make_dir(self, e: Entry) -> bool:
         """Create the directory of ``e``: True when made, False when a real one was there."""

@@ -12,8 +12,8 @@ import pytest
 from dask_pfs.copy import copy
 from dask_pfs.errors import PfsError
 from dask_pfs.manifest import open_manifest
-from dask_pfs.sql import connect
 from dask_pfs.scan import scan
+from dask_pfs.sql import connect
 from dask_pfs.sync import sync
 from tests.conftest import make_tree, run_pfs, tree_digest
 

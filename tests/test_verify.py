@@ -13,8 +13,8 @@ import xxhash
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifest import open_manifest
-from dask_pfs.sql import connect
 from dask_pfs.scan import scan
+from dask_pfs.sql import connect
 from dask_pfs.verify import verify
 from operators.checksum import checksum_local
 from tests.conftest import make_tree, run_pfs
