@@ -28,7 +28,7 @@ from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHE
 from .caps import Cap
 from .errors import IncompleteManifestError, OutputError, PfsError, QueryError
 from .manifest_root import root_identity
-from .sql import Filter, sql_str, where_filter, write_parquet
+from .sql import Filter, sql_str, utf8, where_filter, write_parquet
 from .sql import connect as locked
 from .sql_probe import probe_manifest
 from .sql_run import deadline
@@ -279,7 +279,7 @@ def open_manifest(
 
     ``storage_options`` open a manifest on an object store (credentials, endpoint); the
     :class:`Manifest` keeps them for its later reads."""
-    url = os.fspath(url)
+    url = utf8(os.fspath(url))
     fs, path = _fs(url, storage_options)
     if not fs.isdir(path):
         raise PfsError(f"{url}: no such manifest directory")
@@ -302,6 +302,7 @@ def open_manifest(
 
 def prepare_output(url: str, overwrite: bool, storage_options: dict | None = None) -> None:
     """Make the output directory, refusing to clobber an existing manifest unless ``overwrite``."""
+    utf8(url)  # pyarrow and DuckDB take only UTF-8 names: refused here, not in every worker
     fs, path = _fs(url, storage_options)
     path = path.rstrip("/")
     if fs.exists(path):
