@@ -327,6 +327,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run one ``pfs`` command and return its exit code (no process exit: usable in-process)."""
+    for stream in (sys.stdout, sys.stderr):  # a name that is not UTF-8 is printed escaped, never a crash
+        with contextlib.suppress(ValueError, OSError):
+            getattr(stream, "reconfigure", lambda **_: None)(errors="backslashreplace")
     try:
         cli.main(args=argv, prog_name="pfs", standalone_mode=False)
     except PfsError as exc:

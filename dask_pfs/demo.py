@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from dask_pfs.manifests.manifest import open_manifest
-from dask_pfs.manifests.query import connection
+from dask_pfs.manifests.sql import connect
 from dask_pfs.runtime.progress import human_bytes, make_reporter
 from dask_pfs.scan.api import scan
 
@@ -86,7 +86,7 @@ def main() -> None:
         f"{human_bytes(c['bytes'])} in {result.seconds:.1f} s including cluster start-up, {result.tasks} tasks"
     )
     m = open_manifest(out)
-    con = connection()
+    con = connect(m)
     sql = f"""
         SELECT lower(regexp_extract(name, '\\.([^.]*)$', 1)) AS ext, count(*) AS files,
                sum(size) AS bytes, count(*) FILTER (WHERE mtime < now() - INTERVAL 180 DAY) AS older_180d

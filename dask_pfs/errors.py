@@ -9,6 +9,13 @@ class PfsError(Exception):
     exit_code = 2
 
 
+class OutputError(PfsError):
+    """The job did its work but could not write its output (a full disk, a read-only directory):
+    exit 1, and the same command with ``--resume`` finishes it."""
+
+    exit_code = 1
+
+
 class IncompleteManifestError(PfsError):
     """The manifest directory has no completion marker: the scan failed or was interrupted."""
 

@@ -13,7 +13,7 @@ from dask_pfs.compare.sync import sync
 from dask_pfs.copy import copy
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import open_manifest
-from dask_pfs.manifests.query import connection
+from dask_pfs.manifests.sql import connect
 from dask_pfs.scan.api import scan
 from tests.conftest import make_tree, run_pfs, tree_digest
 
@@ -95,11 +95,9 @@ def test_manifests_given_and_dst_manifest_updated_from_plan(tmp_path, dask_clien
     # changed: d1/f2.txt, and d2 (its mtime moved when f0 went: directory times are synced too)
     assert first.exit_code == 0 and (first.counts["new"], first.counts["changed"]) == (1, 2)
     assert first.plan == f"{dm}.plan"
-    con = connection()
-
     def rows(m):
         sql = f"SELECT path, type, size, mtime FROM {open_manifest(m).relation_sql()} WHERE type <> 'directory'"
-        return sorted(con.execute(sql).fetchall())
+        return sorted(connect(open_manifest(m)).execute(sql).fetchall())
 
     scan(dst, tmp_path / "rescan", dask_client)
     assert rows(dm) == rows(tmp_path / "rescan")  # the updated manifest is what a rescan sees

@@ -14,7 +14,7 @@ import xxhash
 from dask_pfs.compare.verify import verify
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import open_manifest
-from dask_pfs.manifests.query import connection
+from dask_pfs.manifests.sql import connect
 from dask_pfs.scan.api import scan
 from operators.checksum import checksum_local
 from tests.conftest import make_tree, run_pfs
@@ -35,7 +35,7 @@ def flip_byte_keep_mtime(path, offset: int) -> None:
 
 def checksums(manifest) -> dict[str, str]:
     m = open_manifest(manifest)
-    return dict(connection().execute(f"SELECT path, checksum FROM {m.relation_sql()} WHERE type = 'file'").fetchall())
+    return dict(connect(m).execute(f"SELECT path, checksum FROM {m.relation_sql()} WHERE type = 'file'").fetchall())
 
 
 def test_scan_checksum_column_all_algorithms(tmp_path, dask_client):

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dask_pfs.clusters.security import TlsFiles, check_client_certificate, scheduler_address
+from dask_pfs.clusters.security import TlsFiles, check_client_certificate, scheduler_address, warn_if_open
 from dask_pfs.clusters.stall import abandon_stuck_workers, worker_ttl
 from dask_pfs.clusters.worker_config import DRIVER_CONFIG, TASKS_PER_WORKER, WORKER_CONFIG
 from dask_pfs.errors import PfsError
@@ -186,6 +186,7 @@ def client_of_scheduler(options: ClusterOptions) -> Client:
     else:
         raise PfsError("give --scheduler ADDR, --scheduler-file FILE or PFS_SCHEDULER")
     address = scheduler_address(address, secured=options.security is not None)
+    warn_if_open(address)
     security = options.security
     if isinstance(security, TlsFiles):
         security = security.to_security()

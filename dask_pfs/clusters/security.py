@@ -11,6 +11,7 @@ file path or the PEM text itself (how Airflow connections and Kubernetes Secrets
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -74,6 +75,34 @@ def scheduler_address(address: str, secured: bool) -> str:
     if secured and scheme in ("tcp", "ws"):
         raise PfsError(f"scheduler {address} is not encrypted, but TLS certificates were given: use tls://")
     return address
+
+
+class InsecureSchedulerWarning(UserWarning):
+    """A plain-TCP scheduler reachable from other hosts: whoever reaches it runs code as its workers."""
+
+
+def warn_if_open(address: str) -> None:
+    """Warn (once per address) about a plain ``tcp://``/``ws://`` scheduler that is not on this host's
+    loopback: Dask runs whatever a client sends, so anyone who can reach it runs code as pfs's
+    workers (root, on shared storage).  ``tls://`` with client certificates is the cure."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    scheme, sep, _ = address.partition("://")
+    if sep and scheme not in ("tcp", "ws"):
+        return
+    host = urlsplit(address if sep else f"tcp://{address}").hostname or ""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        warnings.warn(
+            f"scheduler {address} is plain TCP on a network address: anyone who can reach it can run code as "
+            "pfs's workers; use tls:// with client certificates (docs/deploy.md)",
+            InsecureSchedulerWarning,
+            stacklevel=3,
+        )
 
 
 def check_client_certificate(address: str, security: Security | None) -> None:

@@ -17,6 +17,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.remote.client import run_job
 from dask_pfs.remote.driver import JobSpec
 from dask_pfs.runtime.progress import NullProgress, Reporter, describe, human_bytes, make_reporter
+from dask_pfs.runtime.results import shown
 from dask_pfs.runtime.verbosity import verbosity
 
 
@@ -113,6 +114,12 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
 )
 @click.option("--failure-log", help="Parquet file listing failed paths (default: one in the temp dir).")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: only the chunks its journal lacks.")
+@click.option(
+    "--allow-other-root",
+    is_flag=True,
+    help="Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
+    "differ, or its marker records none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @prune_options
 @cluster_options
@@ -136,6 +143,7 @@ def cp_cmd(
     failure_log,
     resume,
     as_json,
+    allow_other_root,
     cluster,
     threads,
     progress,
@@ -205,6 +213,7 @@ def cp_cmd(
             "failure_log": failure_log,
             "resume": resume,
             "prune": prune,
+            "allow_other_root": allow_other_root,
         },
     )
     result: CopyResult = run_job(
@@ -225,7 +234,7 @@ def cp_cmd(
     if result.failed:
         click.echo(f"pfs: {result.failed:,} entries failed (log: {result.log}), e.g.:", err=True)
         for path, error in result.samples[:5]:
-            click.echo(f"  {path}: {error}", err=True)
+            click.echo(f"  {shown(path)}: {shown(error)}", err=True)
         sys.exit(1)
 
 

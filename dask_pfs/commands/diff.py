@@ -8,6 +8,7 @@ import click
 
 from dask_pfs.cli import cli, cluster_options, echo_json
 from dask_pfs.runtime.progress import human_bytes, make_reporter
+from dask_pfs.runtime.results import shown
 
 
 @cli.command("diff")
@@ -50,7 +51,7 @@ def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, thre
         echo_json(result.summary())
     else:
         for path, change in result.samples:
-            click.echo(f"{change:>8}  {path}")
+            click.echo(f"{change:>8}  {shown(path)}")
         click.echo(
             f"{c['added']:,} added ({human_bytes(b['added'])}), {c['removed']:,} removed "
             f"({human_bytes(b['removed'])}), {c['changed']:,} changed ({human_bytes(b['changed'])}), "

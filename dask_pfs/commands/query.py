@@ -20,8 +20,10 @@ from dask_pfs.cli import cli, cluster_options, echo_json, reader_options
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.check import check_parts
 from dask_pfs.manifests.manifest import has_marker, open_manifest
-from dask_pfs.manifests.query import BY_CHOICES, du_sql, run_query, select_sql
-from dask_pfs.manifests.sql import arrow_reader, check_where, connect, write_parquet
+from dask_pfs.manifests.query import BY_CHOICES, du_sql, select_sql
+from dask_pfs.manifests.sql import arrow_reader, check_where, connect, fetch_all, write_parquet
+from dask_pfs.manifests.sql_probe import probe_manifest
+from dask_pfs.manifests.sql_run import deadline
 from dask_pfs.runtime.progress import NullProgress, human_bytes, make_reporter
 
 if TYPE_CHECKING:
@@ -105,7 +107,7 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
         raise PfsError("--format parquet needs -o FILE")
     if remote_driver(cluster, [manifest]):
         spec = JobSpec(f"{__name__}:select_rows", (manifest, where, select, order, limit, allow_incomplete))
-        con = duckdb.connect()
+        con = connect()  # locked too: it reads only the rows registered here
         con.register("rows", run_job(spec, cluster, NullProgress(), inputs=[manifest]))
         con.execute("CREATE TABLE selected AS SELECT * FROM rows")  # a table: cursors see it, not a view
         con.unregister("rows")
@@ -114,17 +116,18 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
         m = _open(manifest, allow_incomplete)
         check_parts(m)  # a damaged part: exit 2 naming it, not rows read wrong
         sql = select_sql(m, where, select, order, limit)
+        probe_manifest(m, sql)  # the user's clauses run to the end in a bounded child first
         con = connect(m)
     if fmt == "parquet":
         write_parquet(con, sql, output)  # pyarrow writes: the locked connection cannot
         return
     if fmt == "table" and not output:
-        rel = run_query(con, sql)
-        _print_table(rel.columns, rel.fetchall())
+        _print_table(*fetch_all(con, sql))
         return
     cur = con.cursor()
     try:
-        cur.execute(sql)  # a bad column fails here, before the output file is opened
+        with deadline(cur):
+            cur.execute(sql)  # a bad column fails here, before the output file is opened
     except duckdb.Error as exc:
         raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
     if output:
@@ -160,7 +163,9 @@ def select_rows(
     """The rows ``pfs query`` selects, as one Arrow table (run on a worker that sees the manifest)."""
     m = open_manifest(manifest, allow_incomplete=allow_incomplete)
     check_parts(m)
-    return arrow_reader(connect(m), select_sql(m, where, select, order, limit)).read_all()
+    sql = select_sql(m, where, select, order, limit)
+    probe_manifest(m, sql)
+    return arrow_reader(connect(m), sql).read_all()
 
 
 def marker(
@@ -173,6 +178,11 @@ def marker(
     """(URL, completion marker) of a manifest, for ``pfs info`` (run where the manifest is seen)."""
     m = open_manifest(manifest)
     return m.url, m.info
+
+
+def _fetch(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
+    with deadline(cur):
+        return cur.fetchmany(10_000)
 
 
 def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
@@ -189,7 +199,7 @@ def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
         else:
             out.write("[")
         first = True
-        while rows := cur.fetchmany(10_000):
+        while rows := _fetch(cur):
             if w is not None:
                 w.writerows([_text(v) for v in r] for r in rows)
                 continue
@@ -286,9 +296,11 @@ def du_rows(
     try:
         m = open_manifest(target)
         rows_sql, total_sql = du_sql(m, by, depth if by == "parent" else None, where), du_sql(m, "type", None, where)
+        if where:
+            probe_manifest(m, rows_sql)
         con = connect(m)
-        rows = run_query(con, rows_sql).fetchall()
-        total = run_query(con, total_sql).fetchall()
+        rows = fetch_all(con, rows_sql)[1]
+        total = fetch_all(con, total_sql)[1]
     finally:
         if tmp is not None:
             tmp.cleanup()

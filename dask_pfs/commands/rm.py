@@ -10,6 +10,7 @@ import click
 from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
 from dask_pfs.errors import PfsError
 from dask_pfs.runtime.progress import ask, human_bytes, make_reporter
+from dask_pfs.runtime.results import shown
 
 if TYPE_CHECKING:
     from dask_pfs.remove.api import RemoveResult
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
 @click.option("--chunk-files", type=click.IntRange(1), default=2000, show_default=True, help="Manifest rows per task.")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: skip the chunks its journal lists.")
 @click.option("--journal", help="Directory for the journal (default: MANIFEST/.pfs-journal-<id>, or the cache).")
+@click.option(
+    "--allow-other-root",
+    is_flag=True,
+    help="Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
+    "differ, or its marker records none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @prune_options
 @cluster_options
@@ -55,6 +62,7 @@ def rm_cmd(
     resume,
     journal,
     as_json,
+    allow_other_root,
     cluster,
     threads,
     progress,
@@ -104,6 +112,7 @@ def rm_cmd(
             "journal": journal,
             "chunk_files": chunk_files,
             "prune": prune,
+            "allow_other_root": allow_other_root,
         },
     )
     result: RemoveResult = run_job(
@@ -143,7 +152,7 @@ def _print(r: RemoveResult) -> None:
         + (f"; {r.resumed:,} chunks done before" if r.resumed else "")
     )
     for path, problem in r.samples[:5]:
-        click.echo(f"  {path}: {problem}", err=True)
+        click.echo(f"  {shown(path)}: {shown(problem)}", err=True)
     if r.log:
         click.echo(f"log of failed and skipped entries: {r.log}", err=True)
     if r.journal:

@@ -8,6 +8,7 @@ import click
 
 from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
 from dask_pfs.runtime.progress import human_bytes, make_reporter
+from dask_pfs.runtime.results import shown
 
 
 @cli.command("scan")
@@ -66,5 +67,5 @@ def scan_cmd(
     if result.failed:
         click.echo(f"pfs: {result.failed:,} entries could not be read, e.g.:", err=True)
         for path, error in result.samples[:5]:
-            click.echo(f"  {path}: {error}", err=True)
+            click.echo(f"  {shown(path)}: {shown(error)}", err=True)
         sys.exit(1)

@@ -10,6 +10,7 @@ import click
 from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
 from dask_pfs.compare.itemize import HELP as ITEMIZE_HELP
 from dask_pfs.runtime.progress import ask, human_bytes, make_reporter
+from dask_pfs.runtime.results import shown
 
 
 @cli.command("sync")
@@ -37,6 +38,12 @@ from dask_pfs.runtime.progress import ask, human_bytes, make_reporter
 @click.option("--update-dst-manifest", is_flag=True, help="Rewrite the DST manifest from the plan (no rescan).")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted sync: its plan, and only unfinished chunks.")
 @click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per copy task.")
+@click.option(
+    "--allow-other-root",
+    is_flag=True,
+    help="Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
+    "differ, or its marker records none).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @prune_options
 @cluster_options
@@ -58,6 +65,7 @@ def sync_cmd(
     resume,
     chunk_files,
     as_json,
+    allow_other_root,
     cluster,
     threads,
     progress,
@@ -115,6 +123,7 @@ def sync_cmd(
             "chunk_files": chunk_files,
             "chunk_bytes": 256 * MiB,
             "prune": prune,
+            "allow_other_root": allow_other_root,
         },
     )
     paths = [dst, src_manifest, dst_manifest, plan]
@@ -140,7 +149,7 @@ def sync_cmd(
     if result.delete_suppressed:
         click.echo(f"pfs: warning: --delete switched off: {result.delete_suppressed}", err=True)
     for path, error in result.samples[:5]:
-        click.echo(f"  {path}: {error}", err=True)
+        click.echo(f"  {shown(path)}: {shown(error)}", err=True)
     sys.exit(result.exit_code)
 
 

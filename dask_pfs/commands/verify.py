@@ -9,6 +9,7 @@ import click
 from dask_pfs.cli import cli, cluster_options, echo_json
 from dask_pfs.errors import PfsError
 from dask_pfs.runtime.progress import make_reporter
+from dask_pfs.runtime.results import shown
 
 
 @cli.command("verify")
@@ -84,7 +85,7 @@ def verify_cmd(
             table.add_column("status")
             table.add_column("path", overflow="fold")
             for path, status in result.samples:
-                table.add_row(status, path)
+                table.add_row(status, shown(path))
             Console(width=200 if not sys.stdout.isatty() else None).print(table)
         click.echo(
             f"verified {result.source} against {result.destination}: {c['same']:,} same, {c['missing']:,} missing, "

@@ -1,8 +1,9 @@
 """The sync plan: two manifests joined on exact path bytes, one action per path, as Parquet.
 
-DuckDB does the FULL OUTER JOIN straight from the part files and streams the result to
-``plan.parquet`` (``COPY ... TO``), so planning a hundred-million-entry tree needs disk, not
-memory.  Actions:
+DuckDB does the FULL OUTER JOIN straight from the part files on a locked connection
+(``dask_pfs.manifests.sql.connect``: it can read the two manifests and write nothing), and pyarrow streams
+the result to ``plan.parquet`` batch by batch, so planning a hundred-million-entry tree needs
+disk, not memory.  Paths reach SQL only as parameters or through ``sql.sql_str``.  Actions:
 
 * ``new``: only in the source;  ``extra``: only in the destination;
 * ``changed``: a file whose size or mtime differ (``checksum=True``: size or content hash;
@@ -23,8 +24,8 @@ from dataclasses import dataclass
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY
-from dask_pfs.manifests.manifest import connection, sql_str
-from dask_pfs.manifests.sql import Filter
+from dask_pfs.manifests.manifest import Manifest
+from dask_pfs.manifests.sql import Filter, connect, sql_str, write_parquet
 from operators.journal import write_atomic
 
 PLAN_FILE = "plan.parquet"
@@ -91,22 +92,23 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool)
 
 
 def write_plan(
-    src_rel: str, dst_rel: str, out: str, *, checksum: bool, compare_mtime: bool, info: dict | None = None
+    src: Manifest, dst: Manifest, out: str, *, checksum: bool, compare_mtime: bool, info: dict | None = None
 ) -> Plan:
-    """Join the two manifest relations and write ``out/plan.parquet`` and ``out/_plan.json``."""
+    """Join the two manifests and write ``out/plan.parquet`` and ``out/_plan.json``."""
     os.makedirs(out, exist_ok=True)
-    con = connection()
     target = os.path.join(out, PLAN_FILE)
     tmp = os.path.join(out, f".{PLAN_FILE}.tmp")
-    sql = plan_sql(src_rel, dst_rel, checksum=checksum, compare_mtime=compare_mtime)
+    con = connect(src, dst, reads=[target])
+    sql = plan_sql(src.relation_sql(), dst.relation_sql(), checksum=checksum, compare_mtime=compare_mtime)
     try:
-        con.execute(f"COPY ({sql}) TO {sql_str(tmp)} (FORMAT parquet, COMPRESSION zstd)")
-    except Exception as exc:  # duckdb.Error
-        raise PfsError(f"sync plan failed: {str(exc).splitlines()[0]}") from None
+        write_parquet(con, sql, tmp)
+    except PfsError as exc:
+        raise PfsError(f"sync plan failed: {exc}") from None
     os.replace(tmp, target)
     rows = con.execute(
-        f"SELECT action, count(*), coalesce(sum(size) FILTER (WHERE src_type = 'file'), 0), "
-        f"count(*) FILTER (WHERE remove_first) FROM read_parquet({sql_str(target)}) GROUP BY action"
+        "SELECT action, count(*), coalesce(sum(size) FILTER (WHERE src_type = 'file'), 0), "
+        "count(*) FILTER (WHERE remove_first) FROM read_parquet(?) GROUP BY action",
+        [target],
     ).fetchall()
     counts = {a: 0 for a in ACTIONS} | {"copy_bytes": 0, "remove_first": 0}
     for action, n, nbytes, first in rows:
@@ -117,6 +119,12 @@ def write_plan(
     info = {**(info or {}), "checksum": checksum, "compare_mtime": compare_mtime, "counts": counts}
     write_atomic(os.path.join(out, PLAN_INFO), json.dumps(info, indent=1, default=str).encode())
     return Plan(out, counts, info)
+
+
+def count(p: Plan, condition: str) -> int:
+    """Rows of the plan matching ``condition`` (pfs's own condition over the plan's columns)."""
+    con = connect(reads=[p.file])
+    return int(con.execute(f"SELECT count(*) FROM read_parquet(?) WHERE {condition}", [p.file]).fetchall()[0][0])
 
 
 def read_plan(out: str) -> Plan | None:

@@ -32,19 +32,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
-from dask_pfs.compare.plan import COPY_ACTIONS, Plan, read_plan, write_plan
+from dask_pfs.compare.plan import COPY_ACTIONS, Plan, count, read_plan, write_plan
 from dask_pfs.compare.sides import Side, manifest_side, scan_sides, with_checksums
 from dask_pfs.copy import MiB, copy
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.manifest import (
-    connection,
     has_marker,
     open_manifest,
     prepare_output,
     remove_manifest_files,
     write_marker,
 )
+from dask_pfs.manifests.sql import connect, write_parquet
 from dask_pfs.remove.api import remove
 from dask_pfs.runtime.journals import ident, pfs_cache
 from dask_pfs.runtime.locking import writer_lock
@@ -114,6 +114,7 @@ def sync(
     chunk_bytes: int = 256 * MiB,
     split_size: int | None = None,
     prune: Prune | None = None,
+    allow_other_root: bool = False,
 ) -> SyncResult:
     """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
 
@@ -122,7 +123,8 @@ def sync(
     :class:`PfsError` (exit code 2, nothing changed) for refused requests, ``max_delete``
     exceeded and a declined confirmation.  ``prune`` applies to both scans (``operators.scan.prune``):
     what it leaves out is neither copied nor deleted.  ``ignore_existing`` copies only new entries:
-    changed and type-changed destination entries are left as they are.
+    changed and type-changed destination entries are left as they are.  ``allow_other_root``: act
+    with manifests whose roots are not the trees they were scanned from (``dask_pfs.manifests.root``).
 
     After a run without failures only the plan stays in the default work directory
     (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
@@ -175,8 +177,8 @@ def sync(
                 "src_errors": sides[0].scanned_errors,
             }
             p = write_plan(
-                sides[0].manifest.relation_sql(),
-                sides[1].manifest.relation_sql(),
+                sides[0].manifest,
+                sides[1].manifest,
                 plan_dir,
                 checksum=bool(algorithm),
                 compare_mtime=not sides[1].flat,
@@ -185,7 +187,8 @@ def sync(
         result = _act(
             client, p, sides, s_loc, d_loc, delete=delete, cap=cap, dry_run=dry_run,
             update=update_dst_manifest, resume=resume, confirm=confirm, threads=threads, progress=progress,
-            limits=(chunk_files, chunk_bytes, split_size), t0=t0, ignore_existing=ignore_existing,
+            limits=(chunk_files, chunk_bytes, split_size), t0=t0, other_root=allow_other_root,
+            ignore_existing=ignore_existing,
         )  # fmt: skip
     if not result.failed:
         _drop_scans(result, None if src_manifest else src_m, None if dst_manifest or update_dst_manifest else dst_m)
@@ -236,7 +239,7 @@ def _sides(
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,
-         limits, t0, ignore_existing=False) -> SyncResult:  # fmt: skip
+         limits, t0, other_root, ignore_existing=False) -> SyncResult:  # fmt: skip
     c = dict(p.counts)
     if ignore_existing:  # changed and type-changed entries stay as they are
         c["remove_first"] = 0  # a type-changed directory stays, with what is below it
@@ -259,7 +262,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             "look deleted at the source; nothing is deleted (fix the errors and sync again)"
         )
         warnings.warn(f"--delete switched off: {result.delete_suppressed}", stacklevel=3)
-    extras = c["extra"] - _count(p, "action = 'extra' AND remove_first")
+    extras = c["extra"] - count(p, "action = 'extra' AND remove_first")
     if result.delete and extras and cap is not None:
         total = c["extra"] + c["unchanged"] + c["changed"] + c["type-changed"]
         cap.check(extras, total, "the sync would delete", "destination entries")
@@ -279,6 +282,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             threads=threads,
             progress=progress,
             storage_options=sides[1].storage_options or None,
+            allow_other_root=other_root,
         )
         removed["first"] = r.summary()
         result.failed += r.failed
@@ -290,6 +294,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             threads=threads,
             progress=progress,
             storage_options=sides[1].storage_options or None,
+            allow_other_root=other_root,
         )
         removed["extras"] = r.summary()
         result.failed += r.failed
@@ -314,6 +319,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             storage_options=sides[0].storage_options or None,
             dst_storage_options=sides[1].storage_options or None,
             resume=resume,
+            allow_other_root=other_root,
         )
         result.copy = copied.summary()
         result.failed += copied.failed
@@ -335,13 +341,9 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
 
 
 def _count_bytes_new(p: Plan) -> int:
+    """Bytes the copy of ``new`` files would move (a dry run's summary)."""
     sql = "SELECT coalesce(sum(size), 0) FROM read_parquet(?) WHERE action = 'new' AND src_type = 'file'"
-    return int(connection().execute(sql, [p.file]).fetchall()[0][0])
-
-
-def _count(p: Plan, condition: str) -> int:
-    sql = f"SELECT count(*) FROM read_parquet('{p.file}') WHERE {condition}"
-    return int(connection().execute(sql).fetchall()[0][0])
+    return int(connect(reads=[p.file]).execute(sql, [p.file]).fetchall()[0][0])
 
 
 def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool) -> None:
@@ -352,7 +354,8 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     they were deleted.
     """
     s, d = open_manifest(src_m), open_manifest(dst_m)
-    con = connection()
+    tmp = os.path.join(d.local_dir, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
+    con = connect(s, d, reads=[p.file, tmp])
     kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
     sql = (
         f"SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime) "
@@ -361,14 +364,14 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
         f"WHERE {p.where(kept)} ORDER BY path"
     )
     name = "part-sync-0000000-0000.parquet"
-    tmp = os.path.join(dst_m, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
-    con.execute(f"COPY ({sql}) TO '{tmp}' (FORMAT parquet, COMPRESSION zstd)")
+    write_parquet(con, sql, tmp)  # pyarrow writes: the locked connection cannot
     counts = con.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
-        f"coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet('{tmp}')"
+        "SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
+        "coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet(?)",
+        [tmp],
     ).fetchall()[0]
     remove_manifest_files(dst_m)
-    os.replace(tmp, os.path.join(dst_m, name))
+    os.replace(tmp, os.path.join(d.local_dir, name))
     info = {
         "root": dst_url,
         "updated_from_plan": p.path,

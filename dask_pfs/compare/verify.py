@@ -24,6 +24,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY, takes_selection
 from dask_pfs.manifests.sql import Filter, where_filter, write_parquet
 from dask_pfs.manifests.sql import connect as locked
+from dask_pfs.manifests.sql_probe import probe
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
@@ -150,6 +151,9 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
     # the where-clause runs only on a locked connection (which may read a selection's file too)
     con = locked(s_side.manifest, d_side.manifest, reads=where.reads if where else ())
     sql = compare_sql(s_side, d_side, where)
+    ms = (s_side.manifest, d_side.manifest)
+    if where is not None and where.user and all(m.is_local for m in ms):  # first in a bounded child
+        probe(f"SELECT count(*) FROM ({sql})", [m.local_dir for m in ms], where.reads)
     try:
         rows = con.execute(f"SELECT status, count(*), sum(src_size) FROM ({sql}) GROUP BY status").fetchall()
         counts = {s: 0 for s in ("same", *STATUSES)}

@@ -40,11 +40,12 @@ from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.check import check_parts
 from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import Manifest, Selection, has_marker, open_manifest, selection_options
+from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.locking import writer_lock
 from dask_pfs.runtime.progress import NullProgress, Reporter
-from dask_pfs.runtime.results import JobResult
+from dask_pfs.runtime.results import JobResult, default_log
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import scan_tree
 from dask_pfs.urls import Location, make_root, resolve, root_times_from
@@ -128,6 +129,7 @@ def copy(
     limits: Limits | None = None,
     stream: bool = True,
     prune: Prune | None = None,
+    allow_other_root: bool = False,
 ) -> CopyResult:
     """Copy ``src`` (scanned first) or the rows of ``manifest`` to ``dst`` (``dask_pfs.copy.target``).
 
@@ -152,6 +154,8 @@ def copy(
     ``stream`` copies while scanning where it can (``dask_pfs.copy.streaming``); False keeps the
     phases strictly one after the other.  ``prune`` leaves entries out of the scan of ``src``
     (``operators.scan.prune``: excludes, includes, a maximum depth, one file system).
+    ``allow_other_root``: copy a manifest's rows from a root that is not the tree it was scanned
+    from (``dask_pfs.manifests.root``; refused, exit 2, otherwise).
     """
     t0 = time.monotonic()
     kept_manifest = os.fspath(manifest_out or manifest or "") or None  # what outlives the call (not a temp scan)
@@ -179,6 +183,7 @@ def copy(
         check_parts(m)  # a damaged part: exit 2 before anything is copied
         selected = _selected(m, selection, cap)
         root = os.fspath(src) if src is not None else m.root
+        check_root(m.info, m.url, root, destructive=False, allow_other=allow_other_root)  # dask_pfs.manifests.root
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     group = group_of(m, target.dst, selection) if m is not None else None
     # one writer per destination (dask_pfs.runtime.locking), or the parts of one manifest's copy (copy.group)
@@ -236,7 +241,7 @@ def copy(
                     dst_options=target.dst.storage_options,
                 )
                 chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
-                log = os.fspath(failure_log) if failure_log else _default_log(token)
+                log = os.fspath(failure_log) if failure_log else default_log("cp", rows_root.url, target.dst.url)
                 done = jr.done() if jr is not None and prior else {}
                 shared = held if group is not None else None
                 return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log, shared)
@@ -316,10 +321,6 @@ def _selected(m: Manifest, selection: Filter | None, cap: Cap | None) -> int:
     if cap is not None:
         cap.check(n, total, "the selection has")
     return n
-
-
-def _default_log(token: str) -> str:
-    return os.path.join(tempfile.gettempdir(), f"pfs-cp-failures-{token}-{uuid.uuid4().hex[:6]}.parquet")
 
 
 def _end_journal(jr: Journal | None, failed: int, target: Target) -> str | None:

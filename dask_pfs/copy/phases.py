@@ -77,6 +77,7 @@ class CopyJob:
         self.streaming = False  # the scan reports progress meanwhile
         self.rows: CopyRows | None = None
         self.group = group  # the shared lock of a part of a group (``copy.group``), else None
+        self.dirs_failed: set[str] = set()
 
     # submitting -----------------------------------------------------------
 
@@ -88,13 +89,17 @@ class CopyJob:
             fn,
             self.spec,
             *args,
-            then=lambda out: self.took(out, cid),
-            failed=lambda exc: self.took(_lost(entries, exc), cid),
+            then=lambda out: self.took(out, cid, kind),
+            failed=lambda exc: self.took(_lost(entries, exc), cid, kind),
             weight=weight,
             kind=kind,
         )
 
-    def took(self, out: Outcome, cid: str | None) -> None:
+    def took(self, out: Outcome, cid: str | None, kind: str = "files") -> None:
+        if kind == "dirs":  # a directory not made (a planted link there) fails once, not again for its metadata
+            self.dirs_failed.update(path for path, _ in out.failures)
+        elif kind == "dirmeta":
+            out.failures = [f for f in out.failures if f[0] not in self.dirs_failed]
         if cid is not None:
             self.big.settle(cid, out)
             if self.journal is not None and not out.failures:
@@ -181,8 +186,12 @@ class CopyJob:
     def in_chunks(self, kind: str, fn: Callable, sql: str, size: int) -> None:
         """``fn(spec, entries)`` over the rows of ``sql`` in chunks of ``size``; wait for all of them."""
         buf: list[Entry] = []
+        last = None
         for batch in self.batches(sql):
             for e in entries_from_batch(batch):
+                if e.out_rel == last:  # a repeated row (in path order: adjacent): made and counted once
+                    continue
+                last = e.out_rel
                 buf.append(e)
                 if len(buf) >= size:
                     self.submit(fn, buf, entries=buf, kind=kind)
@@ -235,7 +244,8 @@ class CopyJob:
         if not self.spec.dst_local:
             return
         assert self.rows is not None
-        rows, ledger, settled = self.rows, None, []
+        rows, ledger = self.rows, None
+        settled: list[str] = []
         if self.group is not None:
             ledger = Ledger(self.group)
             ledger.add(self.where)

@@ -15,7 +15,8 @@ import os
 
 from dask_pfs.copy.phases import CopyJob
 from dask_pfs.copy.rows import META, streamable
-from dask_pfs.manifests.manifest import BATCH_ROWS, Manifest, connection, sql_str
+from dask_pfs.manifests.manifest import BATCH_ROWS, Manifest
+from dask_pfs.manifests.sql import connect
 from operators.copy.plan import Chunk, Planner, entries_from_batch
 
 
@@ -25,18 +26,19 @@ class Streamer:
     def __init__(self, job: CopyJob, manifest_dir: str) -> None:
         self.job = job
         self.manifest_dir = manifest_dir
-        self.con = connection()  # pfs's own SQL over parts of a manifest still being written: no user clause
+        self.con = connect(dirs=[manifest_dir])  # pfs's own SQL over parts of a manifest still being written
         job.start_streaming()
 
     def on_parts(self, parts: list[str]) -> None:
         """``parts``: names of part files in the manifest directory."""
         for name in parts:
-            sql = (  # one file: rows in stored order
-                f"SELECT {META}, link_target, link_target_raw FROM read_parquet("
-                f"{sql_str(os.path.join(self.manifest_dir, name))}) WHERE {streamable(self.job.limits.split_size)}"
+            sql = (  # one file (a parameter): rows in stored order
+                f"SELECT {META}, link_target, link_target_raw FROM read_parquet(?) "
+                f"WHERE {streamable(self.job.limits.split_size)}"
             )
             planner = Planner(self.job.limits, split=False)
-            batches = self.con.cursor().sql(sql).to_arrow_reader(BATCH_ROWS)
+            cur = self.con.cursor()
+            batches = cur.sql(sql, params=[os.path.join(self.manifest_dir, name)]).to_arrow_reader(BATCH_ROWS)
             items = [c for batch in batches for e in entries_from_batch(batch) for c in planner.add(e)]
             chunks = [c for c in [*items, *planner.finish()] if isinstance(c, Chunk)]  # no ranges: split=False
             self.job.stream_part(name, iter(chunks))

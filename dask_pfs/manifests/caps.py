@@ -35,6 +35,8 @@ class Cap:
         limit = cap.count if cap.count is not None else cap.percent
         if limit is not None and limit < 0:
             raise PfsError(f"{option}: must not be negative: {value!r}")
+        if cap.percent is not None and not cap.percent <= 100:  # also NaN: a cap that caps nothing
+            raise PfsError(f"{option}: a percentage must be at most 100%: {value!r}")
         return cap
 
     def check(self, n: int, total: int, doing: str, whole: str = "manifest rows") -> None:

@@ -9,6 +9,7 @@ stream, out of core, in DuckDB.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -22,15 +23,18 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 import pyarrow as pa
 
-from dask_pfs.errors import IncompleteManifestError, PfsError, QueryError
+from dask_pfs.errors import IncompleteManifestError, OutputError, PfsError, QueryError
 from dask_pfs.manifests.caps import Cap
-from dask_pfs.manifests.sql import Filter, sql_str, where_filter, write_parquet
+from dask_pfs.manifests.root import check_root, root_identity
+from dask_pfs.manifests.sql import Filter, sql_str, utf8, where_filter, write_parquet
 from dask_pfs.manifests.sql import connect as locked
+from dask_pfs.manifests.sql_probe import probe_manifest
+from dask_pfs.manifests.sql_run import deadline
 from dask_pfs.version import __version__
 from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
-    import duckdb
+    pass
 
 JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directory (docs/journal.md)
 BATCH_ROWS = 20_000  # rows per record batch streamed out of DuckDB
@@ -68,7 +72,7 @@ class Manifest:
     @property
     def table_name(self) -> str:
         """The name a manifest on an object store is registered under (``dask_pfs.manifests.sql.connect``)."""
-        return "pfs_manifest_" + hashlib.sha1(self.url.encode()).hexdigest()[:12]
+        return "pfs_manifest_" + hashlib.sha1(self.url.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
     @property
     def parts_glob(self) -> str:
@@ -109,7 +113,10 @@ class Manifest:
             if filename:
                 raise PfsError(f"{self.url}: the part of each row is known only for local manifests")
             return self.table_name
-        return f"read_parquet({sql_str(self.parts_glob)}{', filename = true' if filename else ''})"
+        extra = ", filename = true" if filename else ""
+        if any(c in self.local_dir for c in "*?[{"):  # a glob character in the directory's name: list the parts
+            return f"read_parquet([{', '.join(sql_str(f) for f in files)}]{extra})"
+        return f"read_parquet({sql_str(self.parts_glob)}{extra})"
 
     # As frames (``dask_pfs.manifests.frames``): filter with Dask, pandas or pyarrow, then pass the result to
     # copy/remove/verify as ``selection=``.
@@ -140,16 +147,6 @@ class Manifest:
         return to_dask(self, columns, **read_parquet)
 
 
-def connection() -> duckdb.DuckDBPyConnection:
-    """A plain connection for pfs's own SQL (plans, its own outputs); never for a user's clause."""
-    import duckdb
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
-    return con
-
-
 class Selection:
     """The rows of a manifest (or of one Parquet file pfs wrote) that ``where`` selects.
 
@@ -167,6 +164,8 @@ class Selection:
         self.where = str(self.filter) if self.filter else None
         self.relation = manifest.relation_sql()
         self.con = locked(manifest, reads=self.filter.reads if self.filter else ())
+        if self.filter is not None and self.filter.user:  # a clause pfs did not write: first in a bounded child
+            probe_manifest(manifest, self.sql("count(*)"), self.filter.reads)
 
     @classmethod
     def of_file(cls, path: str) -> Selection:
@@ -192,7 +191,8 @@ class Selection:
         import duckdb
 
         try:
-            return self.con.execute(sql).fetchall()
+            with deadline(self.con):
+                return self.con.execute(sql).fetchall()
         except duckdb.Error as exc:
             raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
 
@@ -221,11 +221,19 @@ class Selection:
         """Stream the result of ``sql`` in record batches of at most ``rows`` rows."""
         import duckdb
 
+        cur = self.con.cursor()
         try:
-            reader = self.con.cursor().sql(sql).to_arrow_reader(rows)
+            with deadline(cur):
+                reader = cur.sql(sql).to_arrow_reader(rows)
+            while True:
+                with deadline(cur):  # each batch is computed as it is read: bounded one by one
+                    try:
+                        batch = reader.read_next_batch()
+                    except StopIteration:
+                        return
+                yield batch
         except duckdb.Error as exc:
             raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
-        yield from reader
 
     def write(self, sql: str, path: str) -> int:
         """Write the result of ``sql`` to the Parquet file ``path`` (the locked connection cannot)."""
@@ -270,7 +278,7 @@ def open_manifest(
 
     ``storage_options`` open a manifest on an object store (credentials, endpoint); the
     :class:`Manifest` keeps them for its later reads."""
-    url = os.fspath(url)
+    url = utf8(os.fspath(url))
     fs, path = _fs(url, storage_options)
     if not fs.isdir(path):
         raise PfsError(f"{url}: no such manifest directory")
@@ -293,6 +301,7 @@ def open_manifest(
 
 def prepare_output(url: str, overwrite: bool, storage_options: dict | None = None) -> None:
     """Make the output directory, refusing to clobber an existing manifest unless ``overwrite``."""
+    utf8(url)  # pyarrow and DuckDB take only UTF-8 names: refused here, not in every worker
     fs, path = _fs(url, storage_options)
     path = path.rstrip("/")
     if fs.exists(path):
@@ -314,7 +323,10 @@ def prepare_output(url: str, overwrite: bool, storage_options: dict | None = Non
             for p in existing:  # journals of jobs on the old manifest (an interrupted scan, an rm)
                 if os.path.basename(p.rstrip("/")).startswith(JOURNAL_PREFIX):
                     fs.rm(p, recursive=True)
-    fs.makedirs(path, exist_ok=True)
+    try:
+        fs.makedirs(path, exist_ok=True)
+    except OSError as exc:  # a read-only or full parent: one line, exit 2 (nothing done yet)
+        raise PfsError(f"{url}: cannot create the output directory: {exc.strerror or exc}") from None
 
 
 def remove_manifest_files(url: str, keep: set[str] | None = None, storage_options: dict | None = None) -> int:
@@ -340,13 +352,31 @@ def write_marker(url: str, info: dict[str, Any], storage_options: dict | None = 
         "host": socket.gethostname(),
         **info,
     }
+    if "root_identity" not in info:  # what binds the manifest to its tree (dask_pfs.manifests.root)
+        info["root_identity"] = root_identity(info.get("root"))
     final = f"{path.rstrip('/')}/{MARKER_NAME}"
     data = json.dumps(info, indent=2, sort_keys=False, default=str)
-    if fs.protocol in ("file", "local") or "file" in fs.protocol:
-        tmp = final + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(data)
-        os.replace(tmp, final)
-    else:
-        with fs.open(final, "w") as f:
-            f.write(data)
+    tmp = final + ".tmp"
+    try:
+        if fs.protocol in ("file", "local") or "file" in fs.protocol:
+            with open(tmp, "w") as f:
+                f.write(data)
+            os.replace(tmp, final)
+        else:
+            with fs.open(final, "w") as f:
+                f.write(data)
+    except OSError as exc:  # a full disk, a directory made read-only meanwhile: exit 1, resumable
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(
+            f"{url}: the manifest's marker could not be written ({exc.strerror or exc}); its parts are kept: "
+            "fix that, then run the same command with --resume"
+        ) from None
+
+
+def check_manifest_root(
+    url: str, storage_options: dict | None = None, *, destructive: bool, allow_other: bool = False
+) -> None:
+    """``root.check_root`` for the manifest at ``url`` and the root its marker names."""
+    m = open_manifest(url, storage_options=storage_options)
+    check_root(m.info, m.url, destructive=destructive, allow_other=allow_other)

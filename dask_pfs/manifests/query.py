@@ -8,12 +8,12 @@ writes are checked by ``dask_pfs.manifests.sql`` and run on its locked connectio
 from __future__ import annotations
 
 from dask_pfs.errors import PfsError
-from dask_pfs.manifests.manifest import Manifest, connection
+from dask_pfs.manifests.manifest import Manifest
 from dask_pfs.manifests.sql import check_where, run_query, select_sql
 
 BY_CHOICES = ("parent", "uid", "gid", "type", "ext", "depth")
-# connection is manifest.py's, run_query and select_sql are sql.py's (Manifest.query runs them too)
-__all__ = ["BY_CHOICES", "connection", "du_sql", "run_query", "select_sql"]
+# run_query and select_sql are sql.py's (Manifest.query runs them too)
+__all__ = ["BY_CHOICES", "du_sql", "run_query", "select_sql"]
 
 
 def du_sql(manifest: Manifest, by: str = "parent", depth: int | None = None, where: str | None = None) -> str:

@@ -32,17 +32,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from dask_pfs.errors import PfsError
+from dask_pfs.manifests.sql_run import apply as apply_limits
+from dask_pfs.manifests.sql_run import arrow_reader, fetch_all, write_parquet
 
 if TYPE_CHECKING:
     import duckdb
-    import pyarrow as pa
 
     from dask_pfs.manifests.manifest import Manifest
 
 # Scalar functions that read the host rather than the row (the DuckDB shell's getenv): never in a clause
 OUTSIDE_FUNCTIONS = frozenset({"getenv"})
 ROWS = "pfs_rows"  # the table name clauses are parsed against (never created)
-BATCH_ROWS = 100_000
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,10 @@ def _check(text: Any, option: str, kind: str, wanted: str) -> str | None:
         return None
     if not isinstance(text, str):
         raise PfsError(f"{option} must be a string of SQL, got {type(text).__name__}")
-    reason = _refusal(text, kind)
+    try:
+        reason = _refusal(text, kind)
+    except RecursionError:
+        reason = "it is nested too deeply"
     if reason:
         raise PfsError(f"{option} refused: {reason}; it must be {wanted}")
     return text.strip() + "\n"  # a trailing -- comment ends here, not in pfs's SQL after it
@@ -127,10 +130,18 @@ def _refusal(text: str, kind: str) -> str | None:
         return "it reaches beyond its clause (LIMIT, OFFSET...)"
     if any(_walk_subqueries([node[c] for c in changes])):
         return "subqueries are not allowed (a filter reads only the manifest's own rows)"
-    outside = sorted(_walk_functions([node[c] for c in changes]) & OUTSIDE_FUNCTIONS)
+    called = _walk_functions([node[c] for c in changes])
+    outside = sorted(called & OUTSIDE_FUNCTIONS)
     if outside:  # refused here, not left to whichever functions a DuckDB build or extension provides
         return f"{outside[0]}() reads outside the manifest (a filter reads only the manifest's own rows)"
+    hidden = sorted(n for n in called if n in _SETTINGS_FUNCTIONS or n.startswith(("duckdb_", "pragma_")))
+    if hidden:
+        return f"{', '.join(hidden)}() reads DuckDB's settings or catalog, not the manifest's rows"
     return None
+
+
+# functions that expose DuckDB's own state (settings, paths, catalog), refused like subqueries
+_SETTINGS_FUNCTIONS = {"current_setting", "getvariable", "getenv", "which_secret", "current_schemas"}
 
 
 def _has_semicolon(text: str) -> bool:
@@ -229,8 +240,10 @@ def _first_line(exc: BaseException) -> str:
 # ---------------------------------------------------------------- the locked connection
 
 
-def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection that can read these manifests (and the files ``reads``) and nothing else.
+def connect(*manifests: Manifest, reads: Iterable[str] = (), dirs: Iterable[str] = ()) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that can read these manifests (and the files ``reads``, the directories
+    ``dirs``) and nothing else, with bounded memory, threads and time (``dask_pfs.manifests.sql_run``).  Every
+    connection pfs opens is one of these, for its own SQL (plans, diffs, counts) too.
 
     A local manifest is read from its directory (``Manifest.relation_sql``); one on an object
     store is registered as a pyarrow dataset under the name its ``relation_sql`` gives.
@@ -240,17 +253,20 @@ def connect(*manifests: Manifest, reads: Iterable[str] = ()) -> duckdb.DuckDBPyC
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
-    dirs: list[str] = []
+    allowed = [os.path.abspath(d).rstrip("/") + "/" for d in dirs]
     tables = {}
     for m in manifests:
         if m.is_local:
-            dirs.append(m.local_dir.rstrip("/") + "/")
+            allowed.append(m.local_dir.rstrip("/") + "/")
         else:
             tables[m.table_name] = m.dataset()
             con.register(m.table_name, tables[m.table_name])
     paths = [os.path.abspath(p) for p in reads]
-    if dirs:
-        con.execute("SET allowed_directories = ?", [dirs])
+    for place in allowed + paths:
+        utf8(place)
+    apply_limits(con)
+    if allowed:
+        con.execute("SET allowed_directories = ?", [allowed])
     if paths:
         con.execute("SET allowed_paths = ?", [paths])
     con.execute("SET enable_external_access = false")
@@ -275,37 +291,21 @@ class _Registered:
         return getattr(self._con, name)
 
 
-def arrow_reader(con: duckdb.DuckDBPyConnection, sql: str, rows: int = BATCH_ROWS) -> pa.RecordBatchReader:
-    """The result of ``sql`` as Arrow batches; a DuckDB error becomes a one-line PfsError."""
-    import duckdb
-
+def utf8(place: str) -> str:
+    """``place`` if DuckDB can be given it (valid UTF-8), else a one-line PfsError."""
     try:
-        return con.cursor().sql(sql).to_arrow_reader(rows)
-    except duckdb.Error as exc:
-        raise PfsError(f"query failed: {_first_line(exc)}") from None
-
-
-def write_parquet(con: duckdb.DuckDBPyConnection, sql: str, path: str, storage_options: dict | None = None) -> int:
-    """Write the result of ``sql`` to the Parquet file ``path`` (pyarrow does the writing: the
-    connection itself cannot write); returns the rows written."""
-    import fsspec
-    import pyarrow.parquet as pq
-
-    reader = arrow_reader(con, sql)
-    rows = 0
-    with (
-        fsspec.open(path, "wb", **(storage_options or {})) as f,
-        pq.ParquetWriter(f, reader.schema, compression="zstd") as writer,
-    ):
-        for batch in reader:
-            writer.write_batch(batch)
-            rows += batch.num_rows
-    return rows
+        place.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PfsError(
+            f"{place.encode('utf-8', 'backslashreplace').decode()}: not valid UTF-8 (DuckDB cannot read it)"
+        ) from None
+    return place
 
 
 def sql_str(s: str) -> str:
-    """A DuckDB string literal."""
-    return "'" + s.replace("'", "''") + "'"
+    """A DuckDB string literal: the one quoting helper, for table expressions pasted into pfs's own
+    SQL (a list of part files, a manifest's glob).  Single values are parameters (``?``) instead."""
+    return "'" + utf8(s).replace("'", "''") + "'"
 
 
 # ---------------------------------------------------------------- pfs query (and Manifest.query)
@@ -346,9 +346,11 @@ __all__ = [
     "check_select",
     "check_where",
     "connect",
+    "fetch_all",
     "run_query",
     "select_sql",
     "sql_str",
+    "utf8",
     "where_filter",
     "write_parquet",
 ]

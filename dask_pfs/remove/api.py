@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from dask_pfs.clusters.client import ClusterOptions
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import takes_selection
-from dask_pfs.manifests.manifest import selection_options
+from dask_pfs.manifests.manifest import check_manifest_root, selection_options
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.remove.job import CHUNK, Removal, RemoveResult, RemoveTuning
 from dask_pfs.runtime.limits import Limits, concurrency_report
@@ -60,6 +60,7 @@ def remove(
     journal: str | os.PathLike | bool | None = None,
     chunk_files: int = CHUNK,
     prune: Prune | None = None,
+    allow_other_root: bool = False,
 ) -> RemoveResult:
     """Remove the tree ``url``, or the rows of ``manifest`` selected by ``where`` and/or ``selection``
     (a frame of manifest rows: Dask, pandas, pyarrow, DuckDB, or a saved Parquet path; ``dask_pfs.manifests.frames``).
@@ -79,6 +80,9 @@ def remove(
 
     ``prune`` (tree mode; ``operators.scan.prune``) leaves entries in place: excluded ones, those below
     ``max_depth`` or on another file system are not listed or unlinked, and their directories stay.
+
+    With ``manifest``, its marker must name an absolute root that is the very tree it was scanned
+    from (``dask_pfs.manifests.root``); ``allow_other_root`` lifts that (a restored copy, a remount).
     """
     if (url is None) == (manifest is None):
         raise PfsError("give either a URL or --manifest, not both")
@@ -102,6 +106,7 @@ def remove(
     )
     try:
         if manifest is not None:
+            check_manifest_root(os.fspath(manifest), storage_options, destructive=True, allow_other=allow_other_root)
             ready = job.prepare_manifest(os.fspath(manifest), selection, cap, log, storage_options)
         else:
             assert url is not None  # exactly one of them, checked above

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -24,7 +23,8 @@ from dask_pfs.remove.tree_count import describe_tree
 from dask_pfs.runtime.journals import same_job
 from dask_pfs.runtime.progress import Reporter, human_bytes
 from dask_pfs.runtime.results import JobResult, ProblemLog
-from dask_pfs.runtime.submitter import Submitter, WalkTuning, new_run_id, walk_frontier
+from dask_pfs.runtime.results import default_log as job_log
+from dask_pfs.runtime.submitter import Submitter, WalkTuning, walk_frontier
 from dask_pfs.urls import Location, probe, pruned_at, refuse_target, resolve
 from operators.journal import Journal
 from operators.names import decode
@@ -161,7 +161,9 @@ class Removal:
                 jr.remove()
                 return False
             raise PfsError(f"{loc.url}: no such file or directory")
-        self._log(log, os.path.join(tempfile.gettempdir(), f"pfs-rm-failures-{new_run_id()}.parquet"))
+        if found.kind != "link":
+            refuse_target(loc, self.force)
+        self._log(log, job_log("rm", loc.url) if not self.dry_run else "")
         if found.kind == "directory":
             self.spec = self._spec(loc)
             self._ask(lambda: f"Remove {loc.url} and everything below it{describe_tree(loc)}?")

@@ -31,7 +31,7 @@ def cache_dir(ident: str) -> str:
 
 def ident(*parts: str) -> str:
     """The id of a job: a short hash of what makes two runs the same job."""
-    return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:12]
+    return hashlib.sha1("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
 def journal_dir(loc: Location, job_id: str) -> str:

@@ -161,7 +161,7 @@ def _acquire(path: str, key: str, what: str, url: str, group: str | None = None)
             if group is not None:
                 note += f", {GROUP_TAG}{group}"
             os.ftruncate(fd, 0)
-            os.pwrite(fd, note.encode(), 0)
+            os.pwrite(fd, note.encode("utf-8", "surrogateescape"), 0)
             if group is not None:
                 fcntl.flock(fd, fcntl.LOCK_SH)  # now others of the group may join (we hold the gate)
     return fd

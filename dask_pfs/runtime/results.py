@@ -15,6 +15,7 @@ Airflow provider report any of them the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,6 +52,28 @@ class JobResult:
     def summary(self) -> dict[str, Any]:
         """Everything as plain data (``--json``, XCom), with ``exit_code``."""
         return {**asdict(self), "exit_code": self.exit_code}
+
+
+def shown(text: object) -> str:
+    """``text`` safe to print on one line: control characters (a newline in a file name could fake
+    output lines, an escape sequence could rewrite the terminal) shown as Python escapes."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in s)
+
+
+def default_log(job: str, *names: str) -> str:
+    """Where a job's failure log goes unless told: one file per job (the same ``job`` and ``names``,
+    e.g. the same source and destination), in pfs's cache directory beside its journals, replaced
+    by each run, so logs never pile up in /tmp.  A stale one from an earlier run is removed now."""
+    from dask_pfs.runtime.journals import ident, pfs_cache
+
+    path = pfs_cache("logs", f"{job}-{ident(*names)}-failures.parquet")
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return path
 
 
 class ProblemLog:

@@ -26,7 +26,8 @@ import contextlib
 import os
 from typing import Any, NamedTuple
 
-from operators.copy.ends import FsspecDestination, LocalSource, source_of
+from operators.copy.fsspec_destination import FsspecDestination
+from operators.copy.sources import LocalSource, source_of
 from operators.copy.spec import CopySpec, Entry, Outcome, remote_path
 from operators.ratelimit import take_bytes, take_ops
 

@@ -81,8 +81,14 @@ class Planner:
         self.split = split
         self.open: list[Entry] = []
         self.open_bytes = 0
+        self.last: bytes | None = None
 
     def add(self, entry: Entry) -> Iterator[Chunk | BigFile]:
+        """``entry`` into the open chunk (or a big file of its own); rows come in path order, so a row
+        repeated in the manifest (damaged or forged) is adjacent to the first and dropped: copied once."""
+        if entry.out_rel == self.last:
+            return
+        self.last = entry.out_rel
         size = (entry.size or 0) if entry.kind == "file" else 0
         if self.split and entry.kind == "file" and size > self.limits.split_size:
             yield BigFile(entry, ranges(size, self.limits.split_size))

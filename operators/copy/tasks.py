@@ -1,12 +1,14 @@
 """Copy tasks: directories, chunks of files, byte ranges of big files, hard links, metadata.
 
 Engine-free: the driver (``dask_pfs.copy``) ships these functions to workers; how each end reads
-or writes is ``operators.copy.ends``.  Every file is written under a temporary name and renamed
-into place once its data and metadata are complete, so a reader never sees a partial file under
-its real name and a killed task leaves only temp files, which the next run's directory phase
-removes (:func:`make_dirs`).  Per-entry failures are returned, never raised, so one bad file does
-not fail (and retry) a chunk of 500; whole-task failures (a dead worker) are retried by the
-engine, which is safe because every task is idempotent.
+or writes is ``operators.copy.sources`` and the destinations (``copy.local_destination``: every
+write relative to a descriptor below the pinned root, ``operators.copy.pinned``;
+``copy.fsspec_destination``).  Every file is written under a temporary name and renamed into
+place once its data and metadata are complete, so a reader never sees a partial file under its
+real name and a killed task leaves only temp files, which the next run's directory phase removes
+(:func:`make_dirs`).  Per-entry failures are returned, never raised, so one bad file does not
+fail (and retry) a chunk of 500; whole-task failures (a dead worker) are retried by the engine,
+which is safe because every task is idempotent.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from operators.copy.ends import Destination, LocalDestination, destination_of, source_of
+from operators.copy.destination import Destination
+from operators.copy.fsspec_destination import FsspecDestination
+from operators.copy.local_destination import LocalDestination
+from operators.copy.sources import source_of
 from operators.copy.spec import TEMP_MARK, CopySpec, Entry, Outcome, temp_name
 from operators.core.pool import get_pool
 
@@ -34,6 +39,10 @@ __all__ = [
     "set_dir_meta",
     "temp_name",
 ]
+
+
+def destination_of(spec: CopySpec) -> LocalDestination | FsspecDestination:
+    return LocalDestination(spec) if spec.dst_local else FsspecDestination(spec)
 
 
 def _each(spec: CopySpec, items: list[T], fn: Callable[[T], object]) -> list[object]:
@@ -60,12 +69,22 @@ def make_dirs(spec: CopySpec, dirs: list[Entry]) -> Outcome:
     out = Outcome()
     if not spec.dst_has_dirs:
         return out
-    dst = destination_of(spec)
-    for e, result in zip(dirs, _each(spec, dirs, dst.make_dir), strict=True):
+    dst, src = destination_of(spec), source_of(spec)
+
+    def make(e: Entry) -> bool:
+        if src.kind_now(e) not in ("directory", None):  # a row that says directory for a file (forged)
+            raise NotADirectoryError(f"the manifest says directory, the source holds a {src.kind_now(e)}; not made")
+        return dst.make_dir(e)
+
+    try:
+        results = _each(spec, dirs, make)
+    finally:
+        dst.close()
+    for e, result in zip(dirs, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
         else:
-            out.dirs += 1
+            out.dirs += 1  # made, or a real directory already there (never one reached through a link)
     return out
 
 
@@ -75,7 +94,11 @@ def set_dir_meta(spec: CopySpec, dirs: list[Entry]) -> Outcome:
     if not spec.dst_local:
         return out
     src, dst = source_of(spec), LocalDestination(spec)
-    for e, result in zip(dirs, _each(spec, dirs, lambda e: dst.set_meta(src, e)), strict=True):
+    try:
+        results = _each(spec, dirs, lambda e: dst.set_meta(src, e))
+    finally:
+        dst.close()
+    for e, result in zip(dirs, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
     return out
@@ -89,7 +112,10 @@ def copy_files(spec: CopySpec, entries: list[Entry]) -> Outcome:
     out = Outcome()
     dst = destination_of(spec)
     entries = _safe(dst, entries, out)
-    results = dst.copy_batch(source_of(spec), entries, get_pool(spec.threads, spec.storage))
+    try:
+        results = dst.copy_batch(source_of(spec), entries, get_pool(spec.threads, spec.storage))
+    finally:
+        dst.close()
     for e, result in zip(entries, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
@@ -120,7 +146,11 @@ def _safe(dst: Destination, entries: list[Entry], out: Outcome) -> list[Entry]:
 
 def existing_verdict(spec: CopySpec, e: Entry) -> str:
     """``"copy"``, ``"skip"`` (identical file there) or an error message (exists and differs)."""
-    return destination_of(spec).verdict(e)
+    dst = destination_of(spec)
+    try:
+        return dst.verdict(e)
+    finally:
+        dst.close()
 
 
 # ---------------------------------------------------------------- big files in ranges (local destinations)
@@ -133,15 +163,18 @@ def copy_part(spec: CopySpec, e: Entry, offset: int, length: int) -> str:
     message when the destination already exists.
     """
     dst = LocalDestination(spec)
-    if spec.check_existing:
-        check = dst.ancestors()
-        problem = check.ancestor_problem(e.out_rel) if check is not None else None
-        if problem is not None:
-            return f"destination {problem}; not written"
-        verdict = dst.verdict(e)
-        if verdict != "copy":
-            return verdict
-    dst.write_range(source_of(spec), e, offset, length)
+    try:
+        if spec.check_existing:
+            check = dst.ancestors()
+            problem = check.ancestor_problem(e.out_rel) if check is not None else None
+            if problem is not None:
+                return f"destination {problem}; not written"
+            verdict = dst.verdict(e)
+            if verdict != "copy":
+                return verdict
+        dst.write_range(source_of(spec), e, offset, length)
+    finally:
+        dst.close()
     return "copied"
 
 
@@ -155,12 +188,15 @@ def finish_file(spec: CopySpec, e: Entry, *parts: str) -> Outcome:
         else:
             out.fail(e.out_rel, next(v for v in verdicts if v not in ("copied", "skip")))
         return out
+    dst = LocalDestination(spec)
     try:
-        LocalDestination(spec).finish(source_of(spec), e)
+        dst.finish(source_of(spec), e)
         out.files += 1
         out.bytes += e.size or 0
     except Exception as exc:
         out.fail(e.out_rel, exc)
+    finally:
+        dst.close()
     return out
 
 
@@ -173,7 +209,11 @@ def link_files(spec: CopySpec, pairs: list[tuple[Entry, bytes]]) -> Outcome:
     dst = LocalDestination(spec)
     kept = {e.rel for e in _safe(dst, [p[0] for p in pairs], out)}
     pairs = [p for p in pairs if p[0].rel in kept]
-    for (e, _), result in zip(pairs, _each(spec, pairs, lambda p: dst.link(*p)), strict=True):
+    try:
+        results = _each(spec, pairs, lambda p: dst.link(*p))
+    finally:
+        dst.close()
+    for (e, _), result in zip(pairs, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
         elif result == "skip":

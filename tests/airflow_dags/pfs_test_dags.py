@@ -18,10 +18,10 @@ LOCAL = {"pfs_dask_conn_id": "pfs_local", "progress_interval": 0}
 def count_rows(result: dict) -> dict:
     """Read the manifest the scan wrote (the XCom holds only its URI and counts)."""
     from dask_pfs import open_manifest
-    from dask_pfs.manifests.query import connection
+    from dask_pfs.manifests.sql import connect
 
     manifest = open_manifest(result["manifest"])
-    rows = connection().execute(f"SELECT count(*) FROM {manifest.relation_sql()}").fetchall()[0][0]
+    rows = connect(manifest).execute(f"SELECT count(*) FROM {manifest.relation_sql()}").fetchall()[0][0]
     return {"rows": rows, "entries": result["entries"]}
 
 

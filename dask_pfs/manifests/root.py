@@ -1,0 +1,84 @@
+"""A manifest bound to the tree it was scanned from: the root's identity in its marker, checked before use.
+
+A manifest names its root by path (``_manifest.json``'s ``root``), and a path can come to name
+another tree: a copy made with ``cp -a`` (same names, sizes and times), a remount, a marker edited
+by whoever can write the manifest directory.  rm would then delete the other tree's files, since
+every row still matches what is there.  So the marker records the root's identity when it is
+written (``st_dev``, ``st_ino`` and the file system id ``statvfs().f_fsid``), and rm, cp and sync
+with ``--manifest`` compare it with the live root before acting (:func:`check_root`):
+
+* another tree (any of the three differs): refused, exit 2, unless ``allow_other_root``;
+* a relative root: refused always (it would resolve against whatever the current directory is);
+* a marker without identity (an older pfs, or a root that did not exist yet): rm refuses unless
+  ``allow_other_root``; cp and sync warn (they read that tree; rm deletes in it).
+
+What this proves, and what not (docs/reliability.md, threat model): that the live root is the very
+directory the scan saw (the same inode on the same file system), not that the manifest is honest.
+Whoever can write the marker can also write the identity of another tree into it; against that,
+keep manifests where only the job's owner can write.  Object-store roots have no identity: skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import fsspec
+
+from dask_pfs.errors import PfsError
+
+OPTION = "--allow-other-root"
+
+
+def _local_path(root: str) -> str | None:
+    """The local path of ``root``, or None for a root on another file system (object store, sftp)."""
+    if fsspec.utils.get_protocol(root) not in ("file", "local"):
+        return None
+    return root.removeprefix("file://")
+
+
+def root_identity(root: Any) -> dict[str, int] | None:
+    """``{"dev", "ino", "fsid"}`` of a local root as it is now (None: not local, or not there)."""
+    path = _local_path(str(root)) if root else None
+    if path is None:
+        return None
+    try:
+        s, v = os.stat(path), os.statvfs(path)
+    except OSError:
+        return None
+    return {"dev": s.st_dev, "ino": s.st_ino, "fsid": int(v.f_fsid)}
+
+
+def check_root(info: dict, url: str, root: str | None = None, *, destructive: bool, allow_other: bool = False) -> None:
+    """Refuse (PfsError, exit 2) to act on ``root`` (default: the marker's) with the manifest ``url``
+    when the live root is not the tree its marker recorded (see the module docstring)."""
+    marked = info.get("root")
+    target = root or marked
+    if not target or _local_path(str(target)) is None:
+        return
+    if marked and _local_path(str(marked)) is not None and not os.path.isabs(_local_path(str(marked)) or ""):
+        raise PfsError(f"{url}: its marker names a relative root ({marked!r}); refusing (a root must be absolute)")
+    recorded = info.get("root_identity")
+    if recorded is None:
+        if allow_other:
+            return
+        message = (
+            f"{url}: its marker records no root identity (an older pfs, or edited), so {target} cannot be "
+            f"checked to be the tree that was scanned"
+        )
+        if destructive:
+            raise PfsError(f"{message}; rescan it, or pass {OPTION}")
+        warnings.warn(message, stacklevel=3)
+        return
+    live = root_identity(target)
+    if live is None:
+        return  # not there: the job reports the missing root in its own words
+    if any(live.get(k) != recorded.get(k) for k in ("dev", "ino", "fsid")) and not allow_other:
+        raise PfsError(
+            f"{target} is not the tree manifest {url} was scanned from (device, inode or file system id differ: "
+            f"another copy, a remount or an edited marker); rescan it, or pass {OPTION}"
+        )
+
+
+__all__ = ["OPTION", "check_root", "root_identity"]

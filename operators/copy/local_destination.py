@@ -1,0 +1,356 @@
+"""A local (or mounted) destination: every write relative to a directory held open below a pinned root.
+
+Files from a local source go to the native core in one call per chunk (``operators._native.cp_files``,
+``native/src/copy.rs``), which opens every parent down from the root with ``O_NOFOLLOW``; everything
+else here (directories, their metadata, symlinks, special files, files from fsspec, byte ranges of
+big files, hard links) goes through :class:`operators.copy.pinned.PinnedRoot`: created, chmod'ed, timed
+and renamed relative to the parent's descriptor, so a symlink planted in the destination fails
+that entry and is never followed.  Every file is written under a temporary name in its directory
+(``copy_spec.temp_name``) and renamed into place once data and metadata are complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat as st
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+import operators._native as _native
+from operators.copy.destination import Destination
+from operators.copy.pinned import PinnedRoot
+from operators.copy.sources import LocalSource, Source
+from operators.copy.spec import CopySpec, Entry, local_path, temp_name
+from operators.core.concurrency import fanned
+from operators.names import check_relative
+from operators.ratelimit import bytes_capped, ops_capped, take_bytes, take_ops
+from operators.safety import AncestorCheck
+
+CORE_BATCH = 64  # files per native call when a cap paces them (else a whole chunk per call)
+CP_COPIED, CP_SKIP, CP_ERROR, CP_DIFFERS, CP_NO_PARENT = range(5)  # cp_files status codes (native/src/copy.rs)
+_NO_PARENT = FileNotFoundError("the destination directory does not exist yet")  # a streamed copy makes it
+
+
+class LocalDestination(Destination):
+    """A local or mounted tree: temp names, renames, metadata on open files, hard links."""
+
+    local = True
+    has_dirs = True
+
+    def __init__(self, spec: CopySpec) -> None:
+        self.spec = spec
+        self._root: PinnedRoot | None = None
+
+    @property
+    def root(self) -> PinnedRoot:
+        """The destination root, opened on first use and held until :meth:`close`."""
+        if self._root is None:
+            self._root = PinnedRoot(self.spec.dst_root)
+        return self._root
+
+    def close(self) -> None:
+        if self._root is not None:
+            self._root.close()
+            self._root = None
+
+    def path(self, rel: bytes) -> bytes:
+        return local_path(self.spec.dst_root, rel)
+
+    def _temp(self, rel: bytes) -> bytes:
+        """The temp name of ``rel``, relative to the root."""
+        head, _, name = rel.rpartition(b"/")
+        tmp = temp_name(name, self.spec.token)
+        return head + b"/" + tmp if head else tmp
+
+    def ancestors(self) -> AncestorCheck | None:
+        """Into an existing destination, a check that no directory above an entry became a symlink."""
+        return AncestorCheck(os.fsencode(self.spec.dst_root)) if self.spec.check_existing else None
+
+    # directories ------------------------------------------------------------
+
+    def make_dir(self, e: Entry) -> bool:
+        """Owner-writable for now (its real mode comes last); an existing one loses the stale temp
+        files of interrupted runs, before any file task of this run starts.  A symlink where the
+        directory or one of its parents should be fails the entry (``PlantedLinkError``)."""
+        made = self.root.make_dir(check_relative(e.out_rel), 0o700)
+        if not made and self.spec.check_existing:
+            self.root.remove_stale_temps(e.out_rel, keep=self.spec.token)
+        return made
+
+    def set_meta(self, src: Source, e: Entry) -> None:
+        """Mode, ownership and times of a directory (after everything inside it was written), on the
+        directory's own descriptor opened ``O_NOFOLLOW`` below the pinned root."""
+        if e.rel:
+            e = src.fresh(e)
+        owner = None
+        if self.spec.preserve and e.uid is not None and os.geteuid() == 0:
+            owner = (e.uid, e.gid if e.gid is not None else -1)
+        times = (e.atime_ns or e.mtime_ns, e.mtime_ns) if e.mtime_ns is not None else None
+        self.root.dir_meta(e.out_rel, mode=e.mode, times_ns=times, owner=owner)
+
+    def make_parent(self, e: Entry) -> bool:
+        """Make sure the destination directory of ``e`` exists (owner-writable: its real mode comes
+        last), so the copy can be tried once more (a streamed copy: files come as the walk lists
+        them, before anything made their directories).  Made relative to the pinned root."""
+        self.root.make_parents(check_relative(e.out_rel), 0o700)
+        return True
+
+    # what is there ------------------------------------------------------------
+
+    def same(self, e: Entry) -> bool | None:
+        try:
+            with self.root.parent(check_relative(e.out_rel)) as (fd, name):
+                s = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if e.kind == "symlink" and not self.spec.follow_symlinks:
+                    return st.S_ISLNK(s.st_mode) and os.readlink(name, dir_fd=fd) == e.link_target
+        except FileNotFoundError:  # the entry, or its directory, is not there yet
+            return None
+        return (
+            st.S_ISREG(s.st_mode)
+            and s.st_size == e.size
+            and (e.mtime_ns is None or s.st_mtime_ns // 1000 == e.mtime_ns // 1000)
+        )
+
+    # files ----------------------------------------------------------------------
+
+    def copy_batch(self, src: Source, entries: list[Entry], pool: Executor) -> list[str | BaseException]:
+        """From a local source, the chunk's regular files go to the native core in one call; the rest
+        (symlinks, special files, files from fsspec) one by one on the pool, below the pinned root."""
+        if not isinstance(src, LocalSource):
+            return super().copy_batch(src, entries, pool)
+        files = [i for i, e in enumerate(entries) if e.kind == "file"]
+        others = [i for i, e in enumerate(entries) if e.kind != "file"]
+        results: list[str | BaseException] = ["skip"] * len(entries)
+        for i, result in zip(others, super().copy_batch(src, [entries[i] for i in others], pool), strict=True):
+            results[i] = result
+        for i, result in zip(files, self.copy_local([entries[i] for i in files]), strict=True):
+            results[i] = result
+        return results
+
+    def copy_local(self, entries: list[Entry], retry: bool = True) -> list[str | BaseException]:
+        """Regular files from a local source, in the native core (``cp_files``): ``file``, ``skip``
+        or the error, per entry.  With an ops/s or bandwidth cap, their tokens are taken per
+        ``CORE_BATCH`` files before the call."""
+        spec = self.spec
+        rels = [check_relative(e.rel) for e in entries]  # never '..': the core opens what it is given
+        outs = [check_relative(e.out_rel) for e in entries]
+        temps = [temp_name(out.rpartition(b"/")[2], spec.token) for out in outs]
+        sizes, mtimes = [e.size for e in entries], [e.mtime_ns for e in entries]
+        on_exist = {"error": 0, "skip": 1, "overwrite": 2, "ignore": 3}[spec.on_exist]
+        src_root, dst_root = os.fsencode(spec.src_root), os.fsencode(spec.dst_root)
+        step = CORE_BATCH if ops_capped() or bytes_capped() else max(1, len(entries))
+        results: list[str | BaseException] = []
+        for lo in range(0, len(entries), step):
+            hi = min(len(entries), lo + step)
+            take_ops(hi - lo)
+            take_bytes(sum(size or 0 for size in sizes[lo:hi]))
+
+            def call(fan: int, lo: int = lo, hi: int = hi) -> tuple[bytes, list[int]]:
+                return _native.cp_files(
+                    src_root,
+                    dst_root,
+                    rels[lo:hi],
+                    outs[lo:hi],
+                    temps[lo:hi],
+                    sizes[lo:hi],
+                    mtimes[lo:hi],
+                    spec.follow_symlinks,
+                    spec.preserve,
+                    spec.inplace,
+                    spec.check_existing,
+                    on_exist,
+                    umask(),
+                    fan,
+                )
+
+            status, errnos = fanned(spec.threads, hi - lo, call)
+            for e, code, err in zip(entries[lo:hi], status, errnos, strict=True):
+                results.append(self._result(e, code, err))
+        again = [i for i, r in enumerate(results) if r is _NO_PARENT]
+        if again and retry and spec.make_parents:
+            for i in again:
+                self.make_parent(entries[i])
+            for i, result in zip(again, self.copy_local([entries[i] for i in again], retry=False), strict=True):
+                results[i] = result
+        return [FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT)) if r is _NO_PARENT else r for r in results]
+
+    def _result(self, e: Entry, code: int, err: int) -> str | BaseException:
+        """What the core's status code (``native/src/copy.rs``) means for ``e``."""
+        if code == CP_COPIED:
+            return "file"
+        if code == CP_SKIP:
+            return "skip"
+        if code == CP_DIFFERS:
+            return FileExistsError(self.differs(e))
+        if code == CP_NO_PARENT:
+            return _NO_PARENT
+        return OSError(err, os.strerror(err))
+
+    def write_file(self, src: Source, e: Entry) -> None:
+        """One file (a symlink copied as its target, ``-L``): from a local source in the core, else
+        downloaded into a temp file created relative to its held parent."""
+        if isinstance(src, LocalSource):
+            result = self.copy_local([e])[0]
+            if isinstance(result, BaseException):
+                raise result
+            return
+        out = check_relative(e.out_rel)
+        with self.root.parent(out) as (pfd, name):
+            tmp = name if self.spec.inplace else temp_name(name, self.spec.token)
+            try:
+                fd, _ = self.create_at(pfd, tmp, 0o600)
+                try:
+                    e = src.fill(self, e, fd)
+                finally:
+                    os.close(fd)
+                if e.mtime_ns is not None:  # after close: NFS flushes on close
+                    os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns), dir_fd=pfd, follow_symlinks=False)
+                if tmp != name:
+                    os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+            except BaseException:
+                _unlink_at(pfd, tmp)
+                raise
+
+    def symlink(self, src: Source, e: Entry) -> str:
+        e = src.fresh(e)
+        with self.root.parent(check_relative(e.out_rel)) as (pfd, name):
+            tmp = temp_name(name, self.spec.token)
+            _unlink_at(pfd, tmp)
+            os.symlink(e.link_target or b"", tmp, dir_fd=pfd)
+            self._into_place(pfd, tmp, name, e, lambda: self._own(pfd, tmp, e))
+        return "symlink"
+
+    def special(self, src: Source, e: Entry) -> str | BaseException:
+        """FIFOs are recreated; device nodes only by root with ``preserve``; sockets are skipped."""
+        if e.mode is None:
+            return "skip"
+        e = src.fresh(e)
+        mode = e.mode or 0
+        root = self.spec.preserve and os.geteuid() == 0
+        device = src.device(e) if (st.S_ISCHR(mode) or st.S_ISBLK(mode)) and root else None
+        if not st.S_ISFIFO(mode) and device is None:
+            return "skip"
+        with self.root.parent(check_relative(e.out_rel)) as (pfd, name):
+            tmp = temp_name(name, self.spec.token)
+            _unlink_at(pfd, tmp)
+            if device is not None:
+                os.mknod(tmp, mode, device, dir_fd=pfd)
+            else:
+                os.mkfifo(tmp, 0o600, dir_fd=pfd)
+
+            def meta() -> None:
+                self._own(pfd, tmp, e)
+                os.chmod(tmp, st.S_IMODE(mode), dir_fd=pfd)  # a FIFO or device node just made: not a link
+
+            self._into_place(pfd, tmp, name, e, meta)
+        return "file"
+
+    def _into_place(self, pfd: int, tmp: bytes, name: bytes, e: Entry, meta: Callable[[], None]) -> None:
+        """Metadata and times on ``tmp`` (never following it), then the rename to ``name``."""
+        try:
+            meta()
+            if e.mtime_ns is not None:
+                os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns), dir_fd=pfd, follow_symlinks=False)
+            os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        except BaseException:
+            _unlink_at(pfd, tmp)
+            raise
+
+    def _own(self, pfd: int, name: bytes, e: Entry) -> None:
+        if self.spec.preserve and e.uid is not None and os.geteuid() == 0:
+            os.chown(name, e.uid, e.gid if e.gid is not None else -1, dir_fd=pfd, follow_symlinks=False)
+
+    def create_at(self, pfd: int, name: bytes, mode: int) -> tuple[int, int]:
+        """A new file ``name`` in the directory ``pfd`` (a leftover of an earlier attempt is replaced),
+        never through a link; returns the descriptor and the mode it was created with."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, mode & 0o777, dir_fd=pfd)
+        except FileExistsError:
+            os.unlink(name, dir_fd=pfd)
+            fd = os.open(name, flags, mode & 0o777, dir_fd=pfd)
+        return fd, mode & 0o777 & ~umask()
+
+    def fd_meta(self, fd: int, e: Entry, created_mode: int | None = None) -> None:
+        """Ownership and mode; the chmod is skipped when creating the file already gave that mode."""
+        chown = self.spec.preserve and e.uid is not None and os.geteuid() == 0
+        if chown:
+            os.fchown(fd, e.uid or 0, e.gid if e.gid is not None else -1)  # before chmod: chown clears set-id bits
+        mode = st.S_IMODE(e.mode) if e.mode is not None else 0o644
+        if chown or mode != created_mode:
+            os.fchmod(fd, mode)
+
+    # big files in ranges, and hard links --------------------------------------
+
+    def write_range(self, src: Source, e: Entry, offset: int, length: int) -> None:
+        """One byte range of ``e`` into its temp file at the same offset; the temp file is created by
+        whichever range runs first and extended to the full size (a hole), so ranges land in any order."""
+        with self.root.parent(check_relative(e.out_rel)) as (pfd, name):
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            dfd = os.open(temp_name(name, self.spec.token), flags, 0o600, dir_fd=pfd)
+        try:
+            if not st.S_ISREG(os.fstat(dfd).st_mode):
+                raise OSError(errno.EINVAL, "the temp file is not a regular file")
+            if os.fstat(dfd).st_size < (e.size or 0):
+                os.ftruncate(dfd, e.size or 0)  # only ever grows: bytes already written stay below the old size
+            src.read_range(e, dfd, offset, length)
+        finally:
+            os.close(dfd)
+
+    def finish(self, src: Source, e: Entry) -> None:
+        """Every range of ``e`` is in its temp file: size, metadata, then the rename."""
+        e = src.fresh(e, follow=self.spec.follow_symlinks)
+        with self.root.parent(check_relative(e.out_rel)) as (pfd, name):
+            tmp = temp_name(name, self.spec.token)
+            fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+            try:
+                os.ftruncate(fd, e.size or 0)
+                self.fd_meta(fd, e)
+            finally:
+                os.close(fd)
+            if e.mtime_ns is not None:
+                os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns), dir_fd=pfd, follow_symlinks=False)
+            os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+
+    def link(self, e: Entry, first: bytes) -> str:
+        """Hard-link ``e`` to the already copied ``first``; ``skip`` when it already is."""
+        out = check_relative(e.out_rel)
+        with self.root.parent(out) as (pfd, name), self.root.parent(check_relative(first)) as (tfd, tname):
+            if self.spec.check_existing:
+                try:
+                    s = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+                    t = os.stat(tname, dir_fd=tfd, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+                else:
+                    if (s.st_dev, s.st_ino) == (t.st_dev, t.st_ino):
+                        return "skip"
+                    verdict = self.verdict(e)
+                    if verdict not in ("copy", "skip"):
+                        raise FileExistsError(verdict)
+            tmp = temp_name(name, self.spec.token)
+            _unlink_at(pfd, tmp)
+            os.link(tname, tmp, src_dir_fd=tfd, dst_dir_fd=pfd, follow_symlinks=False)
+            os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        return "link"
+
+
+def _unlink_at(pfd: int, name: bytes) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=pfd)
+
+
+def umask() -> int:
+    """The process's umask (read once: reading it means setting it)."""
+    global _UMASK
+    if _UMASK is None:
+        _UMASK = os.umask(0o022)
+        os.umask(_UMASK)
+    return _UMASK
+
+
+_UMASK: int | None = None
+
+__all__ = ["CORE_BATCH", "LocalDestination", "umask"]

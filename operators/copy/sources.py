@@ -1,0 +1,136 @@
+"""Where a copy reads: a local tree (descriptors, kernel-side copies) or one read through fsspec.
+
+One class per kind of storage, chosen once per task from the spec (:func:`source_of`); the
+destinations (``copy_local_destination``, ``copy_fsspec_destination``) ask a source for an
+entry's fresh metadata, its bytes or a byte range.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat as st
+from typing import TYPE_CHECKING
+
+import fsspec
+
+from operators.copy.kernel import copy_range, is_sparse
+from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
+
+if TYPE_CHECKING:
+    from operators.copy.local_destination import LocalDestination
+
+STREAM_BLOCK = 16 << 20
+
+
+def fs_of(protocol: str, options: dict) -> fsspec.AbstractFileSystem:
+    return fsspec.filesystem(protocol, **options)
+
+
+class LocalSource:
+    """A local or mounted tree; files opened relative to their open parent directory."""
+
+    local = True
+
+    def __init__(self, spec: CopySpec) -> None:
+        self.spec = spec
+
+    def path(self, rel: bytes) -> bytes:
+        return local_path(self.spec.src_root, rel)
+
+    def fresh(self, e: Entry, follow: bool = False) -> Entry:
+        """``e`` with the metadata the source has now (the manifest's when it cannot be read)."""
+        try:
+            return with_stat(e, os.stat(self.path(e.rel), follow_symlinks=follow))
+        except OSError:
+            return e
+
+    def kind_now(self, e: Entry) -> str | None:
+        """What the source holds at ``e`` now, not following a link (None: nothing, or unreadable)."""
+        try:
+            mode = os.lstat(self.path(e.rel)).st_mode
+        except OSError:
+            return None
+        if st.S_ISDIR(mode):
+            return "directory"
+        return "file" if st.S_ISREG(mode) else "symlink" if st.S_ISLNK(mode) else "other"
+
+    def kind_followed(self, e: Entry) -> str:
+        s = os.stat(self.path(e.rel))
+        return "file" if st.S_ISREG(s.st_mode) else "directory" if st.S_ISDIR(s.st_mode) else "other"
+
+    def device(self, e: Entry) -> int | None:
+        return os.lstat(self.path(e.rel)).st_rdev
+
+    def read_range(self, e: Entry, dfd: int, offset: int, length: int) -> None:
+        """Copy ``[offset, offset+length)`` of ``e`` to the same offsets of ``dfd``."""
+        sfd = os.open(self.path(e.rel), os.O_RDONLY | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW))
+        try:
+            s = os.fstat(sfd)
+            copy_range(sfd, dfd, offset, length, is_sparse(s), (s.st_dev, 0))
+        finally:
+            os.close(sfd)
+
+    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str) -> None:
+        """Upload ``e`` to ``target`` on ``fs``."""
+        fs.put_file(os.fsdecode(self.path(e.rel)), target)
+
+
+class FsspecSource:
+    """A tree read through fsspec (object stores, sftp, ...); whole files or byte ranges."""
+
+    local = False
+
+    def __init__(self, spec: CopySpec) -> None:
+        self.spec = spec
+        self.fs = fs_of(spec.src_protocol, spec.src_options)
+
+    def path(self, rel: bytes) -> str:
+        return remote_path(self.spec.src_root, rel)
+
+    def fresh(self, e: Entry, follow: bool = False) -> Entry:
+        return e  # the manifest's metadata: nothing cheaper to ask
+
+    def kind_now(self, e: Entry) -> str | None:
+        return None  # not asked: object stores have no directories to forge
+
+    def kind_followed(self, e: Entry) -> str:
+        return "file"
+
+    def device(self, e: Entry) -> int | None:
+        return None
+
+    def fill(self, dst: LocalDestination, e: Entry, fd: int) -> Entry:
+        """Download ``e`` into the new local file open as ``fd`` (created by the destination relative to
+        its held parent, never through a link), with its mode."""
+        with self.fs.open(self.path(e.rel), "rb") as f, os.fdopen(os.dup(fd), "wb") as g:
+            shutil.copyfileobj(f, g, STREAM_BLOCK)
+        dst.fd_meta(fd, e)
+        return e
+
+    def read_range(self, e: Entry, dfd: int, offset: int, length: int) -> None:
+        src = self.path(e.rel)
+        pos, end = offset, offset + length
+        while pos < end:
+            data = self.fs.cat_file(src, start=pos, end=min(end, pos + STREAM_BLOCK))
+            if not data:
+                break
+            view = memoryview(data)
+            done = 0
+            while done < len(data):
+                done += os.pwrite(dfd, view[done:], pos + done)
+            pos += len(data)
+
+    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str) -> None:
+        with self.fs.open(self.path(e.rel), "rb") as f, fs.open(target, "wb") as g:
+            shutil.copyfileobj(f, g, STREAM_BLOCK)
+
+
+Source = LocalSource | FsspecSource
+
+
+def source_of(spec: CopySpec) -> Source:
+    return LocalSource(spec) if spec.src_local else FsspecSource(spec)
+
+
+__all__ = ["STREAM_BLOCK", "FsspecSource", "LocalSource", "Source", "fs_of", "source_of"]
