@@ -8,13 +8,17 @@ else ``$XDG_RUNTIME_DIR/pfs-locks``, else ``/tmp/pfs-<uid>/locks``) keyed by wha
 directory: nothing is left in the copied tree or the manifest, and a lock file of a killed run
 needs no cleaning (the kernel drops a dead process's ``flock``).  It guards the jobs one user drives
 from one host; ``PFS_LOCK_DIR`` on a shared file system with working ``flock`` (NFSv4, Lustre)
-widens that to every host and user that sets it.  Re-entrant within a process: ``sync`` holds its
+widens that to every host the same user (uid) runs on.  The directory must belong to the user and
+be writable by no one else, and lock files are opened with ``O_NOFOLLOW`` and must be the user's
+regular files: anything else is refused (exit 2), so nobody else can point a lock at a file or hold
+it forever (docs/journal.md, "Who may write where").  Re-entrant within a process: ``sync`` holds its
 destination while the copy it runs takes the same lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -24,7 +28,7 @@ import time
 from collections.abc import Iterator
 
 from .errors import PfsError
-from .journals import ident
+from .journals import check_private_dir, ident
 from .urls import Location
 
 
@@ -87,9 +91,27 @@ def writer_lock(loc: Location, what: str) -> Iterator[None]:
                     os.close(fd)  # drops the flock
 
 
+def _open_lock(path: str) -> int:
+    """Open (or create) a lock file in a directory of this user that others cannot write, never
+    through a symlink, and only a regular file of this user: a planted link or another user's file
+    is refused (exit 2), never written through or held for someone else."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, 0o700, exist_ok=True)
+    check_private_dir(directory, "the lock directory (PFS_LOCK_DIR)")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        why = "a symlink" if exc.errno == errno.ELOOP else exc.strerror
+        raise PfsError(f"{path}: cannot open the lock file ({why}); refusing") from None
+    s = os.fstat(fd)
+    if not stat.S_ISREG(s.st_mode) or s.st_uid != os.getuid() or s.st_nlink != 1:
+        os.close(fd)
+        raise PfsError(f"{path}: the lock file is not a regular file of this user; refusing")
+    return fd
+
+
 def _acquire(path: str, key: str, what: str, url: str) -> int:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = _open_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

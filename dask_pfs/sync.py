@@ -130,6 +130,7 @@ def sync(
     with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
+            _check_plan(p, s_loc, d_loc, src_m, dst_m)
             sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]
             sides.append(manifest_side(p.info["dst_manifest"], d_loc.url, dst_storage_options))
             sides[0].scanned_errors = int(p.info.get("src_errors", 0))
@@ -252,6 +253,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         )
         removed["first"] = r.summary()
         result.failed += r.failed
+        result.resumed += r.resumed
     if result.delete and extras:
         r = remove(
             manifest=dst_m,
@@ -263,6 +265,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         )
         removed["extras"] = r.summary()
         result.failed += r.failed
+        result.resumed += r.resumed
         c["deleted"] = r.counts["removed_files"] + r.counts["removed_dirs"]
     copied = None
     if any(c[a] for a in COPY_ACTIONS):
@@ -285,6 +288,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         )
         result.copy = copied.summary()
         result.failed += copied.failed
+        result.resumed += copied.resumed
         result.samples.extend(copied.samples[:10])
         c["copied_files"] = copied.counts["files"]
         c["copied_bytes"] = copied.counts["bytes"]
@@ -300,6 +304,18 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             c["dst_manifest_updated"] = True
     result.seconds = round(time.monotonic() - t0, 3)
     return result
+
+
+def _check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str) -> None:
+    """A plan read back names this sync's own source, destination and manifests (exit 2 otherwise):
+    what it would copy from or remove through is never taken from the file."""
+    want = {"src": s_loc.url, "dst": d_loc.url}
+    for key, value in want.items():
+        if p.info.get(key) != value:
+            raise PfsError(f"{p.path}: the plan of another sync ({key} {p.info.get(key)!r}); not resuming it")
+    for key, path in (("src_manifest", src_m), ("dst_manifest", dst_m)):
+        if os.path.abspath(str(p.info.get(key, "")).removeprefix("file://")) != os.path.abspath(path):
+            raise PfsError(f"{p.path}: the plan names {key} {p.info.get(key)!r}, not {path}; not resuming it")
 
 
 def _count(p: Plan, condition: str) -> int:

@@ -18,6 +18,7 @@ ranges of a big file.  The journal is deleted when a run ends without failures.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from operators.copy import CopySpec
 from operators.copy_plan import ChunkLimits
-from operators.journal import Journal
+from operators.journal import Journal, canonical
 from operators.mounts import is_network
 from operators.prune import Prune
 
@@ -38,6 +39,7 @@ from ..caps import Cap
 from ..cluster import ClusterOptions
 from ..errors import PfsError
 from ..frames import takes_selection
+from ..journals import check_options, job_token, plain, read_job, records
 from ..limits import Limits, concurrency_report
 from ..locking import writer_lock
 from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
@@ -175,25 +177,53 @@ def copy(
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     with writer_lock(target.dst, "copy into"):  # one writer per destination (dask_pfs.locking)
         live = manifest is None
-        jr = target.journal(journal, src, manifest, where_text if prune is None else json.dumps(prune.describe()))
-        prior = jr.job() if jr is not None and resume else {}
+        what = (
+            os.fspath(src) if src is not None else "",
+            os.fspath(manifest) if manifest else "",
+            (where_text or "") if prune is None else json.dumps(prune.describe()),
+            target.dst.url,
+        )
+        jr = target.journal(journal, what)
+        prior = read_job(jr) if jr is not None and resume else {}
         if jr is not None and not resume and jr.exists:
             logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
             jr.remove()
-        token = prior.get("token") or uuid.uuid4().hex[:12]
-        if manifest is None and prior.get("manifest") and has_marker(prior["manifest"]):
-            manifest = prior["manifest"]  # the interrupted run's scan: same rows, same chunks
+        bound = {
+            "--manifest": manifest_identity(m),
+            "--manifest-out": os.fspath(manifest_out) if manifest_out else None,
+            "--where": where_text,
+            "--exclude/--include/--max-depth/--one-file-system": prune.describe() if prune else None,
+            "--chunk-files": chunk_files,
+            "--chunk-bytes": chunk_bytes,
+            "--split-size": split_size,
+            "part_size": part_size,
+            "--dereference": follow_symlinks,
+            "--overwrite": overwrite,
+            "--skip-existing": skip_existing,
+            "--preserve": preserve,
+            "--inplace": inplace,
+            "--stream": stream,
+        }
+        if prior:
+            if prior.get("job") != "cp" or prior.get("dst") != target.dst.url:
+                raise PfsError(f"{jr.path}: the journal of another job; not resuming it")  # type: ignore[union-attr]
+            check_options(prior, bound, "copy")
+        # temp names come from what the job is, never from a file in the destination
+        token = job_token(*what) if jr is not None else uuid.uuid4().hex[:12]
+        own_scan = os.fspath(manifest_out) if manifest_out else os.path.join(jr.path, "manifest") if jr else None
+        if manifest is None and prior and own_scan and has_marker(own_scan):
+            manifest = own_scan  # the interrupted run's scan: same rows, same chunks
             m = open_manifest(manifest)
         elif jr is not None and manifest is None and manifest_out is None:
-            manifest_out = os.path.join(jr.path, "manifest")
+            manifest_out = own_scan
         # a resumed run streams again when the first did: the same chunks get the same ids (see streaming)
         streaming = stream and live and (bool(prior.get("streamed")) if prior else target.streamable(manifest_out))
         journal_job = {
-            "token": token,
-            "manifest": os.fspath(manifest or manifest_out or ""),
+            "job": "cp",
             "dst": target.dst.url,
             "streamed": streaming,
             "where": where_text,
+            "options": plain(bound),
         }
 
         def begin_journal() -> None:
@@ -227,7 +257,7 @@ def copy(
                 )
                 chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
                 log = os.fspath(failure_log) if failure_log else _default_log(token)
-                done = jr.done() if jr is not None and prior else {}
+                done = records(jr) if jr is not None and prior else {}
                 return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log)
 
             job = new_job(target.src, streamed=True) if streaming else None
@@ -268,6 +298,9 @@ def copy(
             finally:
                 if jr is not None:
                     jr.close()
+            lost = job.unaccounted() if prior else 0
+            if lost:  # a resume must account for every selected entry before its journal goes
+                job.fail([("", "failed", f"resume: {lost} selected entries were neither copied nor journaled")])
             kept = _end_journal(jr, job.failed, target)
             counts = job.counts()
             return CopyResult(
@@ -296,6 +329,13 @@ def _selected(m: Manifest, selection: Filter | None, cap: Cap | None) -> int:
     if cap is not None:
         cap.check(n, total, "the selection has")
     return n
+
+
+def manifest_identity(m: Manifest | None) -> str | None:
+    """A given manifest, by its URL and a digest of its completion marker (a rescan changes it)."""
+    if m is None:
+        return None
+    return f"{m.url}#{hashlib.sha256(canonical(m.info)).hexdigest()[:16]}"
 
 
 def _default_log(token: str) -> str:
