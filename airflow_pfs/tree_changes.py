@@ -85,10 +85,11 @@ def load_baseline(manifest: str) -> Baseline | None:
     if started is None:  # the marker went since it was opened: a rescan is rewriting the manifest
         return None
     sql = select_sql(m, where="type = 'directory'", select="path, path_raw, epoch_us(mtime)")
-    rows = run_query(connect(m), sql)
+    rows = run_query(connect(m), sql).fetch_record_batch(BATCH)
     baseline = Baseline(manifest, m.root, int(started * 1_000_000))
-    while batch := rows.fetchmany(BATCH):
-        for path, raw, mtime in batch:
+    for batch in rows:
+        cols = batch.to_pydict()
+        for path, raw, mtime in zip(*cols.values(), strict=True):
             rel = raw if raw is not None else path.encode("utf-8")
             try:
                 check_relative(rel)

@@ -15,6 +15,7 @@ a different one is refused (exit 2, naming the option; :func:`check_options`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -78,10 +79,8 @@ def journal_key() -> bytes:
     """This user's journal key (32 random bytes, made once) from a 0700 directory of the cache."""
     keys = pfs_cache("keys")
     os.makedirs(os.path.dirname(keys), exist_ok=True)
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(keys, 0o700)
-    except FileExistsError:
-        pass
     check_private_dir(keys, "the journal key directory")
     if stat.S_IMODE(os.lstat(keys).st_mode) & 0o077:
         raise PfsError(f"{keys}: the journal key directory must be mode 700")

@@ -23,8 +23,8 @@ import pyarrow as pa
 from operators.journal import Journal, file_digest
 from operators.remove import batch_rels
 
-from .errors import PfsError
 from .caps import Cap
+from .errors import PfsError
 from .journals import cache_dir, ident, journal_dir, open_journal, read_job, records, same_job
 from .manifest import Selection, locked
 from .urls import Location, resolve

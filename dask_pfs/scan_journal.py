@@ -20,8 +20,8 @@ from typing import Any
 
 from operators.journal import ForgedJournalError, Journal
 from operators.names import UnsafePathError, check_relative
-from operators.schema import PART_PREFIX, PART_SUFFIX
 from operators.scan_task import ChunkResult
+from operators.schema import PART_PREFIX, PART_SUFFIX
 from operators.walk import DirItem, Tally
 
 from .errors import PfsError

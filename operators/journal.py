@@ -15,6 +15,7 @@ that does not verify raises :class:`ForgedJournalError`.  See docs/journal.md.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -50,10 +51,8 @@ def _fsync_dir(path: str) -> None:
 def write_atomic(path: str, data: bytes) -> None:
     """Write ``path`` so that a reader (or a run after a crash) sees the old or the new file, whole."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # never write through a name someone planted (a link to another file)
-    except FileNotFoundError:
-        pass
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with open(fd, "wb") as f:
         f.write(data)

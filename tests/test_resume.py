@@ -14,12 +14,13 @@ import pyarrow.dataset as ds
 import pytest
 
 from dask_pfs import PfsError, remove, scan
+from dask_pfs.journals import open_journal
 from dask_pfs.rm_journal import cache_dir, tree_journal
 from dask_pfs.scan import ScanTuning
 from dask_pfs.scan_journal import decode_item, encode_item
 from dask_pfs.urls import resolve
 from operators.copy import TEMP_MARK
-from dask_pfs.journals import open_journal
+from operators.journal import Journal
 from tests.conftest import PFS, REPO, make_balanced, make_tree, run_pfs, tree_digest
 
 MiB = 1 << 20
