@@ -140,7 +140,9 @@ def rm_setup(tmp_path: Path, dask_client) -> tuple[Path, Path, Path]:
     tree = make_tree(tmp_path / "tree", {f"d{i}/f{j}": "x" for i in range(2) for j in range(1, 6)})
     m = tmp_path / "M"
     scan(tree, m, client=dask_client)
-    jdir = Path(journal_dir(resolve(str(m)), ident("rm", resolve(str(m)).url, Selection(open_manifest(m), WHERE).where)))
+    jdir = Path(
+        journal_dir(resolve(str(m)), ident("rm", resolve(str(m)).url, Selection(open_manifest(m), WHERE).where))
+    )
     return tree, m, jdir
 
 
@@ -149,11 +151,12 @@ WHERE = "name = 'f1'"
 
 def every_row(m: Path, out: Path) -> str:
     """A selection.parquet holding every row of the manifest, as a planted one would."""
-    sel = Selection(open_manifest(m))
-    from dask_pfs.rm_journal import SELECTION_ORDER
+    import pyarrow.dataset as ds
 
-    sql = sel.sql("path, path_raw, type, size, mtime, depth, error", order=SELECTION_ORDER)
-    pq.write_table(sel.con.execute(sql).fetch_arrow_table(), out)
+    rows = ds.dataset(str(m), format="parquet").to_table(
+        columns=["path", "path_raw", "type", "size", "mtime", "depth", "error"]
+    )
+    pq.write_table(rows, out)
     from operators.journal import file_digest
 
     return file_digest(str(out))
@@ -179,7 +182,8 @@ def test_rm_selection_signed_but_not_a_subset_is_refused(tmp_path, dask_client):
     tree, m, jdir = rm_setup(tmp_path, dask_client)
     before = state(tree)
     jr = open_journal(jdir)
-    job = {"job": "rm", "mode": "manifest", "manifest": str(m), "where": WHERE, "root": str(tree), "chunk_files": 500}
+    where = Selection(open_manifest(m), WHERE).where  # as pfs writes it
+    job = {"job": "rm", "mode": "manifest", "manifest": str(m), "where": where, "root": str(tree), "chunk_files": 500}
     jr.start(job)
     digest = every_row(m, jdir / "selection.parquet")
     jr.rewrite_job({**job, "selection": "0" * 64})  # not this file
@@ -207,7 +211,13 @@ def test_forged_scan_frontier_is_refused(tmp_path, dask_client, signed):
     t = resolve(str(tree))
     jr = open_journal(journal_dir(resolve(str(m)), ident("scan", t.url, resolve(str(m)).url)))
     sj.start(jr, t.url, str(m), None)
-    line = {"id": "0000000", "given": [{"b": ""}], "parts": [], "tally": {}, "frontier": [[{"b": "Li4vLi4vZXRj"}, None]]}
+    line = {
+        "id": "0000000",
+        "given": [{"b": ""}],
+        "parts": [],
+        "tally": {},
+        "frontier": [[{"b": "Li4vLi4vZXRj"}, None]],
+    }
     if signed:
         jr.record(line["id"], **{k: v for k, v in line.items() if k != "id"})
         jr.close()
