@@ -130,7 +130,7 @@ def sync(
     with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
-            _check_plan(p, s_loc, d_loc, src_m, dst_m)
+            _check_plan(p, s_loc, d_loc, src_m, dst_m, {"algorithm": algorithm, "prune": _pruned(prune)})
             sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]
             sides.append(manifest_side(p.info["dst_manifest"], d_loc.url, dst_storage_options))
             sides[0].scanned_errors = int(p.info.get("src_errors", 0))
@@ -161,6 +161,8 @@ def sync(
                 "src_manifest": sides[0].manifest.url,
                 "dst_manifest": sides[1].manifest.url,
                 "src_errors": sides[0].scanned_errors,
+                "algorithm": algorithm,
+                "prune": _pruned(prune),
             }
             p = write_plan(
                 sides[0].manifest.relation_sql(),
@@ -306,9 +308,21 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
     return result
 
 
-def _check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str) -> None:
-    """A plan read back names this sync's own source, destination and manifests (exit 2 otherwise):
-    what it would copy from or remove through is never taken from the file."""
+def _pruned(prune: Prune | None) -> dict | None:
+    return prune.describe() if prune is not None else None
+
+
+def _check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str, options: dict) -> None:
+    """A plan read back names this sync's own source, destination and manifests, and was made with
+    this run's ``--checksum`` and pruning options (exit 2 otherwise): what it would copy from or
+    remove through is never taken from the file, and a resume never acts on another comparison."""
+    names = {"algorithm": "--checksum", "prune": "--exclude/--include/--max-depth/--one-file-system"}
+    for key, value in options.items():
+        if json.loads(json.dumps(p.info.get(key))) != json.loads(json.dumps(value)):
+            raise PfsError(
+                f"the interrupted sync ran with {names[key]} {json.dumps(p.info.get(key))}, this run with "
+                f"{json.dumps(value)}: resume with the same {names[key]} (or start over without --resume)"
+            )
     want = {"src": s_loc.url, "dst": d_loc.url}
     for key, value in want.items():
         if p.info.get(key) != value:
