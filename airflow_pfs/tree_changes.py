@@ -12,6 +12,12 @@ from then on, so a second landing inside them is seen before any rescan.
 
 Local (mounted) trees only: object stores have no directory mtimes.  No Airflow imports: the
 trigger calls this from a thread.
+
+The manifest is untrusted input like any state pfs reads back: every directory row is checked as a
+manifest row is (no ``..``, nothing absolute: exit 2 otherwise), no symlink is ever followed (each
+watched directory's ancestors are ``lstat``ed, new subtrees are walked through directory fds
+opened with ``O_NOFOLLOW``), the baseline is read in batches, and the watch set is capped
+(:data:`MAX_DIRS`).
 """
 
 from __future__ import annotations
@@ -25,9 +31,13 @@ from dask_pfs.errors import IncompleteManifestError, PfsError
 from dask_pfs.manifests.manifest import open_manifest
 from dask_pfs.manifests.query import run_query, select_sql
 from dask_pfs.manifests.sql import connect
+from operators.names import UnsafePathError, check_relative, join
+from operators.safety import AncestorCheck, full_path
 from operators.schema import MARKER_NAME
 
 MAX_SAMPLES = 10
+MAX_DIRS = int(os.environ.get("PFS_WATCH_MAX_DIRS", 10_000_000))  # directories watched at most (memory)
+BATCH = 50_000  # baseline rows read at a time
 ROOT = b""
 UNKNOWN = -1  # a directory that cannot be stat'ed (unreadable parent): nothing to compare
 
@@ -75,9 +85,25 @@ def load_baseline(manifest: str) -> Baseline | None:
     if started is None:  # the marker went since it was opened: a rescan is rewriting the manifest
         return None
     sql = select_sql(m, where="type = 'directory'", select="path, path_raw, epoch_us(mtime)")
-    rows = run_query(connect(m), sql).fetchall()
-    dirs = {(raw if raw is not None else os.fsencode(path)): mtime for path, raw, mtime in rows if mtime is not None}
-    return Baseline(manifest, m.root, int(started * 1_000_000), dirs)
+    rows = run_query(connect(m), sql).fetch_record_batch(BATCH)
+    baseline = Baseline(manifest, m.root, int(started * 1_000_000))
+    for batch in rows:
+        cols = batch.to_pydict()
+        for path, raw, mtime in zip(*cols.values(), strict=True):
+            rel = raw if raw is not None else path.encode("utf-8")
+            try:
+                check_relative(rel)
+            except UnsafePathError as exc:
+                raise PfsError(f"{manifest}: a directory row with an unsafe path ({exc}); not watching it") from None
+            if mtime is not None:
+                _watch(baseline, rel, mtime)
+    return baseline
+
+
+def _watch(baseline: Baseline, rel: bytes, mtime: int) -> None:
+    if len(baseline.dirs) >= MAX_DIRS and rel not in baseline.dirs:
+        raise PfsError(f"{baseline.root}: more than {MAX_DIRS:,} directories to watch (PFS_WATCH_MAX_DIRS)")
+    baseline.dirs[rel] = mtime
 
 
 def find_changes(baseline: Baseline) -> Changes:
@@ -89,14 +115,14 @@ def find_changes(baseline: Baseline) -> Changes:
     if root_mtime is None or root_mtime == UNKNOWN:
         raise PfsError(f"{baseline.root}: the watched tree is gone (or cannot be read)")
     result.checked += 1
+    safe = AncestorCheck(root)  # one lstat per directory on the way, per pass: no link is followed
     if root_mtime > baseline.started_us:
         baseline.started_us = root_mtime
         _note(result, ROOT)
-        _adopt_new(root, root, baseline)
+        _adopt_new(root, ROOT, baseline)
     for rel, recorded in list(baseline.dirs.items()):
         result.checked += 1
-        path = root + b"/" + rel
-        mtime = _mtime_us(path)
+        mtime = None if safe.ancestor_problem(rel) else _mtime_us(full_path(root, rel))
         if mtime in (recorded, UNKNOWN):
             continue
         _note(result, rel)
@@ -104,7 +130,7 @@ def find_changes(baseline: Baseline) -> Changes:
             del baseline.dirs[rel]
             continue
         baseline.dirs[rel] = mtime
-        _adopt_new(root, path, baseline)
+        _adopt_new(root, rel, baseline)
     return result
 
 
@@ -119,20 +145,73 @@ def _mtime_us(path: bytes) -> int | None:
     return st.st_mtime_ns // 1000 if stat.S_ISDIR(st.st_mode) else None
 
 
-def _adopt_new(root: bytes, path: bytes, baseline: Baseline) -> None:
-    """Watch the directories below a changed one that are not watched yet (new subtrees)."""
-    for top, subdirs, _ in os.walk(path, followlinks=False):
-        new = []
-        for name in subdirs:
-            child = top + b"/" + name
-            rel = child[len(root) + 1 :]
-            if rel in baseline.dirs:
-                continue  # watched already: its own mtime says whether it changed
-            mtime = _mtime_us(child)
-            if mtime is not None and mtime != UNKNOWN:
-                baseline.dirs[rel] = mtime
-                new.append(name)
-        subdirs[:] = new  # descend into new directories only
+def _open_below(root: bytes, rel: bytes) -> int | None:
+    """A directory fd for ``root/rel``, every component below the root opened with ``O_NOFOLLOW``
+    (None when something on the way is gone, a link or not a directory)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags)
+    except OSError:
+        return None
+    for name in rel.split(b"/") if rel else ():
+        try:
+            child = os.open(name, flags | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError:
+            child = None
+        os.close(fd)
+        if child is None:
+            return None
+        fd = child
+    return fd
+
+
+def _adopt_new(root: bytes, rel: bytes, baseline: Baseline) -> None:
+    """Watch the directories below a changed one that are not watched yet (new subtrees), walked
+    depth first through directory fds, one directory's names at a time; links are never followed."""
+    fd = _open_below(root, rel)
+    if fd is None:
+        return
+    stack: list[tuple[int, bytes, list[bytes]]] = [(fd, rel, _new_subdirs(fd, rel, baseline))]
+    try:
+        while stack:
+            fd, top, names = stack[-1]
+            if not names:
+                os.close(fd)
+                stack.pop()
+                continue
+            name = names.pop()
+            try:
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                continue  # gone, or swapped for a link since it was listed
+            sub = join(top, name)
+            stack.append((child, sub, _new_subdirs(child, sub, baseline)))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+
+
+def _new_subdirs(fd: int, top: bytes, baseline: Baseline) -> list[bytes]:
+    """Names of the subdirectories of ``fd`` that are not watched yet, now watched."""
+    new = []
+    try:
+        entries = list(os.scandir(fd))
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        name = os.fsencode(entry.name)
+        rel = join(top, name)
+        if rel in baseline.dirs:
+            continue  # watched already: its own mtime says whether it changed
+        _watch(baseline, rel, st.st_mtime_ns // 1000)
+        new.append(name)
+    return new
 
 
 def _note(result: Changes, rel: bytes) -> None:

@@ -385,7 +385,7 @@ def test_big_file_to_s3_is_a_parallel_multipart_upload(tmp_path, dask_client, s3
 def test_failed_multipart_upload_is_aborted_and_resume_reuses_an_open_one(
     tmp_path, dask_client, s3_server, s3fs_fs, monkeypatch
 ):
-    from operators.journal import Journal
+    from dask_pfs.runtime.journals import open_journal
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the journal of an S3 destination
     big = os.urandom(25 * MiB + 3)
@@ -402,7 +402,7 @@ def test_failed_multipart_upload_is_aborted_and_resume_reuses_an_open_one(
     assert _open_uploads(s3fs_fs, "mpu-fail") == []  # the upload that held part 1 was aborted
     s3fs_fs.invalidate_cache()
     assert not s3fs_fs.exists("mpu-fail/dst/big.bin") and s3fs_fs.exists("mpu-fail/dst/small.txt")
-    journal = Journal(failed.journal)
+    journal = open_journal(failed.journal)
     (mpu_id,) = [k for k in journal.done() if k.endswith(".mpu")]
     # a resumed run finds that upload gone and starts the file over (failing again: still short)
     again = copy(*args, resume=True, **kw)
@@ -413,7 +413,9 @@ def test_failed_multipart_upload_is_aborted_and_resume_reuses_an_open_one(
     s3fs_fs.call_s3(
         "upload_part", Bucket="mpu-fail", Key="dst/big.bin", UploadId=mpu["UploadId"], PartNumber=1, Body=big[: 5 * MiB]
     )
-    Journal(again.journal).record(mpu_id, upload_id=mpu["UploadId"])
+    kept = open_journal(again.journal)
+    kept.record(mpu_id, upload_id=mpu["UploadId"])
+    kept.close()
     (src / "big.bin").write_bytes(big)
     done = copy(*args, resume=True, **kw)
     assert done.exit_code == 0, done.failure_samples

@@ -59,8 +59,9 @@ def scan_cmd(
         click.echo(
             f"scanned {result.root}: {c['entries']:,} entries ({c['files']:,} files, {c['directories']:,} "
             f"directories, {c['symlinks']:,} symlinks, {c['other']:,} other), {human_bytes(c['bytes'])} "
-            f"in {result.seconds:.1f} s ({c['entries'] / max(result.seconds, 1e-9):,.0f} entries/s), "
-            f"{result.tasks} tasks"
+            f"in {result.seconds:.1f} s"
+            + (f" ({c['entries'] / result.seconds:,.0f} entries/s), " if result.seconds >= 0.01 else ", ")
+            + f"{result.tasks} tasks"
             + (f" ({result.resumed} done before)" if result.resumed else "")
             + f" -> {result.manifest}"
         )

@@ -145,6 +145,7 @@ def sync(
     with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads, here=(s_loc, d_loc)) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
+            _check_plan(p, s_loc, d_loc, src_m, dst_m, {"algorithm": algorithm, "prune": _pruned(prune)})
             sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]
             sides.append(manifest_side(p.info["dst_manifest"], d_loc.url, dst_storage_options))
             sides[0].scanned_errors = int(p.info.get("src_errors", 0))
@@ -175,6 +176,8 @@ def sync(
                 "src_manifest": sides[0].manifest.url,
                 "dst_manifest": sides[1].manifest.url,
                 "src_errors": sides[0].scanned_errors,
+                "algorithm": algorithm,
+                "prune": _pruned(prune),
             }
             p = write_plan(
                 sides[0].manifest,
@@ -286,6 +289,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         )
         removed["first"] = r.summary()
         result.failed += r.failed
+        result.resumed += r.resumed
     if result.delete and extras:
         r = remove(
             manifest=dst_m,
@@ -298,6 +302,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         )
         removed["extras"] = r.summary()
         result.failed += r.failed
+        result.resumed += r.resumed
         c["deleted"] = r.counts["removed_files"] + r.counts["removed_dirs"]
     copied = None
     actions = ("new",) if ignore_existing else COPY_ACTIONS
@@ -323,6 +328,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         )
         result.copy = copied.summary()
         result.failed += copied.failed
+        result.resumed += copied.resumed
         result.samples.extend(copied.samples[:10])
         c["copied_files"] = copied.counts["files"]
         c["copied_bytes"] = copied.counts["bytes"]
@@ -344,6 +350,30 @@ def _count_bytes_new(p: Plan) -> int:
     """Bytes the copy of ``new`` files would move (a dry run's summary)."""
     sql = "SELECT coalesce(sum(size), 0) FROM read_parquet(?) WHERE action = 'new' AND src_type = 'file'"
     return int(connect(reads=[p.file]).execute(sql, [p.file]).fetchall()[0][0])
+
+
+def _pruned(prune: Prune | None) -> dict | None:
+    return prune.describe() if prune is not None else None
+
+
+def _check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str, options: dict) -> None:
+    """A plan read back names this sync's own source, destination and manifests, and was made with
+    this run's ``--checksum`` and pruning options (exit 2 otherwise): what it would copy from or
+    remove through is never taken from the file, and a resume never acts on another comparison."""
+    names = {"algorithm": "--checksum", "prune": "--exclude/--include/--max-depth/--one-file-system"}
+    for key, value in options.items():
+        if json.loads(json.dumps(p.info.get(key))) != json.loads(json.dumps(value)):
+            raise PfsError(
+                f"the interrupted sync ran with {names[key]} {json.dumps(p.info.get(key))}, this run with "
+                f"{json.dumps(value)}: resume with the same {names[key]} (or start over without --resume)"
+            )
+    want = {"src": s_loc.url, "dst": d_loc.url}
+    for key, value in want.items():
+        if p.info.get(key) != value:
+            raise PfsError(f"{p.path}: the plan of another sync ({key} {p.info.get(key)!r}); not resuming it")
+    for key, path in (("src_manifest", src_m), ("dst_manifest", dst_m)):
+        if os.path.abspath(str(p.info.get(key, "")).removeprefix("file://")) != os.path.abspath(path):
+            raise PfsError(f"{p.path}: the plan names {key} {p.info.get(key)!r}, not {path}; not resuming it")
 
 
 def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool) -> None:

@@ -19,6 +19,7 @@ ranges of a big file.  The journal is deleted when a run ends without failures.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.runtime.journals import check_options, job_token, plain, read_job, records
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.locking import writer_lock
 from dask_pfs.runtime.progress import NullProgress, Reporter
@@ -51,7 +53,7 @@ from dask_pfs.scan.engine import scan_tree
 from dask_pfs.urls import Location, make_root, resolve, root_times_from
 from operators.copy.plan import ChunkLimits
 from operators.copy.tasks import CopySpec
-from operators.journal import Journal
+from operators.journal import Journal, canonical
 from operators.mounts import is_network
 from operators.scan.prune import Prune
 
@@ -189,25 +191,55 @@ def copy(
     # one writer per destination (dask_pfs.runtime.locking), or the parts of one manifest's copy (copy.group)
     with writer_lock(target.dst, "copy into", group) as held:
         live = manifest is None
-        jr = target.journal(journal, src, manifest, where_text if prune is None else json.dumps(prune.describe()))
-        prior = jr.job() if jr is not None and resume else {}
+        what = (
+            os.fspath(src) if src is not None else "",
+            os.fspath(manifest) if manifest else "",
+            (where_text or "") if prune is None else json.dumps(prune.describe()),
+            target.dst.url,
+        )
+        jr = target.journal(journal, what)
+        prior = read_job(jr) if jr is not None and resume else {}
         if jr is not None and not resume and jr.exists:
             logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
             jr.remove()
-        token = prior.get("token") or group or uuid.uuid4().hex[:12]  # parts share one: copy.group
-        if manifest is None and prior.get("manifest") and has_marker(prior["manifest"]):
-            manifest = prior["manifest"]  # the interrupted run's scan: same rows, same chunks
+        bound = {
+            "--manifest": manifest_identity(m),
+            "--manifest-out": os.fspath(manifest_out) if manifest_out else None,
+            "--where": where_text,
+            "--exclude/--include/--max-depth/--one-file-system": prune.describe() if prune else None,
+            "--chunk-files": chunk_files,
+            "--chunk-bytes": chunk_bytes,
+            "--split-size": split_size,
+            "part_size": part_size,
+            "--dereference": follow_symlinks,
+            "--overwrite": overwrite,
+            "--update": update,
+            "--ignore-existing": ignore_existing,
+            "--preserve": preserve,
+            "--inplace": inplace,
+            "--stream": stream,
+        }
+        if prior:
+            if prior.get("job") != "cp" or prior.get("dst") != target.dst.url:
+                raise PfsError(f"{jr.path}: the journal of another job; not resuming it")  # type: ignore[union-attr]
+            check_options(prior, bound, "copy")
+        # temp names come from what the job is, never from a file in the destination
+        # the parts of one fan-out share theirs (``copy.group``: the manifest's identity and the destination)
+        token = group or (job_token(*what) if jr is not None else uuid.uuid4().hex[:12])
+        own_scan = os.fspath(manifest_out) if manifest_out else os.path.join(jr.path, "manifest") if jr else None
+        if manifest is None and prior and own_scan and has_marker(own_scan):
+            manifest = own_scan  # the interrupted run's scan: same rows, same chunks
             m = open_manifest(manifest)
         elif jr is not None and manifest is None and manifest_out is None:
-            manifest_out = os.path.join(jr.path, "manifest")
+            manifest_out = own_scan
         # a resumed run streams again when the first did: the same chunks get the same ids (see streaming)
         streaming = stream and live and (bool(prior.get("streamed")) if prior else target.streamable(manifest_out))
         journal_job = {
-            "token": token,
-            "manifest": os.fspath(manifest or manifest_out or ""),
+            "job": "cp",
             "dst": target.dst.url,
             "streamed": streaming,
             "where": where_text,
+            "options": plain(bound),
         }
 
         def begin_journal() -> None:
@@ -242,7 +274,7 @@ def copy(
                 )
                 chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
                 log = os.fspath(failure_log) if failure_log else default_log("cp", rows_root.url, target.dst.url)
-                done = jr.done() if jr is not None and prior else {}
+                done = records(jr) if jr is not None and prior else {}
                 shared = held if group is not None else None
                 return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log, shared)
 
@@ -284,6 +316,9 @@ def copy(
             finally:
                 if jr is not None:
                     jr.close()
+            lost = job.unaccounted() if prior else 0
+            if lost:  # a resume must account for every selected entry before its journal goes
+                job.fail([("", "failed", f"resume: {lost} selected entries were neither copied nor journaled")])
             kept = _end_journal(jr, job.failed, target)
             counts = job.counts()
             return CopyResult(
@@ -321,6 +356,13 @@ def _selected(m: Manifest, selection: Filter | None, cap: Cap | None) -> int:
     if cap is not None:
         cap.check(n, total, "the selection has")
     return n
+
+
+def manifest_identity(m: Manifest | None) -> str | None:
+    """A given manifest, by its URL and a digest of its completion marker (a rescan changes it)."""
+    if m is None:
+        return None
+    return f"{m.url}#{hashlib.sha256(canonical(m.info)).hexdigest()[:16]}"
 
 
 def _end_journal(jr: Journal | None, failed: int, target: Target) -> str | None:

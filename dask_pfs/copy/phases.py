@@ -27,6 +27,7 @@ from dask_pfs.copy.rows import CopyRows
 from dask_pfs.copy.target import Target
 from dask_pfs.manifests.manifest import Manifest
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.runtime.journals import ident
 from dask_pfs.runtime.locking import Held
 from dask_pfs.runtime.progress import Reporter
 from dask_pfs.runtime.results import ProblemLog
@@ -70,6 +71,8 @@ class CopyJob:
         self.totals = {"total_files": 0, "total_bytes": 0}
         self.phases: dict[str, float] = {}
         self.resumed = 0
+        self.planned = 0  # non-directory entries the plan holds (files, symlinks, big files, streamed)
+        self.accounted = 0  # of those: run now, or skipped as journaled with the same entries
         self.seq = 0  # file items in plan order: the chunk ids (deterministic for one manifest)
         self.big = BigFiles(self)
         self.streamed_parts: list[str] = []  # manifest parts whose streamable rows were copied during the scan
@@ -85,17 +88,19 @@ class CopyJob:
         self, fn: Callable, *args, entries: list[Entry], cid: str | None = None, weight: int = 1, kind: str = "files"
     ) -> None:
         """``fn(spec, *args)`` for ``entries``; a task lost after its retries fails each of them."""
+        sig = chunk_sig(entries) if cid is not None else None
+        self.sub.poll()  # fold in (and journal) every chunk that finished meanwhile, not only one that frees a slot
         self.sub.submit(
             fn,
             self.spec,
             *args,
-            then=lambda out: self.took(out, cid, kind),
-            failed=lambda exc: self.took(_lost(entries, exc), cid, kind),
+            then=lambda out: self.took(out, cid, sig, kind),
+            failed=lambda exc: self.took(_lost(entries, exc), cid, sig, kind),
             weight=weight,
             kind=kind,
         )
 
-    def took(self, out: Outcome, cid: str | None, kind: str = "files") -> None:
+    def took(self, out: Outcome, cid: str | None, sig: str | None = None, kind: str = "files") -> None:
         if kind == "dirs":  # a directory not made (a planted link there) fails once, not again for its metadata
             self.dirs_failed.update(path for path, _ in out.failures)
         elif kind == "dirmeta":
@@ -103,7 +108,7 @@ class CopyJob:
         if cid is not None:
             self.big.settle(cid, out)
             if self.journal is not None and not out.failures:
-                self.journal.record(cid, files=out.files, bytes=out.bytes)
+                self.journal.record(cid, files=out.files, bytes=out.bytes, sig=sig)
         failures, out.failures = out.failures, []
         self.total.add(out)
         self.fail([(os.fsencode(path), "failed", error) for path, error in failures])  # exact bytes back
@@ -117,12 +122,16 @@ class CopyJob:
     def counts(self) -> dict[str, int]:
         return {**self.total.counts(), "failed": self.failed}
 
-    def skip(self, cid: str) -> bool:
-        """True (and counted) when the journal lists ``cid`` as done."""
-        if cid in self.done:
-            self.resumed += 1
-            return True
-        return False
+    def skip(self, cid: str, entries: list[Entry] | None = None) -> bool:
+        """True (and counted) when the journal lists ``cid`` as done, with the same entries when
+        ``entries`` is given (a chunk is known by what it holds, not only by its number)."""
+        rec = self.done.get(cid)
+        if rec is None or (entries is not None and rec.get("sig") != chunk_sig(entries)):
+            return False
+        self.resumed += 1
+        if entries is not None:
+            self.accounted += len(entries)
+        return True
 
     # streaming (copy while the scan walks) ---------------------------------
 
@@ -136,7 +145,9 @@ class CopyJob:
         self.sub.poll()
         for i, chunk in enumerate(chunks):
             cid = f"p{name}.{i}"
-            if not self.skip(cid):
+            self.planned += len(chunk.entries)
+            if not self.skip(cid, chunk.entries):
+                self.accounted += len(chunk.entries)
                 self.submit(copy_files, chunk.entries, entries=chunk.entries, cid=cid, kind="stream")
         self.streamed_parts.append(name)
 
@@ -220,8 +231,11 @@ class CopyJob:
         # a streamed run numbers only what the scan left: its ids must never match a resumed run's full plan
         cid = f"{'s' if self.streamed_parts else ''}{'c' if isinstance(item, Chunk) else 'b'}{self.seq}"
         self.seq += 1
-        if self.skip(cid):
+        entries = item.entries if isinstance(item, Chunk) else [item.entry]
+        self.planned += len(entries)
+        if self.skip(cid, entries):
             return
+        self.accounted += len(entries)
         if isinstance(item, Chunk):
             self.submit(copy_files, item.entries, entries=item.entries, cid=cid)
         else:
@@ -233,12 +247,20 @@ class CopyJob:
         for batch in self.batches(self.rows.links_sql()):
             for e, first in zip(entries_from_batch(batch), link_firsts(batch), strict=True):
                 buf.append((e, first))
+                self.planned += 1  # never journaled: always linked again
+                self.accounted += 1
                 if len(buf) >= self.limits.files:
                     self.submit(link_files, buf, entries=[p[0] for p in buf], kind="links")
                     buf = []
         if buf:
             self.submit(link_files, buf, entries=[p[0] for p in buf], kind="links")
         self.sub.drain()
+
+    def unaccounted(self) -> int:
+        """Selected non-directory entries that no chunk of the plan holds, or that were neither run
+        now nor skipped as journaled with the same entries (a resume checks this before it deletes
+        its journal)."""
+        return max(self.totals["total_files"] - self.planned, 0) + (self.planned - self.accounted)
 
     def phase_dir_meta(self) -> None:
         if not self.spec.dst_local:
@@ -261,6 +283,12 @@ class CopyJob:
             self.took(set_dir_meta(self.spec, [root]), None)
         if ledger is not None:
             ledger.clear(settled)
+
+
+def chunk_sig(entries: list[Entry]) -> str:
+    """What a chunk holds, in a few bytes: its size and its first and last destination names."""
+    first, last = entries[0], entries[-1]
+    return ident(str(len(entries)), first.out_rel.hex(), last.out_rel.hex())
 
 
 def _lost(entries: list[Entry], exc: BaseException) -> Outcome:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import JOURNAL_PREFIX
-from dask_pfs.runtime.journals import ident, journal_dir
+from dask_pfs.runtime.journals import ident, journal_dir, open_journal, read_job
 from dask_pfs.urls import Location, Probe, is_dir, is_inside, probe, resolve
 from operators.journal import Journal
 
@@ -49,15 +49,15 @@ class Target:
         run's own copies (``operators.copy.tasks._made_parent``)."""
         return self.fresh and not self.rename and self.dst.is_local and "://" not in str(manifest_out or "")
 
-    def journal(self, journal: str | os.PathLike | bool | None, src, manifest, where: str | None) -> Journal | None:
+    def journal(self, journal: str | os.PathLike | bool | None, what: tuple[str, ...]) -> Journal | None:
         """``DST/.pfs-journal-<id>`` for a local destination, else one in the cache; None for a single
-        file (nothing to resume) or ``journal=False``."""
+        file (nothing to resume) or ``journal=False``.  ``what`` names the job (source, manifest,
+        selection, destination)."""
         if journal is False or self.rename:
             return None
         if journal is not None and journal is not True:
-            return Journal(os.fspath(journal))
-        what = (os.fspath(src) if src is not None else "", os.fspath(manifest) if manifest else "", where or "")
-        return Journal(journal_dir(self.dst, ident(*what, self.dst.url)))
+            return open_journal(journal)
+        return open_journal(journal_dir(self.dst, ident(*what)))
 
 
 def live_target(src: str, dst: str, so: dict | None, dso: dict | None, resume: bool = False) -> Target:
@@ -109,7 +109,7 @@ def _journal_of_copy_into(d: Location) -> bool:
     if not d.is_local:
         return False
     for path in glob.glob(os.path.join(glob.escape(d.path), f"{JOURNAL_PREFIX}*")):
-        if Journal(path).job().get("dst") == d.url:
+        if read_job(open_journal(path)).get("dst") == d.url:
             return True
     return False
 

@@ -20,7 +20,7 @@ from dask_pfs.manifests.manifest import Selection, open_manifest
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.remove import journal as rm_journal
 from dask_pfs.remove.tree_count import describe_tree
-from dask_pfs.runtime.journals import same_job
+from dask_pfs.runtime.journals import records, same_job
 from dask_pfs.runtime.progress import Reporter, human_bytes
 from dask_pfs.runtime.results import JobResult, ProblemLog
 from dask_pfs.runtime.results import default_log as job_log
@@ -119,6 +119,7 @@ class Removal:
         self.failed = 0
         self.tasks = 0
         self.resumed = 0
+        self.accounted = 0  # manifest mode: rows of the chunks run or skipped as journaled
         self.would_remove: list[str] = []
         self.selected: int | None = None  # manifest mode: rows the where-clause selected (what max_entries caps)
         self.problems = ProblemLog(None)
@@ -157,7 +158,7 @@ class Removal:
         jr = None if self.dry_run else rm_journal.tree_journal(loc, self.journal_opt)
         if not found.exists:
             if self.resume and jr is not None and jr.exists:  # killed after its last rmdir: done
-                self.resumed = len(jr.done())
+                self.resumed = len(records(jr))
                 jr.remove()
                 return False
             raise PfsError(f"{loc.url}: no such file or directory")
@@ -172,7 +173,7 @@ class Removal:
                 if self.prune is not None:
                     job["prune"] = self.prune.describe()
                 if self.resume and same_job(jr, job):
-                    self.resumed = len(jr.done())
+                    self.resumed = len(records(jr))
                 else:
                     jr.start(job)
                     self.fresh_journal = True
@@ -224,27 +225,18 @@ class Removal:
                 fs.rm(path)  # a stale log from an earlier run would be misread as this run's
         self._log(log, default_log, log_options)
         if not self.dry_run:
-            self._journal_manifest(url, self.sel.where, m.root)
+            self._journal_manifest(url, self.sel.where, m.root, cap)
         return True
 
-    def _journal_manifest(self, url: str, where: str | None, root: str) -> None:
-        """Freeze the selection into the journal (or take the one an interrupted run froze)."""
-        jr = rm_journal.manifest_journal(url, where, self.journal_opt)
-        if jr is None:
-            return
+    def _journal_manifest(self, url: str, where: str | None, root: str, cap: Cap | None) -> None:
+        """Freeze the selection into the journal, or take the one an interrupted run froze (checked,
+        and capped by ``--max-entries``: ``rm_journal.manifest_job``)."""
         assert self.sel is not None
-        job = {"job": "rm", "mode": "manifest", "manifest": url, "where": where, "root": root}
-        sel = rm_journal.frozen(jr) if self.resume and same_job(jr, job) else None
-        if sel is not None:
-            self.done = jr.done()
-            self.chunk = int(jr.job().get("chunk_files") or self.chunk)  # the same cuts, the same ids
-        else:
-            jr.start({**job, "chunk_files": self.chunk})
-            self.fresh_journal = True
-            sel = rm_journal.freeze(self.sel, jr)
-        self.jr = jr
-        self.sel = sel
-        self.totals = sel.totals()
+        job = rm_journal.manifest_job(url, where, root, self.journal_opt, self.resume, self.sel, self.chunk, cap)
+        if job is not None:
+            self.jr, self.sel, self.done, self.chunk, self.fresh_journal = job
+            self.totals = self.sel.totals()
+            self.selected = self.totals["entries"] + self.totals["dirs"] + self.counts["skipped_error"]
 
     # ------------------------------------------------------------ running
 
@@ -287,6 +279,8 @@ class Removal:
             (then or self._collect)(res)
 
         for cid, chunk in chunks:
+            if cid is not None:
+                self.accounted += len(chunk)  # type: ignore[arg-type]  # rows of a table, or rels
             if cid is not None and cid in self.done:
                 self.resumed += 1
                 continue
@@ -373,6 +367,10 @@ class Removal:
     def finish(self, seconds: float, concurrency: dict) -> RemoveResult:
         """Delete the journal after a run without failures (else keep it for ``resume``); the result."""
         kept = None
+        want = self.totals.get("entries", 0) + self.totals.get("dirs", 0)
+        if self.mode == "manifest" and self.resumed and self.accounted != want:  # every frozen row, run or journaled
+            self.failed += 1
+            self.problems.add([("", "failed", f"resume: {want - self.accounted} selected rows were not accounted for")])
         if self.jr is not None:
             if self.failed:
                 kept = self.jr.path

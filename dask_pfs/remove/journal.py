@@ -20,10 +20,12 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
-from dask_pfs.manifests.manifest import Selection
-from dask_pfs.runtime.journals import cache_dir, ident, journal_dir
+from dask_pfs.errors import PfsError
+from dask_pfs.manifests.caps import Cap
+from dask_pfs.manifests.manifest import Selection, locked
+from dask_pfs.runtime.journals import cache_dir, ident, journal_dir, open_journal, read_job, records, same_job
 from dask_pfs.urls import Location, resolve
-from operators.journal import Journal
+from operators.journal import Journal, file_digest
 from operators.remove.tasks import batch_rels
 
 SELECTION = "selection.parquet"
@@ -41,7 +43,7 @@ def tree_journal(loc: Location, journal: str | os.PathLike | bool | None) -> Jou
         if (os.path.realpath(path).rstrip("/") + "/").startswith(tree):
             logging.getLogger("pfs").warning("%s: the journal would be inside the tree it removes: none kept", path)
             return None
-    return Journal(path)
+    return open_journal(path)
 
 
 def manifest_journal(manifest: str, where: str | None, journal: str | os.PathLike | bool | None) -> Journal | None:
@@ -49,28 +51,85 @@ def manifest_journal(manifest: str, where: str | None, journal: str | os.PathLik
     if journal is False:
         return None
     if journal is not None and journal is not True:
-        return Journal(os.fspath(journal))
+        return open_journal(journal)
     loc = resolve(manifest)
     job_id = ident("rm", loc.url, where or "")
     if loc.is_local and not os.access(loc.path, os.W_OK):
-        return Journal(cache_dir(job_id))
-    return Journal(journal_dir(loc, job_id))
+        return open_journal(cache_dir(job_id))
+    return open_journal(journal_dir(loc, job_id))
 
 
-def freeze(sel: Selection, jr: Journal) -> Selection:
-    """Write the selected rows (without scan errors) to the journal's ``selection.parquet``; the new selection."""
+def manifest_job(
+    url: str,
+    where: str | None,
+    root: str,
+    journal: str | os.PathLike | bool | None,
+    resume: bool,
+    sel: Selection,
+    chunk: int,
+    cap: Cap | None,
+) -> tuple[Journal, Selection, dict[str, dict], int, bool] | None:
+    """The journal of ``pfs rm --manifest``: (journal, selection, finished chunks, rows per chunk,
+    started now); None without a journal.  A resumed run takes the frozen selection (checked by
+    :func:`frozen`; ``cap`` applies to it: it is what will run), else the selection is frozen now."""
+    jr = manifest_journal(url, where, journal)
+    if jr is None:
+        return None
+    job = {"job": "rm", "mode": "manifest", "manifest": url, "where": where, "root": root}
+    prior = read_job(jr) if resume and same_job(jr, job) else {}
+    old = frozen(jr, prior, sel) if prior else None
+    if old is not None:
+        totals = old.totals()
+        if cap is not None:
+            cap.check(totals["entries"] + totals["dirs"], sel.share()[1], "the frozen selection has")
+        return jr, old, records(jr), int(prior.get("chunk_files") or chunk), False  # the same cuts, the same ids
+    jr.start({**job, "chunk_files": chunk})
+    new, digest = freeze(sel, jr)
+    jr.rewrite_job({**job, "chunk_files": chunk, "selection": digest})
+    return jr, new, {}, chunk, True
+
+
+def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:
+    """Write the selected rows (without scan errors) to the journal's ``selection.parquet``; the new
+    selection and the file's digest (for ``job.json``)."""
     final = os.path.join(jr.path, SELECTION)
     tmp = f"{final}.tmp"
     rows = sel.sql("path, path_raw, type, size, mtime, depth, error", also="error IS NULL", order=SELECTION_ORDER)
     sel.write(rows, tmp)  # pyarrow writes: the connection the where-clause runs on cannot
     os.replace(tmp, final)
-    return Selection.of_file(final)
+    return Selection.of_file(final), file_digest(final)
 
 
-def frozen(jr: Journal) -> Selection | None:
-    """The selection an earlier run froze, or None (it was killed before the file was complete)."""
+def frozen(jr: Journal, job: dict, sel: Selection) -> Selection | None:
+    """The selection an earlier run froze, or None (it was killed before the file was complete).
+
+    Read back only if it is the file that run wrote (its digest is in the signed ``job.json``) and
+    a subset of the rows ``sel`` (the manifest and ``--where``) selects now: else exit 2."""
     path = os.path.join(jr.path, SELECTION)
-    return Selection.of_file(path) if os.path.exists(path) else None
+    if not job.get("selection") or not os.path.lexists(path):
+        return None
+    if os.path.islink(path) or file_digest(path) != job["selection"]:
+        raise PfsError(f"{path}: not the selection this job froze (changed since); delete {jr.path} to start over")
+    strays = _not_selected(sel, path)
+    if strays:
+        raise PfsError(
+            f"{path}: {strays} frozen rows are not rows the manifest and --where select now; "
+            f"refusing to resume (delete {jr.path} to start over)"
+        )
+    return Selection.of_file(path)
+
+
+def _not_selected(sel: Selection, path: str) -> int:
+    """Rows of the frozen file ``path`` that ``sel`` does not select, with the same type, size and mtime."""
+    assert sel.manifest is not None
+    con = locked(sel.manifest, reads=[path, *(sel.filter.reads if sel.filter else ())])
+    sql = (
+        "SELECT count(*) FROM read_parquet(?) AS f ANTI JOIN "
+        f"({sel.sql('path, path_raw, type, size, mtime, depth', also='error IS NULL')}) AS s "
+        "ON f.path = s.path AND f.path_raw IS NOT DISTINCT FROM s.path_raw AND f.type = s.type "
+        "AND f.size IS NOT DISTINCT FROM s.size AND f.mtime IS NOT DISTINCT FROM s.mtime AND f.depth = s.depth"
+    )
+    return int(con.execute(sql, [os.path.abspath(path)]).fetchall()[0][0])
 
 
 def exact(batches: Iterable[pa.RecordBatch], n: int) -> Iterator[pa.Table]:

@@ -1,21 +1,35 @@
-"""Where jobs keep their journals and work directories (docs/journal.md).
+"""Where jobs keep their journals and work directories, and what binds a journal to its job
+(docs/journal.md).
 
 A journal (``operators.journal.Journal``) records what a run finished so ``resume`` can go on
 after a crash.  It lives next to what the job writes when that is a local directory
 (``DST/.pfs-journal-<id>``, ``MANIFEST/.pfs-journal-<id>``), else in the user's cache directory
 (``$XDG_CACHE_HOME/pfs/journals/<id>``).  The id hashes what makes two runs the same job, so the
 same command finds its journal again and another command never does.
+
+Those directories may be writable by others, so a journal is signed with the user's key (kept in
+``$XDG_CACHE_HOME/pfs/keys``, a 0700 directory pfs creates; :func:`journal_key`), and its
+``job.json`` holds every option that shapes the job's chunks, selection or output: a resume with
+a different one is refused (exit 2, naming the option; :func:`check_options`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import json
 import os
+import secrets
+import stat
+from typing import Any
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import JOURNAL_PREFIX
 from dask_pfs.urls import Location
-from operators.journal import Journal
+from operators.journal import ForgedJournalError, Journal
+
+KEY_FILE = "journal.key"
 
 
 def pfs_cache(*parts: str) -> str:
@@ -34,6 +48,11 @@ def ident(*parts: str) -> str:
     return hashlib.sha1("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
+def job_token(*parts: str) -> str:
+    """The name of a job's temp files, derived from what the job is (never read back from a file)."""
+    return hashlib.sha256("\0".join(("token", *parts)).encode()).hexdigest()[:12]
+
+
 def journal_dir(loc: Location, job_id: str) -> str:
     """``LOC/.pfs-journal-<id>`` for a local directory ``loc``, else one in the cache directory."""
     if loc.is_local:
@@ -41,10 +60,108 @@ def journal_dir(loc: Location, job_id: str) -> str:
     return cache_dir(job_id)
 
 
+def check_private_dir(path: str, what: str) -> None:
+    """Refuse (exit 2) a directory that is a symlink, is not this user's, or that others can write."""
+    try:
+        s = os.lstat(path)
+    except OSError as exc:
+        raise PfsError(f"{path}: {what}: {exc.strerror}") from None
+    if not stat.S_ISDIR(s.st_mode):
+        raise PfsError(f"{path}: {what} is not a directory (a symlink is refused)")
+    if s.st_uid != os.getuid():
+        raise PfsError(f"{path}: {what} belongs to uid {s.st_uid}, not to this user ({os.getuid()})")
+    if s.st_mode & 0o022:
+        raise PfsError(f"{path}: {what} is writable by group or others (mode {stat.S_IMODE(s.st_mode):o}); chmod go-w")
+
+
+def journal_key() -> bytes:
+    """This user's journal key (32 random bytes, made once) from a 0700 directory of the cache."""
+    keys = pfs_cache("keys")
+    os.makedirs(os.path.dirname(keys), exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(keys, 0o700)
+    check_private_dir(keys, "the journal key directory")
+    if stat.S_IMODE(os.lstat(keys).st_mode) & 0o077:
+        raise PfsError(f"{keys}: the journal key directory must be mode 700")
+    path = os.path.join(keys, KEY_FILE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        tmp_key = secrets.token_bytes(32)
+        try:
+            os.write(fd, tmp_key)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        reason = "a symlink" if exc.errno == errno.ELOOP else exc.strerror
+        raise PfsError(f"{path}: the journal key cannot be read ({reason})") from None
+    try:
+        key = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    if len(key) != 32:
+        raise PfsError(f"{path}: not a pfs journal key ({len(key)} bytes); delete it to make a new one")
+    return key
+
+
+def open_journal(path: str | os.PathLike) -> Journal:
+    """The journal in ``path``, signed and checked with this user's key.  An existing journal
+    directory must be a real directory of this user that others cannot write (exit 2 otherwise):
+    pfs writes and deletes below it."""
+    path = os.fspath(path)
+    if os.path.lexists(path):
+        check_private_dir(path, "a journal directory")
+    return Journal(path, journal_key())
+
+
+def read_job(jr: Journal) -> dict[str, Any]:
+    """``job.json`` of ``jr`` (``{}`` when there is none); a forged one is refused (exit 2)."""
+    try:
+        return jr.job()
+    except ForgedJournalError as exc:
+        raise PfsError(f"{exc}; refusing to resume from it (delete {jr.path} to start over)") from None
+
+
+def records(jr: Journal) -> dict[str, dict]:
+    """The finished chunks of ``jr``; a forged line is refused (exit 2)."""
+    try:
+        return jr.done()
+    except ForgedJournalError as exc:
+        raise PfsError(f"{exc}; refusing to resume from it (delete {jr.path} to start over)") from None
+
+
 def same_job(jr: Journal, job: dict) -> bool:
     """True when ``jr`` describes ``job``, False when it is empty; PfsError for another job's journal
     (an explicit ``journal=`` path may hold one)."""
-    prior = jr.job()
+    prior = read_job(jr)
     if prior and any(prior.get(k) != v for k, v in job.items()):
         raise PfsError(f"{jr.path}: the journal of another job ({prior}); not resuming it")
     return bool(prior)
+
+
+def plain(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists, paths strings)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def check_options(prior: dict[str, Any], options: dict[str, Any], what: str) -> None:
+    """Refuse (exit 2) resuming the job ``prior`` records with options other than ``options``
+    (option name -> value, as the user spells the option)."""
+    was = prior.get("options")
+    if not isinstance(was, dict):
+        raise PfsError(f"the interrupted {what} recorded no options (an older pfs?): start over without --resume")
+    for name, value in options.items():
+        if was.get(name) != plain(value):
+            raise PfsError(
+                f"the interrupted {what} ran with {name} {_show(was.get(name))}, this run with {_show(plain(value))}: "
+                f"resume with the same {name} (or start over without --resume)"
+            )
+
+
+def _show(value: Any) -> str:
+    return "(unset)" if value is None else json.dumps(value)

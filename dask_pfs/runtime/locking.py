@@ -8,8 +8,11 @@ else ``$XDG_RUNTIME_DIR/pfs-locks``, else ``/tmp/pfs-<uid>/locks``) keyed by wha
 directory: nothing is left in the copied tree or the manifest, and a lock file of a killed run
 needs no cleaning (the kernel drops a dead process's ``flock``).  It guards the jobs one user drives
 from one host; ``PFS_LOCK_DIR`` on a shared file system with working ``flock`` (NFSv4, Lustre)
-widens that to every host and user that sets it.  Re-entrant within a process: ``sync`` holds its
-destination while the copy it runs takes the same lock.
+widens that to every host the same user (uid) runs on.  The directory must belong to the user and
+be writable by no one else, and lock files (and their gates) are opened with ``O_NOFOLLOW`` and must
+be the user's regular files: anything else is refused (exit 2), so nobody else can point a lock at a
+file or hold it forever (docs/journal.md, "Who may write where").  Re-entrant within a process:
+``sync`` holds its destination while the copy it runs takes the same lock.
 
 Parts of one job share the lock: :func:`writer_lock` with a ``group`` (a copy of a manifest's rows:
 the manifest's identity and the destination, ``dask_pfs.copy.group``) takes a shared ``flock`` that
@@ -24,6 +27,7 @@ still running (it then settles what the parts share: ``dask_pfs.copy.group``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -33,7 +37,7 @@ import time
 from collections.abc import Iterator
 
 from dask_pfs.errors import PfsError
-from dask_pfs.runtime.journals import ident
+from dask_pfs.runtime.journals import check_private_dir, ident
 from dask_pfs.urls import Location
 
 
@@ -133,7 +137,7 @@ def writer_lock(loc: Location, what: str, group: str | None = None) -> Iterator[
 @contextlib.contextmanager
 def _gate(path: str) -> Iterator[None]:
     """A short-held exclusive lock beside the lock file: taking and converting locks happen one at a time."""
-    fd = os.open(path + ".gate", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = _open_lock(path + ".gate")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -141,10 +145,28 @@ def _gate(path: str) -> Iterator[None]:
         os.close(fd)
 
 
+def _open_lock(path: str) -> int:
+    """Open (or create) a lock file in a directory of this user that others cannot write, never
+    through a symlink, and only a regular file of this user: a planted link or another user's file
+    is refused (exit 2), never written through or held for someone else."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, 0o700, exist_ok=True)
+    check_private_dir(directory, "the lock directory (PFS_LOCK_DIR)")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        why = "a symlink" if exc.errno == errno.ELOOP else exc.strerror
+        raise PfsError(f"{path}: cannot open the lock file ({why}); refusing") from None
+    s = os.fstat(fd)
+    if not stat.S_ISREG(s.st_mode) or s.st_uid != os.getuid() or s.st_nlink != 1:
+        os.close(fd)
+        raise PfsError(f"{path}: the lock file is not a regular file of this user; refusing")
+    return fd
+
+
 def _acquire(path: str, key: str, what: str, url: str, group: str | None = None) -> int:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     with _gate(path):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = _open_lock(path)
         try:
             first = _try(fd, fcntl.LOCK_EX)
             if not first and (group is None or not _try(fd, fcntl.LOCK_SH) or _group_of(fd) != group):

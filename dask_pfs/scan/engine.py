@@ -122,7 +122,7 @@ class TreeScan:
         pruning = prune.describe() if prune is not None else None
         self.journal = sj.scan_journal(loc.url, out, out_storage_options) if root.kind == "directory" else None
         if resume and has_marker(out, out_storage_options):
-            self.done = self._complete()
+            self.done = self._complete(checksum, pruning)
             return
         if resume and self.journal is not None:
             self.prior = sj.load(self.journal, loc.url, checksum, _root_item(loc), pruning)
@@ -286,8 +286,9 @@ class TreeScan:
         root_url = parent if loc.is_local else f"{loc.protocol}://{parent}"
         return self._finish(root_url, tally, [part], 0, {"threads": threads})
 
-    def _complete(self) -> ScanResult:
-        """``resume`` over a finished scan: its summary, nothing scanned (a leftover journal is dropped)."""
+    def _complete(self, checksum: str | None, pruning: dict | None) -> ScanResult:
+        """``resume`` over a finished scan: its summary, nothing scanned (a leftover journal is dropped);
+        refused (exit 2) when it was made with other options than this run's."""
         fs, path = fsspec.core.url_to_fs(self.out, **(self.out_options or {}))
         with fs.open(f"{path.rstrip('/')}/_manifest.json", "r") as f:
             info = json.load(f)
@@ -296,10 +297,18 @@ class TreeScan:
                 f"{self.out} already holds a complete manifest of {info['scanned_url']}: nothing to resume "
                 "(pass --overwrite to replace it)"
             )
+        made = info.get("options") or {}
+        for name, key, value in (("--checksum", "checksum", checksum), (PRUNE_OPTIONS, "prune", pruning)):
+            if made.get(key) != value:
+                raise PfsError(
+                    f"{self.out} is a complete scan made with {name} {json.dumps(made.get(key))}, not "
+                    f"{json.dumps(value)}: nothing to resume (pass --overwrite to scan again with it)"
+                )
         if self.journal is not None:
             self.journal.remove()
         counts, errors = info.get("counts") or {}, info.get("errors") or []
-        return _result(self.out, info.get("root"), counts, errors, 0.0, resumed=int(info.get("tasks") or 0))
+        seconds = float(info.get("seconds") or 0.0)  # what the scan took: a rate over ~0 s would be nonsense
+        return _result(self.out, info.get("root"), counts, errors, seconds, resumed=int(info.get("tasks") or 0))
 
     def _finish(self, root_url: str, tally: Tally, parts: list[str], tasks: int, options: dict) -> ScanResult:
         # Parts from attempts that died (a killed worker) are not in ``parts``: remove them, then mark complete.
@@ -324,6 +333,9 @@ class TreeScan:
         )
         concurrency = options.get("concurrency") or {}
         return _result(self.out, root_url, tally.as_dict(), tally.error_samples, seconds, tasks, concurrency)
+
+
+PRUNE_OPTIONS = "--exclude/--include/--max-depth/--one-file-system"
 
 
 def scan_tree(client: Client, url: str, out: str, progress: Reporter | None = None, **options) -> ScanResult:

@@ -19,17 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dask_pfs.errors import PfsError
-from dask_pfs.runtime.journals import ident, journal_dir
+from dask_pfs.runtime.journals import ident, journal_dir, open_journal, read_job
 from dask_pfs.urls import resolve
-from operators.journal import Journal
+from operators.journal import ForgedJournalError, Journal
+from operators.names import UnsafePathError, check_relative
 from operators.scan.task import ChunkResult
 from operators.scan.walk import DirItem, Tally
+from operators.schema import PART_PREFIX, PART_SUFFIX
 
 
 def scan_journal(url: str, out: str, out_storage_options: dict | None) -> Journal:
     """``OUT/.pfs-journal-<id>`` for a local output, else one in the user's cache directory."""
     out_loc = resolve(out, out_storage_options)
-    return Journal(journal_dir(out_loc, ident("scan", url, out_loc.url)))
+    return open_journal(journal_dir(out_loc, ident("scan", url, out_loc.url)))
 
 
 def task_id(attempt: int, n: int) -> str:
@@ -54,7 +56,7 @@ def start(jr: Journal, url: str, out: str, checksum: str | None, prune: dict | N
 
 def load(jr: Journal, url: str, checksum: str | None, root: DirItem, prune: dict | None = None) -> Resumed | None:
     """The interrupted scan ``jr`` describes, marked as a new attempt; None when there is none."""
-    job = jr.job()
+    job = read_job(jr)
     if job.get("job") != "scan" or job.get("url") != url:
         return None
     if job.get("checksum") != checksum:
@@ -73,15 +75,28 @@ def load(jr: Journal, url: str, checksum: str | None, root: DirItem, prune: dict
     owed: dict[bytes | str, DirItem] = {root[0]: root}
     early: set[bytes | str] = set()  # given before handed back: only if lines were out of order
     seen: set[str] = set()
+    try:
+        _fold(jr, res, owed, early, seen)
+    except (ForgedJournalError, UnsafePathError, KeyError, TypeError, ValueError) as exc:
+        raise PfsError(
+            f"{jr.path}: {exc}; refusing to resume from it (delete it, or --overwrite, to start over)"
+        ) from None
+    res.frontier = list(owed.values())
+    jr.rewrite_job({**job, "attempt": res.attempt})
+    return res
+
+
+def _fold(jr: Journal, res: Resumed, owed: dict, early: set, seen: set[str]) -> None:
+    """Take the journal's records in: parts, counters, and the directories still owed."""
     for rec in jr.records():
         if rec["id"] in seen:
             continue
         seen.add(rec["id"])
         res.tasks += 1
-        res.parts.extend(rec["parts"])
+        res.parts.extend(_part(name) for name in rec["parts"])
         res.tally.add(Tally(**rec["tally"], error_samples=rec.get("errors", [])))
         for enc in rec["given"]:
-            key = _dec(enc)
+            key = _rel(enc)
             if owed.pop(key, None) is None:
                 early.add(key)
         for enc in rec["frontier"]:
@@ -90,9 +105,6 @@ def load(jr: Journal, url: str, checksum: str | None, root: DirItem, prune: dict
                 early.discard(item[0])
             else:
                 owed[item[0]] = item
-    res.frontier = list(owed.values())
-    jr.rewrite_job({**job, "attempt": res.attempt})
-    return res
 
 
 def record(jr: Journal, tid: str, given: list[bytes | str], result: ChunkResult) -> None:
@@ -120,8 +132,25 @@ def _enc(value: Any) -> Any:
 
 def _dec(value: Any) -> Any:
     if isinstance(value, dict):
-        return base64.b64decode(value["b"])
+        return base64.b64decode(value["b"], validate=True)
     return value
+
+
+def _rel(value: Any) -> bytes | str:
+    """A directory the journal names, checked like a manifest row (``b""``/``""`` is the root)."""
+    rel = _dec(value)
+    if not isinstance(rel, bytes | str):
+        raise ValueError(f"not a path: {rel!r}")
+    if rel:
+        check_relative(rel if isinstance(rel, bytes) else rel.encode("utf-8", "surrogateescape"))
+    return rel
+
+
+def _part(name: Any) -> str:
+    """A part file the journal names: a bare ``part-*.parquet`` name in the output, nothing else."""
+    if not (isinstance(name, str) and name.startswith(PART_PREFIX) and name.endswith(PART_SUFFIX)) or "/" in name:
+        raise ValueError(f"not a part name: {name!r}")
+    return name
 
 
 def encode_item(item: DirItem) -> list:
@@ -131,4 +160,4 @@ def encode_item(item: DirItem) -> list:
 
 def decode_item(enc: list) -> DirItem:
     rel, row = enc
-    return _dec(rel), None if row is None else tuple(_dec(v) for v in row)
+    return _rel(rel), None if row is None else tuple(_dec(v) for v in row)
