@@ -155,7 +155,7 @@ impl Sink {
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let mut cols = {
             let mut guard = self.cols.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::take(&mut *guard)
+            guard.take()
         };
         let n = cols.len();
         let out = pyo3::types::PyDict::new(py);

@@ -239,6 +239,7 @@ struct CloseOnDrop<'a>(&'a Batch);
 
 impl Drop for CloseOnDrop<'_> {
     fn drop(&mut self) {
+        self.0.next.store(self.0.n, Ordering::Relaxed); // after a panic: the helpers stop claiming
         let mut s = lock(&self.0.state);
         s.closed = true;
         while s.inside > 0 {

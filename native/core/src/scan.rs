@@ -104,6 +104,8 @@ pub struct Cols {
     pub target_raw: BinaryBuilder,
     pub error: BinaryBuilder,
     scratch: Vec<u8>,
+    /// Bytes a variable-width column may hold (`columns::MAX_DATA`; lower in tests).
+    limit: Option<usize>,
 }
 
 /// The rows would not fit: a column's data would pass `i32::MAX` bytes (take the rows first).
@@ -125,13 +127,31 @@ impl Cols {
         self.len() == 0
     }
 
+    /// Columns that hold at most `limit` bytes each (below `columns::MAX_DATA`: tests of a full sink).
+    pub fn with_limit(limit: usize) -> Cols {
+        Cols {
+            limit: Some(limit.min(crate::columns::MAX_DATA)),
+            ..Cols::default()
+        }
+    }
+
     /// Bytes any variable-width column can still take.
     pub fn room(&self) -> usize {
+        let limit = self.limit.unwrap_or(crate::columns::MAX_DATA);
         [&self.path, &self.path_raw, &self.name, &self.parents, &self.target, &self.target_raw, &self.error]
             .iter()
-            .map(|b| b.room())
+            .map(|b| limit.saturating_sub(b.data.len()))
             .min()
             .unwrap_or(0)
+    }
+
+    /// The rows so far, leaving empty columns with the same limit.
+    pub fn take(&mut self) -> Cols {
+        let limit = self.limit;
+        let mut taken = std::mem::take(self);
+        self.limit = limit;
+        taken.limit = limit;
+        taken
     }
 
     /// `Err(Full)` unless rows adding up to `need` bytes fit.
