@@ -86,6 +86,19 @@ impl Sink {
             target_raw: Option<Vec<u8>>,
             error: Option<String>,
         }
+        // first the most bytes the rows can add (text: 4 bytes a character), before copying any
+        let mut need = 0usize;
+        for row in rows.iter() {
+            let row = row.downcast::<PyTuple>()?;
+            for (i, per) in [(0, 8), (1, 1), (13, 4), (14, 1), (16, 4)] {
+                if let Ok(item) = row.get_item(i) {
+                    need = need.saturating_add(per * item.len().unwrap_or(0));
+                }
+            }
+        }
+        if need > self.cols.lock().unwrap_or_else(|e| e.into_inner()).room() {
+            return Err(full());
+        }
         let mut parsed = Vec::with_capacity(rows.len());
         for row in rows.iter() {
             let row = row.downcast::<PyTuple>()?;

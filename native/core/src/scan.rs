@@ -326,6 +326,15 @@ impl Listed {
         &self.names[start..self.ends[i]]
     }
 
+    /// The entries from `from` on.
+    fn tail(&self, from: usize) -> Listed {
+        let mut rest = Listed::default();
+        for i in from..self.len() {
+            rest.push(self.name(i), self.types[i]);
+        }
+        rest
+    }
+
     fn push(&mut self, name: &[u8], d_type: u8) {
         self.names.extend_from_slice(name);
         self.ends.push(self.names.len());
@@ -499,16 +508,23 @@ impl DirScan {
             .into_iter()
             .flat_map(|o| o.into_inner().unwrap_or_else(|e| e.into_inner()))
             .collect();
+        let mut rest = None;
         let subdirs = {
             let mut cols = lock(sink);
-            if cols.reserve(bound(rel, &listed, &all)).is_err() {
+            // the longest prefix whose rows fit the columns: the rest waits for the next step
+            let fits = fitting(cols.room(), rel, &listed, &all);
+            if fits == 0 && n > 0 {
                 drop(cols);
                 state.pending = Some(listed);
                 return Err(StepError::Full);
             }
-            write_rows(&mut cols, rel, &listed, all, &mut step)
+            if fits < n {
+                rest = Some(listed.tail(fits));
+            }
+            write_rows(&mut cols, rel, &listed, all.into_iter().take(fits).collect(), &mut step)
         };
-        step.done = state.done && state.pending.is_none();
+        step.done = state.done && rest.is_none();
+        let descend = if rest.is_some() { 0 } else { descend }; // the sink is full enough
         if descend > 0 {
             let mut budget = descend as i64 - step.entries as i64;
             let mut left = Vec::new();
@@ -517,6 +533,7 @@ impl DirScan {
         } else {
             step.subdirs = subdirs;
         }
+        state.pending = rest;
         Ok(step)
     }
 }
@@ -554,18 +571,34 @@ fn prune<E>(
     Ok(())
 }
 
+/// How many of `outcomes` (from the first) have rows that fit in `room` bytes.
+fn fitting(room: usize, rel: &[u8], listed: &Listed, outcomes: &[Outcome]) -> usize {
+    let mut need = 4 * (rel.len() + 1);
+    for (i, o) in outcomes.iter().enumerate() {
+        need += one_bound(rel, listed, i, o);
+        if need > room {
+            return i;
+        }
+    }
+    outcomes.len()
+}
+
+fn one_bound(rel: &[u8], listed: &Listed, i: usize, o: &Outcome) -> usize {
+    let dir = rel.len() + 1;
+    match o {
+        Outcome::Entry(_, t) => row_bound(dir + listed.name(i).len(), t.as_ref().map_or(0, Vec::len)),
+        Outcome::Failed(..) => row_bound(dir + listed.name(i).len(), 0),
+        Outcome::Gone | Outcome::Pruned => 0,
+    }
+}
+
 /// Most bytes the rows of `outcomes` add to any column (`row_bound` each, and the parent's text).
 fn bound(rel: &[u8], listed: &Listed, outcomes: &[Outcome]) -> usize {
-    let dir = rel.len() + 1;
-    4 * dir
+    4 * (rel.len() + 1)
         + outcomes
             .iter()
             .enumerate()
-            .map(|(i, o)| match o {
-                Outcome::Entry(_, t) => row_bound(dir + listed.name(i).len(), t.as_ref().map_or(0, Vec::len)),
-                Outcome::Failed(..) => row_bound(dir + listed.name(i).len(), 0),
-                Outcome::Gone | Outcome::Pruned => 0,
-            })
+            .map(|(i, o)| one_bound(rel, listed, i, o))
             .sum::<usize>()
 }
 

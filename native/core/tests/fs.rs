@@ -341,13 +341,21 @@ fn a_failing_hook_or_a_full_sink_keeps_the_listed_entries() {
     };
     let sink = Mutex::new(Cols::default());
     assert!(matches!(s.step(&sink, step_opts(), &hooks), Err(StepError::Hook("cancelled"))));
-    // a sink too small for the rows: Full, and the rows come with the next step
-    let small = Mutex::new(Cols::with_limit(100));
-    assert!(matches!(s.step(&small, step_opts(), &no_hooks()), Err(StepError::Full)));
-    let step = s.step(&sink, step_opts(), &no_hooks()).unwrap();
-    assert_eq!((step.entries, step.done), (40, true));
-    assert_eq!(sink.lock().unwrap().len(), 40);
-    let mut names: Vec<Vec<u8>> = (0..40).map(|i| sink.lock().unwrap().name.get(i).to_vec()).collect();
+    // a sink too small for one more row: Full, and the rows come with the next step
+    let tiny = Mutex::new(Cols::with_limit(100));
+    assert!(matches!(s.step(&tiny, step_opts(), &no_hooks()), Err(StepError::Full)));
+    // a sink with room for some: the rows that fit now, the others with the next step
+    let small = Mutex::new(Cols::with_limit(10 * 300));
+    let first = s.step(&small, step_opts(), &no_hooks()).unwrap();
+    assert!(first.entries > 0 && first.entries < 40 && !first.done, "{first:?}");
+    let rest = s.step(&sink, step_opts(), &no_hooks()).unwrap();
+    assert_eq!((first.entries + rest.entries, rest.done), (40, true));
+    let mut small = small.into_inner().unwrap();
+    let small_len = small.len();
+    assert_eq!(sink.lock().unwrap().len() + small_len, 40);
+    let mut names: Vec<Vec<u8>> = (0..small_len).map(|i| small.name.get(i).to_vec()).collect();
+    let _ = small.take();
+    names.extend((0..40 - small_len).map(|i| sink.lock().unwrap().name.get(i).to_vec()));
     names.sort();
     assert_eq!(names, (0..40).map(|i| format!("f{i:02}").into_bytes()).collect::<Vec<_>>());
 }
