@@ -19,8 +19,9 @@ fn checksum_files(
     algorithm: &str,
     fanout: usize,
 ) -> PyResult<Vec<(bool, String)>> {
-    let a = Algorithm::parse(algorithm)
-        .ok_or_else(|| PyValueError::new_err(format!("unknown checksum algorithm {algorithm:?}")))?;
+    let a = Algorithm::parse(algorithm).ok_or_else(|| {
+        PyValueError::new_err(format!("unknown checksum algorithm {algorithm:?}"))
+    })?;
     let rels = names_of(rels)?;
     let done = py.allow_threads(|| checksum::checksum_files(root, &rels, a, fanout));
     Ok(done

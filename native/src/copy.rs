@@ -1,6 +1,6 @@
 //! `cp_files`: the binding of `pfs_core::copy` (status bytes as `operators.copy_ends` reads them).
 
-use pfs_core::copy::{self, CopyJob, CopyOptions, Copied, Existing, OnExist, Owners, Write};
+use pfs_core::copy::{self, Copied, CopyJob, CopyOptions, Existing, OnExist, Owners, Write};
 use pfs_core::sys::{is_root, Follow};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -64,14 +64,26 @@ fn cp_files(
         .collect();
     let o = CopyOptions {
         follow: if follow { Follow::Last } else { Follow::Never },
-        owners: if preserve && is_root() { Owners::Keep } else { Owners::Mine },
+        owners: if preserve && is_root() {
+            Owners::Keep
+        } else {
+            Owners::Mine
+        },
         write: if inplace { Write::InPlace } else { Write::Temp },
-        existing: if check_existing { Existing::Check } else { Existing::Ignore },
+        existing: if check_existing {
+            Existing::Check
+        } else {
+            Existing::Ignore
+        },
         on_exist: match on_exist {
             0 => OnExist::Error,
             1 => OnExist::SkipSame,
             2 => OnExist::Overwrite,
-            _ => return Err(PyValueError::new_err(format!("on_exist is 0, 1 or 2, not {on_exist}"))),
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "on_exist is 0, 1 or 2, not {on_exist}"
+                )))
+            }
         },
         umask,
     };

@@ -2,7 +2,9 @@
 
 use std::os::fd::BorrowedFd;
 
-use pfs_core::remove::{self, Check, ClearOptions, Devices, Done, Expect, Kind, Mode, RelOptions, Status};
+use pfs_core::remove::{
+    self, Check, ClearOptions, Devices, Done, Expect, Kind, Mode, RelOptions, Status,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
@@ -67,7 +69,11 @@ fn rm_clear_dir(
     let given = names.map(names_of).transpose()?;
     let o = ClearOptions {
         mode: mode(dry_run),
-        devices: if want_dev { Devices::Want } else { Devices::Skip },
+        devices: if want_dev {
+            Devices::Want
+        } else {
+            Devices::Skip
+        },
         fanout,
         sample_limit,
     };
@@ -82,13 +88,22 @@ fn rm_clear_dir(
         c.removed,
         c.bytes,
         c.subdirs.iter().map(|(n, dev)| (bytes(n), *dev)).collect(),
-        c.problems.iter().map(|(n, e)| (bytes(n), e.errno())).collect(),
+        c.problems
+            .iter()
+            .map(|(n, e)| (bytes(n), e.errno()))
+            .collect(),
         c.samples.iter().map(|n| bytes(n)).collect(),
     ))
 }
 
 /// `(removed, bytes, missing, [(index, status, errno, message or None)], [sample index])`.
-type BatchResult = (u64, u64, u64, Vec<(usize, u8, i32, Option<String>)>, Vec<usize>);
+type BatchResult = (
+    u64,
+    u64,
+    u64,
+    Vec<(usize, u8, i32, Option<String>)>,
+    Vec<usize>,
+);
 
 fn batch_result(done: Vec<Done>, dry_run: bool, sample_limit: usize) -> BatchResult {
     let (mut removed, mut bytes, mut missing) = (0u64, 0u64, 0u64);

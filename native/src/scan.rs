@@ -47,13 +47,17 @@ fn opt_bytes(py: Python<'_>, bits: Option<Vec<u8>>) -> PyObject {
 }
 
 fn full() -> PyErr {
-    PyOverflowError::new_err("the sink's columns would pass 2 GiB: take() its rows first (nothing was added)")
+    PyOverflowError::new_err(
+        "the sink's columns would pass 2 GiB: take() its rows first (nothing was added)",
+    )
 }
 
 /// Nanoseconds (any size: a Python int) as the manifest's microseconds, truncated toward zero.
 fn micros(ns: Option<i128>) -> PyResult<Option<i64>> {
-    ns.map(|t| i64::try_from(t / 1000).map_err(|_| PyOverflowError::new_err("a time past ±292,000 years")))
-        .transpose()
+    ns.map(|t| {
+        i64::try_from(t / 1000).map_err(|_| PyOverflowError::new_err("a time past ±292,000 years"))
+    })
+    .transpose()
 }
 
 #[pymethods]
@@ -103,7 +107,9 @@ impl Sink {
         for row in rows.iter() {
             let row = row.downcast::<PyTuple>()?;
             if row.len() != 17 {
-                return Err(PyValueError::new_err("a row has 17 values (operators.schema.ROW_COLUMNS)"));
+                return Err(PyValueError::new_err(
+                    "a row has 17 values (operators.schema.ROW_COLUMNS)",
+                ));
             }
             let get = |i: usize| row.get_item(i);
             let kind: String = get(2)?.extract()?;
@@ -118,7 +124,9 @@ impl Sink {
             let ns = |i: usize| -> PyResult<Option<i64>> { micros(get(i)?.extract()?) };
             let uint = |i: usize| -> PyResult<Option<u64>> { get(i)?.extract() };
             if !get(15)?.is_none() {
-                return Err(PyValueError::new_err("a sink holds no checksums (filled in on the table)"));
+                return Err(PyValueError::new_err(
+                    "a sink holds no checksums (filled in on the table)",
+                ));
             }
             parsed.push(Owned {
                 path: get(0)?.extract()?,
@@ -154,7 +162,8 @@ impl Sink {
             })
             .collect();
         let mut cols = self.cols.lock().unwrap_or_else(|e| e.into_inner());
-        cols.reserve(views.iter().map(Row::bound).sum()).map_err(|_| full())?;
+        cols.reserve(views.iter().map(Row::bound).sum())
+            .map_err(|_| full())?;
         for row in &views {
             cols.push_row(row);
         }
@@ -278,7 +287,9 @@ impl DirScan {
         descend: usize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         if chunk == 0 || max_entries == 0 {
-            return Err(PyValueError::new_err("chunk and max_entries must be positive"));
+            return Err(PyValueError::new_err(
+                "chunk and max_entries must be positive",
+            ));
         }
         let o = StepOptions {
             max_entries,
@@ -293,7 +304,9 @@ impl DirScan {
         let keep_fn = |paths: Vec<String>| -> PyResult<Vec<bool>> {
             let keep = keep.as_ref().expect("only called when given");
             Python::with_gil(|py| {
-                let verdict: Vec<bool> = keep.call1(py, (PyList::new(py, paths.iter())?,))?.extract(py)?;
+                let verdict: Vec<bool> = keep
+                    .call1(py, (PyList::new(py, paths.iter())?,))?
+                    .extract(py)?;
                 if verdict.len() != paths.len() {
                     return Err(PyValueError::new_err("keep() returns one bool per path"));
                 }
@@ -301,8 +314,12 @@ impl DirScan {
             })
         };
         let hooks = Hooks {
-            take_ops: take_ops.as_ref().map(|_| &take_fn as &(dyn Fn(usize) -> PyResult<()> + Sync)),
-            keep: keep.as_ref().map(|_| &keep_fn as &(dyn Fn(Vec<String>) -> PyResult<Vec<bool>> + Sync)),
+            take_ops: take_ops
+                .as_ref()
+                .map(|_| &take_fn as &(dyn Fn(usize) -> PyResult<()> + Sync)),
+            keep: keep
+                .as_ref()
+                .map(|_| &keep_fn as &(dyn Fn(Vec<String>) -> PyResult<Vec<bool>> + Sync)),
         };
         let step = py
             .allow_threads(|| self.inner.step(&sink.cols, o, &hooks))
@@ -331,7 +348,9 @@ impl DirScan {
                 step.samples.into_pyobject(py)?.into_any(),
                 subdirs.into_any(),
                 step.errno.into_pyobject(py)?.into_any(),
-                pyo3::types::PyBool::new(py, step.done).to_owned().into_any(),
+                pyo3::types::PyBool::new(py, step.done)
+                    .to_owned()
+                    .into_any(),
             ],
         )
     }

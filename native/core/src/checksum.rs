@@ -99,7 +99,12 @@ fn hash_fd(fd: BorrowedFd<'_>, a: Algorithm, buf: &mut Vec<u8>) -> Result<String
     }
 }
 
-fn checksum_rel(parents: &mut Parents<'_>, rel: &[u8], a: Algorithm, buf: &mut Vec<u8>) -> Result<String, Cause> {
+fn checksum_rel(
+    parents: &mut Parents<'_>,
+    rel: &[u8],
+    a: Algorithm,
+    buf: &mut Vec<u8>,
+) -> Result<String, Cause> {
     check_relative(rel)?;
     let (dir, name) = split(rel);
     let at = parents.dir(dir).map_err(|e| e.cause)?;
@@ -109,7 +114,12 @@ fn checksum_rel(parents: &mut Parents<'_>, rel: &[u8], a: Algorithm, buf: &mut V
 
 /// Checksums of the files `rels` (exact bytes, relative to `root`; `b""`: `root` itself is the
 /// file), in order: the `"<algorithm>:<hex>"` or why not.
-pub fn checksum_files(root: &[u8], rels: &[Vec<u8>], a: Algorithm, fanout: usize) -> Vec<Result<String, Cause>> {
+pub fn checksum_files(
+    root: &[u8],
+    rels: &[Vec<u8>],
+    a: Algorithm,
+    fanout: usize,
+) -> Vec<Result<String, Cause>> {
     let dir = if rels.iter().any(|r| !r.is_empty()) {
         Some(Root::open(root, None).map_err(|e| e.cause))
     } else {

@@ -185,5 +185,7 @@ pub fn as_bytes<T: Plain>(values: &[T]) -> &[u8] {
     // SAFETY: `T: Plain` is one of the primitive integers above: no padding, every byte initialised;
     // u8 has alignment 1 and the length is the slice's size in bytes, so the view stays in bounds
     // and borrows `values` for its lifetime.
-    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
 }

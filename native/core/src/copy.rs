@@ -110,7 +110,13 @@ fn falls_back(e: i32) -> bool {
     )
 }
 
-fn read_write(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, pos: i64, count: usize, buf: &mut Vec<u8>) -> Result<usize, i32> {
+fn read_write(
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    pos: i64,
+    count: usize,
+    buf: &mut Vec<u8>,
+) -> Result<usize, i32> {
     buf.resize(count.min(1 << 20), 0);
     let r = sys::pread(src, buf, pos)?;
     let mut w = 0usize;
@@ -124,14 +130,22 @@ fn read_write(src: BorrowedFd<'_>, dst: BorrowedFd<'_>, pos: i64, count: usize, 
 /// method the filesystems refused for the next file.  A method that copies nothing before `end`
 /// gives way to the next (copy_file_range copies nothing on some filesystems); if plain reads find
 /// nothing either, the file shrank: an error, never a short copy reported as copied.
-fn extent(method: &mut Method, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, start: i64, end: i64, buf: &mut Vec<u8>) -> Result<(), Cause> {
+fn extent(
+    method: &mut Method,
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    start: i64,
+    end: i64,
+    buf: &mut Vec<u8>,
+) -> Result<(), Cause> {
     let mut m = *method;
     let mut pos = start;
     while pos < end {
         let count = usize::try_from(end - pos).unwrap_or(BLOCK).min(BLOCK);
         let got = match m {
             Method::CopyFileRange => sys::copy_file_range(src, dst, pos, count),
-            Method::Sendfile => sys::lseek(dst, pos, libc::SEEK_SET).and_then(|_| sys::sendfile(dst, src, pos, count)),
+            Method::Sendfile => sys::lseek(dst, pos, libc::SEEK_SET)
+                .and_then(|_| sys::sendfile(dst, src, pos, count)),
             Method::ReadWrite => read_write(src, dst, pos, count, buf),
         };
         match got {
@@ -149,7 +163,13 @@ fn extent(method: &mut Method, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, start: 
 }
 
 /// The data of `src` (of `st.st_size` bytes as fstat saw it) into `dst`; only data extents when sparse.
-fn copy_data(method: &mut Method, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, st: &libc::stat, buf: &mut Vec<u8>) -> Result<(), Cause> {
+fn copy_data(
+    method: &mut Method,
+    src: BorrowedFd<'_>,
+    dst: BorrowedFd<'_>,
+    st: &libc::stat,
+    buf: &mut Vec<u8>,
+) -> Result<(), Cause> {
     let size = st.st_size;
     if size >= BLOCK as i64 {
         sys::advise_sequential(src); // the larger read-ahead window, as cp asks
@@ -180,7 +200,12 @@ fn copy_data(method: &mut Method, src: BorrowedFd<'_>, dst: BorrowedFd<'_>, st: 
 }
 
 /// None: copy; else the verdict on what the destination holds already.
-fn verdict(dfd: BorrowedFd<'_>, name: &CStr, job: &CopyJob, o: &CopyOptions) -> Result<Option<Copied>, Cause> {
+fn verdict(
+    dfd: BorrowedFd<'_>,
+    name: &CStr,
+    job: &CopyJob,
+    o: &CopyOptions,
+) -> Result<Option<Copied>, Cause> {
     let st = match sys::lstat_at(dfd, name) {
         Ok(st) => st,
         Err(libc::ENOENT) => return Ok(None),
@@ -188,7 +213,9 @@ fn verdict(dfd: BorrowedFd<'_>, name: &CStr, job: &CopyJob, o: &CopyOptions) -> 
     };
     let same = st.st_mode & libc::S_IFMT == libc::S_IFREG
         && Some(st.st_size) == job.size
-        && job.mtime_ns.is_none_or(|m| Time::mtime(&st).micros_floor() == m.div_euclid(1000));
+        && job
+            .mtime_ns
+            .is_none_or(|m| Time::mtime(&st).micros_floor() == m.div_euclid(1000));
     Ok(match o.on_exist {
         OnExist::Overwrite => None,
         _ if same => Some(Copied::Skip),
@@ -210,7 +237,15 @@ fn create(dfd: BorrowedFd<'_>, tmp: &CStr, mode: u32) -> Result<OwnedFd, i32> {
 }
 
 /// Writes the file `tmp` in `dfd` from `src`: data, owner, mode, times, then close.
-fn fill(method: &mut Method, src: BorrowedFd<'_>, st: &libc::stat, dfd: BorrowedFd<'_>, tmp: &CStr, o: &CopyOptions, buf: &mut Vec<u8>) -> Result<(), Cause> {
+fn fill(
+    method: &mut Method,
+    src: BorrowedFd<'_>,
+    st: &libc::stat,
+    dfd: BorrowedFd<'_>,
+    tmp: &CStr,
+    o: &CopyOptions,
+    buf: &mut Vec<u8>,
+) -> Result<(), Cause> {
     let mode = st.st_mode & 0o7777;
     let out = create(dfd, tmp, mode)?;
     copy_data(method, src, out.as_fd(), st, buf)?;
@@ -221,18 +256,32 @@ fn fill(method: &mut Method, src: BorrowedFd<'_>, st: &libc::stat, dfd: Borrowed
     if chown || mode != (mode & 0o777 & !o.umask) {
         sys::fchmod(out.as_fd(), mode)?;
     }
-    sys::futimens(out.as_fd(), &[Time::atime(st).timespec(), Time::mtime(st).timespec()])?;
+    sys::futimens(
+        out.as_fd(),
+        &[Time::atime(st).timespec(), Time::mtime(st).timespec()],
+    )?;
     sys::close(out)?; // NFS reports a failed write-back here
     Ok(())
 }
 
-fn copy_one(method: &mut Method, src: &mut Parents<'_>, dst: &mut Parents<'_>, job: &CopyJob, o: &CopyOptions, buf: &mut Vec<u8>) -> Copied {
-    if let Err(c) = check_relative(&job.rel).and(check_relative(&job.out)).and(check_component(&job.tmp)) {
+fn copy_one(
+    method: &mut Method,
+    src: &mut Parents<'_>,
+    dst: &mut Parents<'_>,
+    job: &CopyJob,
+    o: &CopyOptions,
+    buf: &mut Vec<u8>,
+) -> Copied {
+    if let Err(c) = check_relative(&job.rel)
+        .and(check_relative(&job.out))
+        .and(check_component(&job.tmp))
+    {
         return Copied::Failed(c);
     }
     let (sdir, sname) = split(&job.rel);
     let (ddir, dname) = split(&job.out);
-    let (Ok(sname), Ok(dname), Ok(tmp)) = (cstring(sname), cstring(dname), cstring(&job.tmp)) else {
+    let (Ok(sname), Ok(dname), Ok(tmp)) = (cstring(sname), cstring(dname), cstring(&job.tmp))
+    else {
         return Copied::Failed(Cause::UnsafeName);
     };
     let dfd = match dst.dir(ddir) {
@@ -281,7 +330,13 @@ fn root_failure(e: &Error, destination: bool) -> Copied {
 }
 
 /// Copies regular files from `src_root` to `dst_root`, one outcome per job, in order.
-pub fn cp_files(src_root: &[u8], dst_root: &[u8], jobs: &[CopyJob], o: &CopyOptions, fanout: usize) -> Vec<Copied> {
+pub fn cp_files(
+    src_root: &[u8],
+    dst_root: &[u8],
+    jobs: &[CopyJob],
+    o: &CopyOptions,
+    fanout: usize,
+) -> Vec<Copied> {
     let src = match Root::open(src_root, None) {
         Ok(r) => r,
         Err(e) => return jobs.iter().map(|_| root_failure(&e, false)).collect(),
@@ -295,7 +350,10 @@ pub fn cp_files(src_root: &[u8], dst_root: &[u8], jobs: &[CopyJob], o: &CopyOpti
         let (mut s, mut d) = (Parents::new(src), Parents::new(dst));
         let mut method = Method::CopyFileRange;
         let mut buf = Vec::new();
-        chunk.iter().map(|j| copy_one(&mut method, &mut s, &mut d, j, o, &mut buf)).collect()
+        chunk
+            .iter()
+            .map(|j| copy_one(&mut method, &mut s, &mut d, j, o, &mut buf))
+            .collect()
     })
 }
 

@@ -82,9 +82,15 @@ impl Cause {
     pub fn describe(self) -> String {
         match self {
             Cause::Os(e) => describe(e),
-            Cause::NotRegular => format!("{}: not a regular file (never opened)", describe(libc::EINVAL)),
+            Cause::NotRegular => format!(
+                "{}: not a regular file (never opened)",
+                describe(libc::EINVAL)
+            ),
             Cause::UnsafeName => describe(libc::EINVAL), // as operators.checksum's refusal reads
-            Cause::Shrank => format!("{}: the file shrank while it was copied", describe(libc::EIO)),
+            Cause::Shrank => format!(
+                "{}: the file shrank while it was copied",
+                describe(libc::EIO)
+            ),
         }
     }
 }
@@ -117,7 +123,12 @@ impl Error {
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", String::from_utf8_lossy(&self.path), self.cause.describe())
+        write!(
+            f,
+            "{}: {}",
+            String::from_utf8_lossy(&self.path),
+            self.cause.describe()
+        )
     }
 }
 

@@ -50,7 +50,8 @@ pub fn split(rel: &[u8]) -> (&[u8], &[u8]) {
 /// One name inside a directory: refused if it could name something else than a child (`..`, `.`,
 /// empty, or with a `/` or NUL), so no path the core is given leaves its root, whoever calls it.
 pub fn check_component(name: &[u8]) -> Result<(), Cause> {
-    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0) {
+    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0)
+    {
         Err(Cause::UnsafeName)
     } else {
         Ok(())

@@ -83,7 +83,8 @@ impl Root {
             (true, false) => b".",
             _ => dir,
         };
-        let parent = sys::open_at(None, &cstring(dir).map_err(|e| err(e.into()))?, OPEN_DIR, 0).map_err(|e| err(e.into()))?;
+        let parent = sys::open_at(None, &cstring(dir).map_err(|e| err(e.into()))?, OPEN_DIR, 0)
+            .map_err(|e| err(e.into()))?;
         let cname = cstring(name).map_err(|e| err(e.into()))?;
         let st = sys::lstat_at(parent.as_fd(), &cname).map_err(|e| err(e.into()))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR || Identity::of(&st) != self.id {
@@ -166,7 +167,8 @@ impl<'r> Parents<'r> {
             };
             let err = |e: i32| Error::new(e, &rel_dir[..end]);
             let name = cstring(&rel_dir[start..end]).map_err(err)?;
-            let fd = sys::open_at(Some(parent), &name, OPEN_DIR | libc::O_NOFOLLOW, 0).map_err(err)?;
+            let fd =
+                sys::open_at(Some(parent), &name, OPEN_DIR | libc::O_NOFOLLOW, 0).map_err(err)?;
             if level < held {
                 self.chain.push((rel_dir[..end].to_vec(), fd));
             } else {

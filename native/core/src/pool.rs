@@ -73,7 +73,9 @@ impl Pool {
         let want = {
             let q = lock(&self.queue);
             let busy = q.threads - q.idle;
-            (busy + q.jobs.len() + jobs.len()).min(MAX_THREADS).saturating_sub(q.threads)
+            (busy + q.jobs.len() + jobs.len())
+                .min(MAX_THREADS)
+                .saturating_sub(q.threads)
         };
         let mut started = 0;
         for _ in 0..want {

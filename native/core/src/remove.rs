@@ -45,11 +45,12 @@ pub enum Devices {
 }
 
 /// An entry's type, as manifests name them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Kind {
     File,
     Directory,
     Symlink,
+    #[default]
     Other,
 }
 
@@ -123,7 +124,13 @@ fn unlink(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> Result<(), i3
     sys::unlink_at(dir, name, flags)
 }
 
-fn clear_one(dir: BorrowedFd<'_>, name: &[u8], listed_dir: bool, mode: Mode, devices: Devices) -> Done {
+fn clear_one(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    listed_dir: bool,
+    mode: Mode,
+    devices: Devices,
+) -> Done {
     if listed_dir && devices == Devices::Skip {
         return Done::Dir(0);
     }
@@ -169,7 +176,13 @@ pub struct Cleared {
 }
 
 impl Cleared {
-    fn add(&mut self, batch: Vec<(Vec<u8>, bool)>, done: Vec<Done>, mode: Mode, sample_limit: usize) {
+    fn add(
+        &mut self,
+        batch: Vec<(Vec<u8>, bool)>,
+        done: Vec<Done>,
+        mode: Mode,
+        sample_limit: usize,
+    ) {
         self.entries += batch.len();
         for ((name, _), d) in batch.into_iter().zip(done) {
             match d {
@@ -279,20 +292,25 @@ fn changed(want: &Expect, st: &libc::stat) -> Option<String> {
 fn parent_problem(e: Error) -> Done {
     match e.cause {
         Cause::Os(libc::ENOENT) => Done::Gone,
-        Cause::Os(errno @ (libc::ELOOP | libc::ENOTDIR)) if !e.path.is_empty() => Done::Problem(Problem {
-            status: Status::Failed,
-            cause: Cause::Os(errno),
-            message: Some(format!(
-                "ancestor '{}' is a symlink or no longer a directory: not followed",
-                String::from_utf8_lossy(&e.path)
-            )),
-        }),
+        Cause::Os(errno @ (libc::ELOOP | libc::ENOTDIR)) if !e.path.is_empty() => {
+            Done::Problem(Problem {
+                status: Status::Failed,
+                cause: Cause::Os(errno),
+                message: Some(format!(
+                    "ancestor '{}' is a symlink or no longer a directory: not followed",
+                    String::from_utf8_lossy(&e.path)
+                )),
+            })
+        }
         cause => Problem::failed(cause),
     }
 }
 
 /// The parent of `rel` and its last name, checked.
-fn locate<'p>(parents: &'p mut Parents<'_>, rel: &[u8]) -> Result<(BorrowedFd<'p>, std::ffi::CString), Done> {
+fn locate<'p>(
+    parents: &'p mut Parents<'_>,
+    rel: &[u8],
+) -> Result<(BorrowedFd<'p>, std::ffi::CString), Done> {
     let (dir, name) = split(rel);
     check_component(name).map_err(Problem::failed)?;
     let c = cstring(name).map_err(|_| Problem::failed(Cause::UnsafeName))?;
@@ -300,7 +318,13 @@ fn locate<'p>(parents: &'p mut Parents<'_>, rel: &[u8]) -> Result<(BorrowedFd<'p
     Ok((fd, c))
 }
 
-fn unlink_rel(parents: &mut Parents<'_>, rel: &[u8], want: &Expect, check: Check, mode: Mode) -> Done {
+fn unlink_rel(
+    parents: &mut Parents<'_>,
+    rel: &[u8],
+    want: &Expect,
+    check: Check,
+    mode: Mode,
+) -> Done {
     let (fd, name) = match locate(parents, rel) {
         Ok(x) => x,
         Err(d) => return d,
@@ -359,9 +383,10 @@ fn rmdir_rel(root: &Root, parents: &mut Parents<'_>, rel: &[u8], check: Check, m
         // the root itself: relative to its parent, and only if that name is still the pinned root
         return match root.parent() {
             Ok((parent, name)) => rmdir_at(parent.as_fd(), &name, check, mode),
-            Err(e) if e.cause == Cause::Os(libc::ESTALE) => {
-                Problem::changed(libc::ESTALE, "the root was replaced since the job began: left in place".into())
-            }
+            Err(e) if e.cause == Cause::Os(libc::ESTALE) => Problem::changed(
+                libc::ESTALE,
+                "the root was replaced since the job began: left in place".into(),
+            ),
             Err(e) => parent_problem(Error::new(e.cause, b"")),
         };
     }
@@ -398,7 +423,9 @@ pub fn unlink_rels(root: &[u8], rows: &[(Vec<u8>, Expect)], o: RelOptions) -> Ve
 /// Removes directories below `root` (`b""`: the root itself); with `Recheck`, only if still directories.
 pub fn rmdir_rels(root: &[u8], rels: &[Vec<u8>], o: RelOptions) -> Vec<Done> {
     match Root::open(root, None) {
-        Ok(r) => fan_out_under(&r, rels, o.fanout, |parents, rel| rmdir_rel(&r, parents, rel, o.check, o.mode)),
+        Ok(r) => fan_out_under(&r, rels, o.fanout, |parents, rel| {
+            rmdir_rel(&r, parents, rel, o.check, o.mode)
+        }),
         Err(e) => without_root(rels, e),
     }
 }

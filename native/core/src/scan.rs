@@ -138,11 +138,19 @@ impl Cols {
     /// Bytes any variable-width column can still take.
     pub fn room(&self) -> usize {
         let limit = self.limit.unwrap_or(crate::columns::MAX_DATA);
-        [&self.path, &self.path_raw, &self.name, &self.parents, &self.target, &self.target_raw, &self.error]
-            .iter()
-            .map(|b| limit.saturating_sub(b.data.len()))
-            .min()
-            .unwrap_or(0)
+        [
+            &self.path,
+            &self.path_raw,
+            &self.name,
+            &self.parents,
+            &self.target,
+            &self.target_raw,
+            &self.error,
+        ]
+        .iter()
+        .map(|b| limit.saturating_sub(b.data.len()))
+        .min()
+        .unwrap_or(0)
     }
 
     /// The rows so far, leaving empty columns with the same limit.
@@ -250,7 +258,8 @@ impl Cols {
         self.parents.push(parent);
         let p = index(self.parents.len() - 1);
         self.parent.push(p);
-        self.depth.push(index(path.iter().filter(|&&b| b == b'/').count() + 1));
+        self.depth
+            .push(index(path.iter().filter(|&&b| b == b'/').count() + 1));
         self.kind.push(row.kind.index());
         self.size.push_opt(row.size);
         self.mtime.push_opt(row.mtime_us);
@@ -294,17 +303,15 @@ pub struct Row<'a> {
     pub error: Option<&'a [u8]>,
 }
 
-impl Default for Kind {
-    fn default() -> Self {
-        Kind::Other
-    }
-}
-
 impl Row<'_> {
     /// Most bytes this row adds to any column.
     pub fn bound(&self) -> usize {
         let len = |b: Option<&[u8]>| b.map_or(0, <[u8]>::len);
-        2 * self.path.len() + len(self.path_raw) + len(self.target) + len(self.target_raw) + len(self.error)
+        2 * self.path.len()
+            + len(self.path_raw)
+            + len(self.target)
+            + len(self.target_raw)
+            + len(self.error)
     }
 }
 
@@ -374,12 +381,15 @@ pub struct Step {
     pub done: bool,
 }
 
+/// Takes `n` operations of the job's ops/s cap (blocks until they are granted).
+pub type TakeOps<'a, E> = &'a (dyn Fn(usize) -> Result<(), E> + Sync);
+/// Which of these text paths (a chunk's non-directories) to keep.
+pub type Keep<'a, E> = &'a (dyn Fn(Vec<String>) -> Result<Vec<bool>, E> + Sync);
+
 /// The caller's pacing and pruning, called once per chunk from the core's threads.
 pub struct Hooks<'a, E> {
-    /// Takes `n` operations of the job's ops/s cap (blocks until they are granted).
-    pub take_ops: Option<&'a (dyn Fn(usize) -> Result<(), E> + Sync)>,
-    /// Which of these text paths (a chunk's non-directories) to keep.
-    pub keep: Option<&'a (dyn Fn(Vec<String>) -> Result<Vec<bool>, E> + Sync)>,
+    pub take_ops: Option<TakeOps<'a, E>>,
+    pub keep: Option<Keep<'a, E>>,
 }
 
 /// How a step works.
@@ -408,7 +418,14 @@ fn stat_one(fd: BorrowedFd<'_>, name: &[u8], d_type: u8) -> Outcome {
     };
     match sys::lstat_at(fd, &c) {
         Err(libc::ENOENT) => Outcome::Gone,
-        Err(e) => Outcome::Failed(if d_type == libc::DT_DIR { Kind::Directory } else { Kind::Other }, e),
+        Err(e) => Outcome::Failed(
+            if d_type == libc::DT_DIR {
+                Kind::Directory
+            } else {
+                Kind::Other
+            },
+            e,
+        ),
         Ok(s) => {
             let meta = Meta::of(&s);
             if meta.kind() == Kind::Symlink {
@@ -445,7 +462,12 @@ impl DirScan {
     /// chunks over up to `width` threads, and appends their rows to `sink`; with `descend`, walks the
     /// subdirectories found depth first until that many entries are written, returning only those
     /// not reached.
-    pub fn step<E: Send>(&self, sink: &Mutex<Cols>, o: StepOptions, hooks: &Hooks<'_, E>) -> Result<Step, StepError<E>> {
+    pub fn step<E: Send>(
+        &self,
+        sink: &Mutex<Cols>,
+        o: StepOptions,
+        hooks: &Hooks<'_, E>,
+    ) -> Result<Step, StepError<E>> {
         let hooked = hooks.take_ops.is_some() || hooks.keep.is_some();
         let descend = if hooked { 0 } else { o.descend };
         let chunk = o.chunk.max(1);
@@ -480,7 +502,8 @@ impl DirScan {
         let fd = state.stream.fd();
         let n = listed.len();
         let chunks = n.div_ceil(chunk);
-        let outcomes: Vec<Mutex<Vec<Outcome>>> = (0..chunks).map(|_| Mutex::new(Vec::new())).collect();
+        let outcomes: Vec<Mutex<Vec<Outcome>>> =
+            (0..chunks).map(|_| Mutex::new(Vec::new())).collect();
         let failure: Mutex<Option<E>> = Mutex::new(None);
         let work = |c: usize| {
             let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(n));
@@ -490,7 +513,9 @@ impl DirScan {
                     return;
                 }
             }
-            let mut out: Vec<Outcome> = (lo..hi).map(|i| stat_one(fd, listed.name(i), listed.types[i])).collect();
+            let mut out: Vec<Outcome> = (lo..hi)
+                .map(|i| stat_one(fd, listed.name(i), listed.types[i]))
+                .collect();
             if let Some(keep) = hooks.keep {
                 if let Err(e) = prune(keep, rel, &listed, lo, &mut out) {
                     lock(&failure).get_or_insert(e);
@@ -521,7 +546,13 @@ impl DirScan {
             if fits < n {
                 rest = Some(listed.tail(fits));
             }
-            write_rows(&mut cols, rel, &listed, all.into_iter().take(fits).collect(), &mut step)
+            write_rows(
+                &mut cols,
+                rel,
+                &listed,
+                all.into_iter().take(fits).collect(),
+                &mut step,
+            )
         };
         step.done = state.done && rest.is_none();
         let descend = if rest.is_some() { 0 } else { descend }; // the sink is full enough
@@ -586,7 +617,9 @@ fn fitting(room: usize, rel: &[u8], listed: &Listed, outcomes: &[Outcome]) -> us
 fn one_bound(rel: &[u8], listed: &Listed, i: usize, o: &Outcome) -> usize {
     let dir = rel.len() + 1;
     match o {
-        Outcome::Entry(_, t) => row_bound(dir + listed.name(i).len(), t.as_ref().map_or(0, Vec::len)),
+        Outcome::Entry(_, t) => {
+            row_bound(dir + listed.name(i).len(), t.as_ref().map_or(0, Vec::len))
+        }
         Outcome::Failed(..) => row_bound(dir + listed.name(i).len(), 0),
         Outcome::Gone | Outcome::Pruned => 0,
     }
@@ -604,8 +637,18 @@ fn bound(rel: &[u8], listed: &Listed, outcomes: &[Outcome]) -> usize {
 
 /// Appends the rows of one listed directory's entries (`outcomes`, in listing order) to `cols`,
 /// counting them in `step`; returns its subdirectories (path, metadata).
-fn write_rows(cols: &mut Cols, rel: &[u8], listed: &Listed, outcomes: Vec<Outcome>, step: &mut Step) -> Vec<(Vec<u8>, Meta)> {
-    let depth = if rel.is_empty() { 1 } else { index(rel.iter().filter(|&&b| b == b'/').count() + 2) };
+fn write_rows(
+    cols: &mut Cols,
+    rel: &[u8],
+    listed: &Listed,
+    outcomes: Vec<Outcome>,
+    step: &mut Step,
+) -> Vec<(Vec<u8>, Meta)> {
+    let depth = if rel.is_empty() {
+        1
+    } else {
+        index(rel.iter().filter(|&&b| b == b'/').count() + 2)
+    };
     let mut parent: Option<i32> = None;
     let mut subdirs = Vec::new();
     for (i, o) in outcomes.into_iter().enumerate() {
@@ -660,7 +703,8 @@ fn push_row(cols: &mut Cols, row: &Written<'_>, rel: &[u8], name: &[u8], step: &
         if step.samples.len() < 5 {
             let mut p = Vec::new();
             push_text(&mut p, &join(rel, name));
-            step.samples.push(format!("{}: {}", String::from_utf8_lossy(&p), text));
+            step.samples
+                .push(format!("{}: {}", String::from_utf8_lossy(&p), text));
         }
     } else {
         cols.error.push_null();
@@ -695,7 +739,10 @@ fn descend_into(
     left: &mut Vec<(Vec<u8>, Meta)>,
 ) {
     for (path, meta) in subdirs {
-        if *budget <= 0 || level > MAX_DESCENT || lock(sink).reserve(row_bound(path.len(), 0) * 2).is_err() {
+        if *budget <= 0
+            || level > MAX_DESCENT
+            || lock(sink).reserve(row_bound(path.len(), 0) * 2).is_err()
+        {
             left.push((path, meta));
             continue;
         }
@@ -747,7 +794,10 @@ fn descend_into(
         let before = step.entries;
         let found = {
             let mut cols = lock(sink);
-            if cols.reserve(bound(&path, &listed, &outcomes) + row_bound(path.len(), 0)).is_err() {
+            if cols
+                .reserve(bound(&path, &listed, &outcomes) + row_bound(path.len(), 0))
+                .is_err()
+            {
                 drop(cols);
                 left.push((path, meta));
                 continue;

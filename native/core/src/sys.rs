@@ -199,7 +199,8 @@ pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: i64) -> Result<usize, E
 /// `pwrite(fd, buf, offset)`: bytes written.
 pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: i64) -> Result<usize, Errno> {
     // SAFETY: `buf` has `buf.len()` readable bytes.
-    let n = retry(|| unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), offset) })?;
+    let n =
+        retry(|| unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), offset) })?;
     Ok(n.unsigned_abs())
 }
 

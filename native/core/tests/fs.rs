@@ -13,7 +13,9 @@ use std::sync::Mutex;
 
 use common::{in_child, lstat, mkfifo, set_mtime, TempDir};
 use pfs_core::checksum::{checksum_files, Algorithm};
-use pfs_core::copy::{copy_fd, cp_files, Copied, CopyJob, CopyOptions, Existing, OnExist, Owners, Write};
+use pfs_core::copy::{
+    copy_fd, cp_files, Copied, CopyJob, CopyOptions, Existing, OnExist, Owners, Write,
+};
 use pfs_core::errors::Cause;
 use pfs_core::parents::{Parents, Root};
 use pfs_core::remove::{self, Check, Done, Expect, Kind, Mode, RelOptions};
@@ -84,19 +86,28 @@ fn a_fifo_is_refused_by_checksums_and_cp_without_blocking() {
     fs::create_dir_all(&src).unwrap();
     fs::create_dir_all(&dst).unwrap();
     mkfifo(&src.join("fifo"));
-    let (s, d) = (src.as_os_str().as_bytes().to_vec(), dst.as_os_str().as_bytes().to_vec());
+    let (s, d) = (
+        src.as_os_str().as_bytes().to_vec(),
+        dst.as_os_str().as_bytes().to_vec(),
+    );
     // in a child: on a blocking open the child hangs, is killed, and the test fails instead of hanging
     let status = in_child(20, move || {
         let sums = checksum_files(&s, &[b"fifo".to_vec()], Algorithm::Xxh3, 1);
         assert_eq!(sums, vec![Err(Cause::NotRegular)]);
         let fifo_root = [s.clone(), b"/fifo".to_vec()].concat();
-        assert_eq!(checksum_files(&fifo_root, &[Vec::new()], Algorithm::Md5, 1), vec![Err(Cause::NotRegular)]);
+        assert_eq!(
+            checksum_files(&fifo_root, &[Vec::new()], Algorithm::Md5, 1),
+            vec![Err(Cause::NotRegular)]
+        );
         let got = cp_files(&s, &d, &[job(b"fifo")], &opts(), 1);
         assert_eq!(got, vec![Copied::Failed(Cause::NotRegular)]);
         0
     });
     assert_eq!(status, Some(0), "refused at once, in the child");
-    assert!(fs::read_dir(&dst).unwrap().next().is_none(), "no temp file left behind");
+    assert!(
+        fs::read_dir(&dst).unwrap().next().is_none(),
+        "no temp file left behind"
+    );
 }
 
 #[test]
@@ -106,11 +117,21 @@ fn far_future_times_are_exact_in_the_scan_rm_and_cp() {
     fs::write(&f, b"x").unwrap();
     set_mtime(&f, Y2300, 123_456_789);
     let cols = scan(t.path());
-    assert_eq!(cols.mtime.values, vec![Y2300 * 1_000_000 + 123_456], "microseconds, not wrapped");
+    assert_eq!(
+        cols.mtime.values,
+        vec![Y2300 * 1_000_000 + 123_456],
+        "microseconds, not wrapped"
+    );
     // cp keeps it (futimens on the open file)
     let out = t.path().join("out");
     fs::create_dir(&out).unwrap();
-    let got = cp_files(&t.bytes(), out.as_os_str().as_bytes(), &[job(b"future")], &opts(), 1);
+    let got = cp_files(
+        &t.bytes(),
+        out.as_os_str().as_bytes(),
+        &[job(b"future")],
+        &opts(),
+        1,
+    );
     assert_eq!(got, vec![Copied::Copied]);
     let st = lstat(&out.join("future"));
     assert_eq!((st.st_mtime, st.st_mtime_nsec), (Y2300, 123_456_789));
@@ -127,8 +148,13 @@ fn far_future_times_are_exact_in_the_scan_rm_and_cp() {
         )]
     };
     let stale = remove::unlink_rels(&t.bytes(), &row(ns + 1000), rel_opts());
-    assert!(matches!(&stale[0], Done::Problem(p) if p.message.as_deref() == Some("mtime differs from the manifest")));
-    assert_eq!(remove::unlink_rels(&t.bytes(), &row(ns), rel_opts()), vec![Done::Removed(1)]);
+    assert!(
+        matches!(&stale[0], Done::Problem(p) if p.message.as_deref() == Some("mtime differs from the manifest"))
+    );
+    assert_eq!(
+        remove::unlink_rels(&t.bytes(), &row(ns), rel_opts()),
+        vec![Done::Removed(1)]
+    );
     assert!(!f.exists());
 }
 
@@ -149,7 +175,11 @@ fn times_before_1677_are_exact_where_the_filesystem_keeps_them() {
     let cols = scan(&t);
     fs::remove_dir_all(&t).unwrap();
     if kept {
-        assert_eq!(cols.mtime.values, vec![sec * 1_000_000 + 5], "truncated toward zero, not wrapped");
+        assert_eq!(
+            cols.mtime.values,
+            vec![sec * 1_000_000 + 5],
+            "truncated toward zero, not wrapped"
+        );
     }
 }
 
@@ -161,7 +191,10 @@ fn names_that_are_not_utf8_or_are_255_bytes_long_are_kept_exactly() {
     let path = t.path().join(std::ffi::OsStr::from_bytes(&bad));
     fs::write(&path, b"data").unwrap();
     let cols = scan(t.path());
-    assert_eq!(cols.path.get(0), [b"caf\\xe9-".as_slice(), &bad[5..]].concat().as_slice());
+    assert_eq!(
+        cols.path.get(0),
+        [b"caf\\xe9-".as_slice(), &bad[5..]].concat().as_slice()
+    );
     assert_eq!(cols.path_raw.get(0), bad.as_slice());
     let sums = checksum_files(&t.bytes(), &[bad.clone()], Algorithm::Sha256, 1);
     assert!(sums[0].as_ref().unwrap().starts_with("sha256:"));
@@ -186,12 +219,25 @@ fn a_directory_swapped_for_a_symlink_mid_walk_is_not_followed() {
     symlink(&outside, root.join("a")).unwrap();
     let e = parents.dir(b"a").err().unwrap();
     assert_eq!(e.path, b"a");
-    assert!(matches!(e.cause, Cause::Os(libc::ELOOP | libc::ENOTDIR)), "{e}");
+    assert!(
+        matches!(e.cause, Cause::Os(libc::ELOOP | libc::ENOTDIR)),
+        "{e}"
+    );
     let rows = vec![(b"a/f".to_vec(), Expect::default())];
     let done = remove::unlink_rels(root.as_os_str().as_bytes(), &rows, rel_opts());
-    assert!(matches!(&done[0], Done::Problem(p) if p.message.as_deref().unwrap().contains("not followed")));
-    let sums = checksum_files(root.as_os_str().as_bytes(), &[b"a/f".to_vec()], Algorithm::Xxh3, 1);
-    assert!(matches!(sums[0], Err(Cause::Os(libc::ELOOP | libc::ENOTDIR))), "{sums:?}");
+    assert!(
+        matches!(&done[0], Done::Problem(p) if p.message.as_deref().unwrap().contains("not followed"))
+    );
+    let sums = checksum_files(
+        root.as_os_str().as_bytes(),
+        &[b"a/f".to_vec()],
+        Algorithm::Xxh3,
+        1,
+    );
+    assert!(
+        matches!(sums[0], Err(Cause::Os(libc::ELOOP | libc::ENOTDIR))),
+        "{sums:?}"
+    );
     assert!(outside.join("f").exists());
 }
 
@@ -203,20 +249,35 @@ fn dot_dot_and_empty_components_never_leave_the_root() {
     fs::write(t.path().join("victim"), b"x").unwrap();
     fs::create_dir(t.path().join("victimdir")).unwrap();
     let r = root.as_os_str().as_bytes();
-    let bad: Vec<Vec<u8>> = vec![b"../victim".to_vec(), b"sub/../../victim".to_vec(), b"./../victim".to_vec(), b"sub//x".to_vec(), b"..".to_vec()];
+    let bad: Vec<Vec<u8>> = vec![
+        b"../victim".to_vec(),
+        b"sub/../../victim".to_vec(),
+        b"./../victim".to_vec(),
+        b"sub//x".to_vec(),
+        b"..".to_vec(),
+    ];
     let rows: Vec<_> = bad.iter().map(|b| (b.clone(), Expect::default())).collect();
     for d in remove::unlink_rels(r, &rows, rel_opts()) {
-        assert!(matches!(d, Done::Problem(ref p) if p.cause == Cause::UnsafeName), "{d:?}");
+        assert!(
+            matches!(d, Done::Problem(ref p) if p.cause == Cause::UnsafeName),
+            "{d:?}"
+        );
     }
     let dirs = vec![b"../victimdir".to_vec(), b"sub/..".to_vec()];
     for d in remove::rmdir_rels(r, &dirs, rel_opts()) {
-        assert!(matches!(d, Done::Problem(ref p) if p.cause == Cause::UnsafeName), "{d:?}");
+        assert!(
+            matches!(d, Done::Problem(ref p) if p.cause == Cause::UnsafeName),
+            "{d:?}"
+        );
     }
     let out = t.path().join("out");
     fs::create_dir(&out).unwrap();
     let mut j = job(b"../victim");
     j.out = b"x".to_vec();
-    assert_eq!(cp_files(r, out.as_os_str().as_bytes(), &[j], &opts(), 1), vec![Copied::Failed(Cause::UnsafeName)]);
+    assert_eq!(
+        cp_files(r, out.as_os_str().as_bytes(), &[j], &opts(), 1),
+        vec![Copied::Failed(Cause::UnsafeName)]
+    );
     assert!(t.path().join("victim").exists() && t.path().join("victimdir").exists());
     assert!(root.join("sub").exists());
 }
@@ -232,8 +293,15 @@ fn the_root_is_pinned_by_device_and_inode() {
     // replaced by another directory of the same name
     fs::rename(&root, t.path().join("old")).unwrap();
     fs::create_dir(&root).unwrap();
-    assert_eq!(Root::open(rb, Some(r.id())).err().unwrap().cause, Cause::Os(libc::ESTALE));
-    assert_eq!(r.parent().err().unwrap().cause, Cause::Os(libc::ESTALE), "the name is no longer the pinned root");
+    assert_eq!(
+        Root::open(rb, Some(r.id())).err().unwrap().cause,
+        Cause::Os(libc::ESTALE)
+    );
+    assert_eq!(
+        r.parent().err().unwrap().cause,
+        Cause::Os(libc::ESTALE),
+        "the name is no longer the pinned root"
+    );
     // the root itself goes relative to its parent
     let done = remove::rmdir_rels(rb, &[Vec::new()], rel_opts());
     assert_eq!(done, vec![Done::Removed(0)]);
@@ -251,7 +319,11 @@ fn out_of_descriptors_is_an_error_per_file_not_a_crash() {
     let status = in_child(60, move || {
         let rels: Vec<Vec<u8>> = (0..8).map(|i| format!("a/b/c/f{i}").into_bytes()).collect();
         // exactly three descriptors free: the root, a and b fit, c does not
-        let top = fs::read_dir("/proc/self/fd").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok()).max().unwrap();
+        let top = fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+            .max()
+            .unwrap();
         let lim = libc::rlimit {
             rlim_cur: top + 1 + 3,
             rlim_max: top + 64,
@@ -265,15 +337,28 @@ fn out_of_descriptors_is_an_error_per_file_not_a_crash() {
         fill.truncate(fill.len() - 3);
         let sums = checksum_files(&root, &rels, Algorithm::Xxh3, 1);
         let all_emfile = sums.iter().all(|s| *s == Err(Cause::Os(libc::EMFILE)));
-        let gone = remove::unlink_rels(&root, &rels.iter().map(|r| (r.clone(), Expect::default())).collect::<Vec<_>>(), rel_opts());
-        let all_failed = gone.iter().all(|d| matches!(d, Done::Problem(p) if p.cause == Cause::Os(libc::EMFILE)));
+        let gone = remove::unlink_rels(
+            &root,
+            &rels
+                .iter()
+                .map(|r| (r.clone(), Expect::default()))
+                .collect::<Vec<_>>(),
+            rel_opts(),
+        );
+        let all_failed = gone
+            .iter()
+            .all(|d| matches!(d, Done::Problem(p) if p.cause == Cause::Os(libc::EMFILE)));
         if !(all_emfile && all_failed) {
             eprintln!("{sums:?} {gone:?}");
         }
         i32::from(!(all_emfile && all_failed))
     });
     assert_eq!(status, Some(0));
-    assert_eq!(fs::read_dir(t.path().join("a/b/c")).unwrap().count(), 8, "nothing removed without its parent");
+    assert_eq!(
+        fs::read_dir(t.path().join("a/b/c")).unwrap().count(),
+        8,
+        "nothing removed without its parent"
+    );
 }
 
 #[test]
@@ -312,7 +397,7 @@ fn a_system_call_interrupted_by_a_signal_is_retried() {
             // SAFETY: pthread_self has no preconditions.
             tx.send(unsafe { libc::pthread_self() }).unwrap();
             // blocks until a writer opens the FIFO; the signals below interrupt it first
-            sys::open_at(None, &c, libc::O_RDONLY | libc::O_CLOEXEC, 0)
+            sys::open_at(None, c, libc::O_RDONLY | libc::O_CLOEXEC, 0)
         });
         let thread = rx.recv().unwrap();
         for _ in 0..5 {
@@ -321,7 +406,10 @@ fn a_system_call_interrupted_by_a_signal_is_retried() {
             unsafe { libc::pthread_kill(thread, libc::SIGUSR1) };
         }
         let _writer = fs::OpenOptions::new().write(true).open(&fifo).unwrap();
-        assert!(reader.join().unwrap().is_ok(), "EINTR retried, not returned");
+        assert!(
+            reader.join().unwrap().is_ok(),
+            "EINTR retried, not returned"
+        );
     });
 }
 
@@ -340,14 +428,23 @@ fn a_failing_hook_or_a_full_sink_keeps_the_listed_entries() {
         keep: None,
     };
     let sink = Mutex::new(Cols::default());
-    assert!(matches!(s.step(&sink, step_opts(), &hooks), Err(StepError::Hook("cancelled"))));
+    assert!(matches!(
+        s.step(&sink, step_opts(), &hooks),
+        Err(StepError::Hook("cancelled"))
+    ));
     // a sink too small for one more row: Full, and the rows come with the next step
     let tiny = Mutex::new(Cols::with_limit(100));
-    assert!(matches!(s.step(&tiny, step_opts(), &no_hooks()), Err(StepError::Full)));
+    assert!(matches!(
+        s.step(&tiny, step_opts(), &no_hooks()),
+        Err(StepError::Full)
+    ));
     // a sink with room for some: the rows that fit now, the others with the next step
     let small = Mutex::new(Cols::with_limit(10 * 300));
     let first = s.step(&small, step_opts(), &no_hooks()).unwrap();
-    assert!(first.entries > 0 && first.entries < 40 && !first.done, "{first:?}");
+    assert!(
+        first.entries > 0 && first.entries < 40 && !first.done,
+        "{first:?}"
+    );
     let rest = s.step(&sink, step_opts(), &no_hooks()).unwrap();
     assert_eq!((first.entries + rest.entries, rest.done), (40, true));
     let mut small = small.into_inner().unwrap();
@@ -357,5 +454,10 @@ fn a_failing_hook_or_a_full_sink_keeps_the_listed_entries() {
     let _ = small.take();
     names.extend((0..40 - small_len).map(|i| sink.lock().unwrap().name.get(i).to_vec()));
     names.sort();
-    assert_eq!(names, (0..40).map(|i| format!("f{i:02}").into_bytes()).collect::<Vec<_>>());
+    assert_eq!(
+        names,
+        (0..40)
+            .map(|i| format!("f{i:02}").into_bytes())
+            .collect::<Vec<_>>()
+    );
 }

@@ -16,7 +16,10 @@ fn counted(pool: &Arc<Pool>, n: usize, width: usize) -> usize {
         seen[i].fetch_add(1, Ordering::Relaxed);
         done.fetch_add(1, Ordering::Relaxed);
     });
-    assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "every chunk runs exactly once");
+    assert!(
+        seen.iter().all(|s| s.load(Ordering::Relaxed) == 1),
+        "every chunk runs exactly once"
+    );
     done.into_inner()
 }
 
@@ -42,7 +45,10 @@ fn a_panic_in_a_helper_reaches_the_caller_and_the_pool_still_works() {
                 }
             })
         }));
-        assert!(got.is_err(), "the panic is re-raised on the caller's thread");
+        assert!(
+            got.is_err(),
+            "the panic is re-raised on the caller's thread"
+        );
     }
     assert_eq!(counted(&pool, 20, 4), 20);
 }
@@ -72,7 +78,11 @@ fn a_panic_in_the_callers_chunk_waits_for_the_helpers_first() {
         })
     }));
     assert!(got.is_err());
-    assert_eq!(running.load(Ordering::SeqCst), 0, "no helper still inside the caller's work");
+    assert_eq!(
+        running.load(Ordering::SeqCst),
+        0,
+        "no helper still inside the caller's work"
+    );
     drop(state);
     assert_eq!(counted(&pool, 8, 4), 8);
 }
@@ -102,14 +112,20 @@ fn helpers_stuck_behind_other_work_are_not_waited_for() {
         let long = s.spawn(move || {
             p.for_each(2, 2, &|i| {
                 if i == 0 || i == 1 {
-                    let _ = rx.lock().unwrap().recv_timeout(std::time::Duration::from_secs(20));
+                    let _ = rx
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(std::time::Duration::from_secs(20));
                 }
             })
         });
         std::thread::sleep(std::time::Duration::from_millis(300));
         let start = std::time::Instant::now();
         assert_eq!(counted(&pool, 10, 2), 10);
-        assert!(start.elapsed() < std::time::Duration::from_secs(10), "did not wait for the busy thread");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "did not wait for the busy thread"
+        );
         tx.send(()).unwrap();
         tx.send(()).unwrap();
         long.join().unwrap();

@@ -53,10 +53,16 @@ fn clearing_a_big_directory_holds_a_batch_not_the_listing() {
     PEAK.store(before, Ordering::Relaxed);
     let done = clear_dir(dir.as_fd(), None, o);
     let peak = PEAK.load(Ordering::Relaxed) - before;
-    assert_eq!((done.entries, done.removed, done.subdirs.len()), (n + 1, n as u64, 1));
+    assert_eq!(
+        (done.entries, done.removed, done.subdirs.len()),
+        (n + 1, n as u64, 1)
+    );
     assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 1);
     // a batch of 4096 names and results is well under 1.5 MB; the whole listing (20,000 names and
     // results) is several times that
     eprintln!("peak {peak}");
-    assert!(peak < 3 << 19, "peak {peak} bytes while clearing {n} entries");
+    assert!(
+        peak < 3 << 19,
+        "peak {peak} bytes while clearing {n} entries"
+    );
 }

@@ -47,9 +47,25 @@ pub fn mkfifo(p: &Path) {
 
 /// Sets `p`'s atime and mtime (not following a symlink).
 pub fn set_mtime(p: &Path, sec: i64, nsec: i64) {
-    let t = [libc::timespec { tv_sec: sec, tv_nsec: nsec }, libc::timespec { tv_sec: sec, tv_nsec: nsec }];
+    let t = [
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        },
+        libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        },
+    ];
     // SAFETY: a NUL-terminated path and two timespecs.
-    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c(p).as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    let rc = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c(p).as_ptr(),
+            t.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
     assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
 }
 
@@ -77,7 +93,11 @@ pub fn in_child(secs: u64, body: impl FnOnce() -> i32) -> Option<i32> {
         // SAFETY: waiting for our own child.
         let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         if r == pid {
-            return Some(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) });
+            return Some(if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            });
         }
         if std::time::Instant::now() > deadline {
             // SAFETY: killing and reaping our own child.
