@@ -17,6 +17,7 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	./scripts/test-native.sh
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 # The container image the Helm chart runs by default (charts/pfs), built with podman: docs/deploy.md.

@@ -5,17 +5,23 @@ from collections.abc import Callable
 def version() -> str: ...
 def describe_errno(errno: int) -> str: ...
 def pool_threads() -> int: ...
+def _pool_selftest(n: int, width: int, panic_at: int | None = None) -> int:
+    """Runs ``n`` chunks over ``width`` core threads; a chunk ``panic_at`` panics (tests: PanicException)."""
 
 class Sink:
     """Manifest rows held as columns by the core until :meth:`take`."""
 
     def __init__(self) -> None: ...
     def __len__(self) -> int: ...
-    def push_rows(self, rows: list[tuple]) -> None: ...
+    def push_rows(self, rows: list[tuple]) -> None:
+        """OverflowError, with nothing added, if the rows could pass the columns' 2 GiB (int32 offsets)."""
+
     def take(self) -> tuple[int, dict[str, tuple[bytes | None, ...]], tuple[int, bytes, bytes]]: ...
 
 class DirScan:
-    """One directory listed and stat-ed in steps (``native/src/scan.rs``)."""
+    """One directory listed and stat-ed in steps (``native/core/src/scan.rs``).  A step whose hook raises,
+    or whose rows do not fit the sink (OverflowError), writes nothing and keeps what it listed for the
+    next step."""
 
     def __init__(self, dir_fd: int, rel: bytes) -> None: ...
     def step(
@@ -29,7 +35,8 @@ class DirScan:
         descend: int = 0,
     ) -> tuple[tuple[int, int, int, int, int, int, int, int], list[str], list[tuple[bytes, tuple]], int, bool]: ...
 
-# rm (native/src/remove.rs): (removed, bytes, missing, [(index, status, errno, message)], [sample index])
+# rm (native/core/src/remove.rs; mtimes in ns, any size):
+# (removed, bytes, missing, [(index, status, errno, message)], [sample index])
 RmBatch = tuple[int, int, int, list[tuple[int, int, int, str | None]], list[int]]
 
 def rm_clear_dir(
@@ -50,7 +57,8 @@ def rm_rmdir_rels(
     root: bytes, rels: list[bytes], check: bool, dry_run: bool, fanout: int, sample_limit: int
 ) -> RmBatch: ...
 
-# cp (native/src/copy.rs): one status byte per file (COPIED, SKIP, ERROR, DIFFERS, DST_PARENT), one errno per file
+# cp (native/core/src/copy.rs; a FIFO or device: ERROR with EINVAL, never opened for a blocking read):
+# one status byte per file (COPIED, SKIP, ERROR, DIFFERS, DST_PARENT), one errno per file
 def cp_files(
     src_root: bytes,
     dst_root: bytes,

@@ -230,7 +230,9 @@ def sink_table(sink: Any) -> pa.Table:
     """The rows in ``sink`` as a schema-v1 table (unsorted), wrapping the core's buffers."""
     n, cols, (n_parents, p_offsets, p_data) = sink.take()
     arrays = []
-    parents = pa.Array.from_buffers(pa.string(), n_parents, [None, pa.py_buffer(p_offsets), pa.py_buffer(p_data)])
+    p_offsets, p_data = pa.py_buffer(p_offsets), pa.py_buffer(p_data)
+    _check_offsets("parents", n_parents, p_offsets, p_data)
+    parents = pa.Array.from_buffers(pa.string(), n_parents, [None, p_offsets, p_data])
     for field in SCHEMA:
         name, kind = field.name, field.type
         if name == "checksum":
@@ -243,8 +245,22 @@ def sink_table(sink: Any) -> pa.Table:
             arrays.append(pa.DictionaryArray.from_arrays(indices, values))
             continue
         buffers = [pa.py_buffer(b) if b is not None else None for b in bufs]
+        if len(buffers) == 3:
+            _check_offsets(name, n, buffers[1], buffers[2])
         arrays.append(pa.Array.from_buffers(kind, n, buffers))
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def _check_offsets(name: str, n: int, offsets: pa.Buffer, data: pa.Buffer) -> None:
+    """Refuse a variable-width column whose int32 offsets do not run from 0 up to its data's size
+    (the core checks them; this keeps a wrapped offset from ever reaching a manifest)."""
+    if offsets.size < 4 * (n + 1):
+        raise ValueError(f"core column {name!r}: fewer offsets than values")
+    values = pa.Array.from_buffers(pa.int32(), n + 1, [None, offsets])
+    if values[0].as_py() != 0 or values[n].as_py() != data.size:
+        raise ValueError(f"core column {name!r}: offsets do not cover its data")
+    if n and pc.min(pc.pairwise_diff(values).slice(1)).as_py() < 0:
+        raise ValueError(f"core column {name!r}: offsets go backwards")
 
 
 def _strings(values: tuple[str, ...]) -> pa.Array:

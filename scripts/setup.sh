@@ -15,8 +15,8 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found (install Rust: https://rustup.rs)" >&2; exit 1; }
-want=$( (echo bytecode-v2; cat requirements-dev.lock pyproject.toml native/Cargo.toml native/Cargo.lock;
-    find native/src -name '*.rs' -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
+want=$( (echo bytecode-v2; cat requirements-dev.lock pyproject.toml native/Cargo.toml native/core/Cargo.toml native/Cargo.lock;
+    find native/src native/core/src -name '*.rs' -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)
 # pfs's own modules too (PYTHONDONTWRITEBYTECODE again): ~70 ms of compiling per process
 # otherwise.  compileall rewrites only what changed; a stale .pyc is never used (mtime check).
 compile_own() { .venv/bin/python -m compileall -q -j0 operators dask_pfs airflow_pfs >/dev/null; }

@@ -1,23 +1,29 @@
-//! `operators._native`: pfs's compiled core for the POSIX hot paths.
+//! `operators._native`: the Python binding of pfs's compiled core (`native/core`, crate `pfs_core`).
 //!
-//! Each entry point takes a batch of work (a directory to list and stat, ...), runs it without the
-//! interpreter lock, and returns columnar buffers that Python wraps as Arrow arrays without a
-//! Python object per entry.  Shared pieces live in their own modules: `errors` (errno -> the text
-//! of a row's error), `dirfd` (descriptors, `*at` calls, listing), `columns` (buffer builders).
-//! A new job's module (`remove.rs`, `copy.rs`) goes beside them with one `add` line below.
+//! Each entry point converts its arguments, runs a core job without the interpreter lock, and
+//! returns columnar buffers or small tuples, never a Python object per entry.  A panic in the core
+//! is caught by pyo3 at this boundary and raised as `pyo3_runtime.PanicException` (the core's pool
+//! re-raises a helper's panic on the caller's thread after every helper has left, so it never hangs).
 
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
 
-pub mod checksum;
-pub mod columns;
-pub mod copy;
-pub mod dirfd;
-pub mod errors;
-pub mod names;
-pub mod pool;
-pub mod relpath;
-pub mod remove;
-pub mod scan;
+mod checksum;
+mod copy;
+mod remove;
+mod scan;
+
+/// A Python list of `bytes` (names or paths, exact) as owned byte strings.
+pub(crate) fn names_of(list: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
+    list.iter()
+        .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))
+        .collect()
+}
+
+/// A Python `OSError` subclass for `errno` (Python maps the number to the subclass itself).
+pub(crate) fn os_error(errno: i32) -> PyErr {
+    pyo3::exceptions::PyOSError::new_err((errno, pfs_core::errors::strerror(errno)))
+}
 
 /// The core's version, so Python can tell a stale build (`scripts/setup.sh` rebuilds on change).
 #[pyfunction]
@@ -28,31 +34,32 @@ fn version() -> &'static str {
 /// The text a row's `error` column holds for `errno` (`"PermissionError: [Errno 13] ..."`).
 #[pyfunction]
 fn describe_errno(errno: i32) -> String {
-    errors::describe(errno)
+    pfs_core::errors::describe(errno)
 }
 
-/// Buffers of 1 MiB and more (a flush's columns, their copies as Python bytes) are mapped and unmapped
-/// on their own, instead of glibc's default, which raises this threshold each time such a block is
-/// freed and from then on serves them from per-thread heaps that keep freed memory: the core's steps
-/// run on many pool threads, and a 1,000,000-entry directory peaked at 231-292 MB against 196-203 with
-/// this (2,000,000 entries: 266-316 against 201-222; `benchmarks/RESULTS.md`, "Native core: peak RSS").
-fn map_big_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-    }
+/// Runs `n` chunks over `width` core threads and panics in chunk `panic_at` (tests: a panic in the
+/// core becomes a Python exception, and the pool still works after it).
+#[pyfunction]
+#[pyo3(signature = (n, width, panic_at=None))]
+fn _pool_selftest(py: Python<'_>, n: usize, width: usize, panic_at: Option<usize>) -> usize {
+    py.allow_threads(|| {
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        pfs_core::pool::for_each(n, width, &|i| {
+            assert!(Some(i) != panic_at, "chunk {i} panicked on purpose");
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        done.into_inner()
+    })
 }
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    map_big_buffers();
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(describe_errno, m)?)?;
+    m.add_function(wrap_pyfunction!(_pool_selftest, m)?)?;
     remove::register(m)?;
     copy::register(m)?;
     checksum::register(m)?;
-    m.add_class::<scan::Sink>()?;
-    m.add_class::<scan::DirScan>()?;
-    m.add_function(wrap_pyfunction!(scan::pool_threads, m)?)?;
+    scan::register(m)?;
     Ok(())
 }

@@ -1,77 +1,40 @@
-//! rm's hot path: unlink and rmdir relative to directory descriptors, without the GIL.
-//!
-//! Three calls, one per kind of `pfs rm` work (`operators.removers` drives them):
-//! - `rm_clear_dir`: a tree walk's directory: list it, `unlinkat` every non-directory, hand the
-//!   subdirectories back to the walk (never opened here: the walk opens them relative to this one
-//!   with `O_NOFOLLOW`, so a directory swapped for a symlink is not followed).
-//! - `rm_unlink_rels`: manifest rows, looked at again (type, size, mtime) unless changes are
-//!   ignored, then unlinked relative to their parent, opened component by component.
-//! - `rm_rmdir_rels`: directories, `unlinkat(AT_REMOVEDIR)` relative to their parent.
-//!
-//! Vanished entries are counted as already gone; every other problem is returned per entry
-//! (errno, or a message), never raised.  Work fans out to `fanout` threads of the core.
+//! rm's calls: the binding of `pfs_core::remove` (codes as `operators.removers` reads them).
 
-use crate::names::names_of;
-use crate::relpath::{cstr, errno, fan_out, fan_out_under, lstat_at, split, Parents};
-use libc::c_int;
+use std::os::fd::BorrowedFd;
+
+use pfs_core::remove::{
+    self, Check, ClearOptions, Devices, Done, Expect, Kind, Mode, RelOptions, Status,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-pub const FAILED: u8 = 0;
-pub const CHANGED: u8 = 1;
-pub const NONEMPTY: u8 = 2;
+use crate::names_of;
 
-/// What happened to one entry.
-enum Done {
-    Gone,         // vanished before we got to it: skipped_missing (manifest) or nothing (tree)
-    Removed(u64), // unlinked (or would be, in a dry run), with its size
-    Dir(u64),     // a directory (tree mode): back to the walk, with its device
-    Problem(u8, i32, Option<String>),
-}
-
-fn unlink_at(dir: c_int, name: &[u8], flags: c_int) -> Result<(), i32> {
-    let c = cstr(name)?;
-    if unsafe { libc::unlinkat(dir, c.as_ptr(), flags) } == 0 {
-        Ok(())
-    } else {
-        Err(errno())
+/// Problem status codes shared with Python (`operators.removers.STATUSES`).
+fn status_code(s: Status) -> u8 {
+    match s {
+        Status::Failed => 0,
+        Status::Changed => 1,
+        Status::NonEmpty => 2,
     }
 }
 
-/// Every name in the directory `fd`, with whether `d_type` says directory.
-fn list_names(fd: c_int) -> Result<Vec<(Vec<u8>, bool)>, i32> {
-    let mut out = Vec::new();
-    crate::dirfd::read_dir(fd, |name, d_type| {
-        out.push((name.to_vec(), d_type == libc::DT_DIR))
-    })?;
-    Ok(out)
+/// Kind codes shared with Python (`operators.removers.KIND_CODES`; 255: unknown).
+fn kind_of(code: u8) -> Option<Kind> {
+    match code {
+        0 => Some(Kind::File),
+        1 => Some(Kind::Directory),
+        2 => Some(Kind::Symlink),
+        3 => Some(Kind::Other),
+        _ => None,
+    }
 }
 
-fn clear_one(fd: c_int, name: &[u8], is_dir: bool, dry_run: bool, want_dev: bool) -> Done {
-    if is_dir && !want_dev {
-        return Done::Dir(0);
-    }
-    let st = match lstat_at(fd, name) {
-        Ok(st) => st,
-        Err(libc::ENOENT) => return Done::Gone,
-        Err(e) => {
-            return if is_dir {
-                Done::Dir(0)
-            } else {
-                Done::Problem(FAILED, e, None)
-            }
-        }
-    };
-    if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-        return Done::Dir(st.st_dev);
-    }
+fn mode(dry_run: bool) -> Mode {
     if dry_run {
-        return Done::Removed(st.st_size as u64);
-    }
-    match unlink_at(fd, name, 0) {
-        Ok(()) => Done::Removed(st.st_size as u64),
-        Err(libc::ENOENT) => Done::Gone,
-        Err(e) => Done::Problem(FAILED, e, None),
+        Mode::DryRun
+    } else {
+        Mode::Remove
     }
 }
 
@@ -85,193 +48,52 @@ type TreeResult = (
     Vec<Py<PyBytes>>,
 );
 
-/// Empty the directory open at `dir_fd` of everything but directories.
-///
-/// `names`: only these (a pruned walk's choice), else the whole listing.  Returns
+/// Empty the directory open at `dir_fd` of everything but directories, listing it in bounded
+/// batches.  `names`: only these (a pruned walk's choice), else the whole listing.  Returns
 /// `(listing errno or 0, entries seen, removed, bytes, [(subdir, dev)], [(name, errno)], samples)`;
 /// `dev` is 0 unless `want_dev` (then every subdirectory costs an lstat).
 #[pyfunction]
 #[pyo3(signature = (dir_fd, dry_run, want_dev, fanout, sample_limit, names=None))]
 fn rm_clear_dir(
     py: Python<'_>,
-    dir_fd: c_int,
+    dir_fd: i32,
     dry_run: bool,
     want_dev: bool,
     fanout: usize,
     sample_limit: usize,
     names: Option<&Bound<'_, PyList>>,
 ) -> PyResult<TreeResult> {
-    let given = match names {
-        Some(list) => Some(names_of(list)?),
-        None => None,
-    };
-    let (list_err, entries, done) = py.allow_threads(|| {
-        let (list_err, entries) = match given {
-            Some(n) => (0, n.into_iter().map(|n| (n, false)).collect()),
-            None => match list_names(dir_fd) {
-                Ok(e) => (0, e),
-                Err(e) => (e, Vec::new()),
-            },
-        };
-        let done = fan_out(&entries, fanout, |chunk, _| {
-            chunk
-                .iter()
-                .map(|(n, d)| clear_one(dir_fd, n, *d, dry_run, want_dev))
-                .collect()
-        });
-        (list_err, entries, done)
-    });
-    let (mut removed, mut bytes) = (0u64, 0u64);
-    let (mut subdirs, mut problems, mut samples) = (Vec::new(), Vec::new(), Vec::new());
-    for ((name, _), d) in entries.iter().zip(done) {
-        match d {
-            Done::Gone => {}
-            Done::Removed(size) => {
-                removed += 1;
-                bytes += size;
-                if dry_run && samples.len() < sample_limit {
-                    samples.push(PyBytes::new(py, name).unbind());
-                }
-            }
-            Done::Dir(dev) => subdirs.push((PyBytes::new(py, name).unbind(), dev)),
-            Done::Problem(_, e, _) => problems.push((PyBytes::new(py, name).unbind(), e)),
-        }
+    if dir_fd < 0 {
+        return Err(crate::os_error(libc::EBADF));
     }
+    let given = names.map(names_of).transpose()?;
+    let o = ClearOptions {
+        mode: mode(dry_run),
+        devices: if want_dev {
+            Devices::Want
+        } else {
+            Devices::Skip
+        },
+        fanout,
+        sample_limit,
+    };
+    // SAFETY: `dir_fd` is a descriptor the caller keeps open for this call (operators.removers holds
+    // it in a context manager around the call); it is only borrowed, never closed, here.
+    let dir = unsafe { BorrowedFd::borrow_raw(dir_fd) };
+    let c = py.allow_threads(|| remove::clear_dir(dir, given, o));
+    let bytes = |n: &[u8]| PyBytes::new(py, n).unbind();
     Ok((
-        list_err,
-        entries.len(),
-        removed,
-        bytes,
-        subdirs,
-        problems,
-        samples,
+        c.listing.map_or(0, |e| e.errno()),
+        c.entries,
+        c.removed,
+        c.bytes,
+        c.subdirs.iter().map(|(n, dev)| (bytes(n), *dev)).collect(),
+        c.problems
+            .iter()
+            .map(|(n, e)| (bytes(n), e.errno()))
+            .collect(),
+        c.samples.iter().map(|n| bytes(n)).collect(),
     ))
-}
-
-/// Kind codes shared with Python (`operators.removers.KIND_CODES`).
-fn kind_code(mode: libc::mode_t) -> u8 {
-    match mode & libc::S_IFMT {
-        libc::S_IFREG => 0,
-        libc::S_IFDIR => 1,
-        libc::S_IFLNK => 2,
-        _ => 3,
-    }
-}
-
-const KIND_NAMES: [&str; 4] = ["file", "directory", "symlink", "other"];
-
-/// Why a parent could not be opened, as a problem of the entry below it.
-fn parent_problem(e: crate::relpath::ParentError) -> Done {
-    match e.errno {
-        libc::ENOENT => Done::Gone,
-        libc::ELOOP | libc::ENOTDIR if !e.component.is_empty() => Done::Problem(
-            FAILED,
-            e.errno,
-            Some(format!(
-                "ancestor '{}' is a symlink or no longer a directory: not followed",
-                String::from_utf8_lossy(&e.component)
-            )),
-        ),
-        err => Done::Problem(FAILED, err, None),
-    }
-}
-
-/// Manifest expectations of one row: kind code (255: unknown), size, mtime in ns (None: unknown).
-type Expect = (u8, Option<i64>, Option<i64>);
-
-fn changed(want: &Expect, st: &libc::stat) -> Option<String> {
-    let kind = kind_code(st.st_mode);
-    if want.0 != 255 && want.0 != kind {
-        return Some(format!(
-            "type {} -> {}",
-            KIND_NAMES[want.0.min(3) as usize],
-            KIND_NAMES[kind as usize]
-        ));
-    }
-    if let Some(size) = want.1 {
-        if size != st.st_size {
-            return Some(format!("size {} -> {}", size, st.st_size));
-        }
-    }
-    if let Some(mtime) = want.2 {
-        let now = st.st_mtime * 1_000_000_000 + st.st_mtime_nsec;
-        if mtime.div_euclid(1000) != now.div_euclid(1000) {
-            return Some("mtime differs from the manifest".to_string());
-        }
-    }
-    None
-}
-
-fn unlink_rel(
-    parents: &mut Parents,
-    rel: &[u8],
-    want: &Expect,
-    check: bool,
-    dry_run: bool,
-) -> Done {
-    let (dir, name) = split(rel);
-    let fd = match parents.dir(dir) {
-        Ok(fd) => fd,
-        Err(e) => return parent_problem(e),
-    };
-    let mut size = want.1.unwrap_or(0).max(0) as u64;
-    if check {
-        let st = match lstat_at(fd, name) {
-            Ok(st) => st,
-            Err(libc::ENOENT) => return Done::Gone,
-            Err(e) => return Done::Problem(FAILED, e, None),
-        };
-        if let Some(why) = changed(want, &st) {
-            return Done::Problem(CHANGED, 0, Some(why));
-        }
-        size = st.st_size as u64;
-    }
-    if dry_run {
-        return Done::Removed(size);
-    }
-    match unlink_at(fd, name, 0) {
-        Ok(()) => Done::Removed(size),
-        Err(libc::ENOENT) => Done::Gone,
-        Err(e) => Done::Problem(FAILED, e, None),
-    }
-}
-
-fn rmdir_rel(root: &[u8], parents: &mut Parents, rel: &[u8], check: bool, dry_run: bool) -> Done {
-    let (fd, name): (c_int, &[u8]) = if rel.is_empty() {
-        (libc::AT_FDCWD, root) // the root itself, by the path the user gave
-    } else {
-        let (dir, name) = split(rel);
-        match parents.dir(dir) {
-            Ok(fd) => (fd, name),
-            Err(e) => return parent_problem(e),
-        }
-    };
-    if check {
-        match lstat_at(fd, name) {
-            Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => {
-                return Done::Problem(CHANGED, libc::ENOTDIR, Some("no longer a directory".into()))
-            }
-            Ok(_) => {}
-            Err(libc::ENOENT) => return Done::Gone,
-            Err(e) => return Done::Problem(FAILED, e, None),
-        }
-    }
-    if dry_run {
-        return Done::Removed(0);
-    }
-    match unlink_at(fd, name, libc::AT_REMOVEDIR) {
-        Ok(()) => Done::Removed(0),
-        Err(libc::ENOENT) => Done::Gone,
-        Err(e @ (libc::ENOTEMPTY | libc::EEXIST)) => Done::Problem(
-            NONEMPTY,
-            e,
-            Some("directory not empty: left in place".into()),
-        ),
-        Err(libc::ENOTDIR) => {
-            Done::Problem(CHANGED, libc::ENOTDIR, Some("no longer a directory".into()))
-        }
-        Err(e) => Done::Problem(FAILED, e, None),
-    }
 }
 
 /// `(removed, bytes, missing, [(index, status, errno, message or None)], [sample index])`.
@@ -296,54 +118,58 @@ fn batch_result(done: Vec<Done>, dry_run: bool, sample_limit: usize) -> BatchRes
                     samples.push(i);
                 }
             }
-            Done::Problem(status, e, msg) => problems.push((i, status, e, msg)),
+            Done::Problem(p) => {
+                let message = p.message.or(match p.cause {
+                    pfs_core::errors::Cause::Os(_) => None,
+                    c => Some(c.describe()),
+                });
+                problems.push((i, status_code(p.status), p.cause.errno(), message))
+            }
         }
     }
     (removed, bytes, missing, problems, samples)
 }
 
 /// Unlink manifest rows below `root`: `rels` (exact bytes), `kinds` (one code per row, 255:
-/// unknown), `sizes` and `mtimes` (None: unknown).  With `check`, a row whose type, size or mtime
-/// (to the microsecond) changed since the scan is skipped.
+/// unknown), `sizes` and `mtimes` in ns (None: unknown).  With `check`, a row whose type, size or
+/// mtime (to the microsecond) changed since the scan is skipped.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // the Python API, kept stable; the core takes RelOptions
 fn rm_unlink_rels(
     py: Python<'_>,
     root: &[u8],
     rels: &Bound<'_, PyList>,
     kinds: &[u8],
     sizes: Vec<Option<i64>>,
-    mtimes: Vec<Option<i64>>,
+    mtimes: Vec<Option<i128>>,
     check: bool,
     dry_run: bool,
     fanout: usize,
     sample_limit: usize,
 ) -> PyResult<BatchResult> {
-    let rels = names_of(rels)?;
-    let rows: Vec<(Vec<u8>, Expect)> = rels
+    let rows: Vec<(Vec<u8>, Expect)> = names_of(rels)?
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
-            (
-                r,
-                (
-                    kinds.get(i).copied().unwrap_or(255),
-                    sizes.get(i).copied().flatten(),
-                    mtimes.get(i).copied().flatten(),
-                ),
-            )
+            let want = Expect {
+                kind: kinds.get(i).copied().and_then(kind_of),
+                size: sizes.get(i).copied().flatten(),
+                mtime_ns: mtimes.get(i).copied().flatten(),
+            };
+            (r, want)
         })
         .collect();
-    let root = root.to_vec();
-    let done = py.allow_threads(|| {
-        fan_out_under(&root, &rows, fanout, |parents, (rel, want)| {
-            unlink_rel(parents, rel, want, check, dry_run)
-        })
-    });
+    let o = RelOptions {
+        check: if check { Check::Recheck } else { Check::Trust },
+        mode: mode(dry_run),
+        fanout,
+    };
+    let done = py.allow_threads(|| remove::unlink_rels(root, &rows, o));
     Ok(batch_result(done, dry_run, sample_limit))
 }
 
-/// Remove directories below `root` (`b""`: the root itself); with `check`, only if still directories.
+/// Remove directories below `root` (`b""`: the root itself, relative to its parent); with `check`,
+/// only if still directories.
 #[pyfunction]
 fn rm_rmdir_rels(
     py: Python<'_>,
@@ -355,12 +181,12 @@ fn rm_rmdir_rels(
     sample_limit: usize,
 ) -> PyResult<BatchResult> {
     let rels = names_of(rels)?;
-    let root = root.to_vec();
-    let done = py.allow_threads(|| {
-        fan_out_under(&root, &rels, fanout, |parents, rel| {
-            rmdir_rel(&root, parents, rel, check, dry_run)
-        })
-    });
+    let o = RelOptions {
+        check: if check { Check::Recheck } else { Check::Trust },
+        mode: mode(dry_run),
+        fanout,
+    };
+    let done = py.allow_threads(|| remove::rmdir_rels(root, &rels, o));
     Ok(batch_result(done, dry_run, sample_limit))
 }
 

@@ -101,11 +101,18 @@ class LocalLister:
         capped = ops_capped()
         take, chunk = (take_ops, min(self.chunk, CAPPED_CHUNK)) if capped else (None, self.chunk)
         descend = 0 if capped else self.descend
-        if self.permits is None:
-            step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, descend)
-        else:  # the step's stats within the process's --threads bound, beside every other job's
-            with self.permits.holding(self.width) as width:
-                step = scan.step(self.sink, STEP_ENTRIES, chunk, width, take, self._keep, descend)
+        try:
+            if self.permits is None:
+                step = scan.step(self.sink, STEP_ENTRIES, chunk, self.width, take, self._keep, descend)
+            else:  # the step's stats within the process's --threads bound, beside every other job's
+                with self.permits.holding(self.width) as width:
+                    step = scan.step(self.sink, STEP_ENTRIES, chunk, width, take, self._keep, descend)
+        except OverflowError:
+            # the sink's columns are near 2 GiB (int32 offsets): nothing was written and the core kept
+            # the entries it listed; the walk takes the sink's rows before it runs ``more``
+            listing.final = False
+            listing.more = partial(self._step, scan, Listing(listing.item))
+            return listing
         counts, samples, subdirs, err, done = step
         listing.counts.append((counts, samples))
         listing.subdirs.extend(subdirs)

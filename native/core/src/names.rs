@@ -2,15 +2,7 @@
 //! not valid UTF-8 shown as `\xNN` (Python's `backslashreplace`); the raw bytes are kept beside the
 //! text only for such names.
 
-use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList};
-
-/// A Python list of `bytes` (names or paths, exact) as owned byte strings.
-pub fn names_of(list: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
-    list.iter()
-        .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))
-        .collect()
-}
+use crate::errors::Cause;
 
 /// Appends the text of `raw` to `out`; returns whether `raw` was valid UTF-8 (no raw copy needed).
 pub fn push_text(out: &mut Vec<u8>, raw: &[u8]) -> bool {
@@ -45,4 +37,28 @@ pub fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
     }
     p.extend_from_slice(name);
     p
+}
+
+/// Split `a/b/c` into (`a/b`, `c`); a top-level name has the parent `b""`.
+pub fn split(rel: &[u8]) -> (&[u8], &[u8]) {
+    match rel.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&rel[..i], &rel[i + 1..]),
+        None => (&rel[..0], rel),
+    }
+}
+
+/// One name inside a directory: refused if it could name something else than a child (`..`, `.`,
+/// empty, or with a `/` or NUL), so no path the core is given leaves its root, whoever calls it.
+pub fn check_component(name: &[u8]) -> Result<(), Cause> {
+    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0)
+    {
+        Err(Cause::UnsafeName)
+    } else {
+        Ok(())
+    }
+}
+
+/// A path relative to a root: every component checked with [`check_component`].
+pub fn check_relative(rel: &[u8]) -> Result<(), Cause> {
+    rel.split(|&b| b == b'/').try_for_each(check_component)
 }

@@ -1,6 +1,8 @@
 //! Column builders whose buffers Python wraps with `pyarrow.Array.from_buffers` (no Python
 //! object per entry): variable-width binary/UTF-8 (int32 offsets + data), fixed-width numbers,
-//! and a validity bitmap for nullable columns.
+//! and a validity bitmap for nullable columns.  Offsets are int32, as Arrow's `binary`/`string`:
+//! a writer checks [`BinaryBuilder::room`] before a batch of rows and never pushes past `i32::MAX`
+//! bytes (a push that would is a bug, and panics, instead of wrapping to a negative offset).
 
 /// A validity bitmap (Arrow layout: bit i set = value i present), built lazily: `None` until the
 /// first null, so columns without nulls hand Arrow no bitmap at all.
@@ -50,6 +52,9 @@ impl Validity {
     }
 }
 
+/// The most data bytes a column holds (int32 offsets).
+pub const MAX_DATA: usize = i32::MAX as usize;
+
 /// Variable-width values (Arrow `binary`/`string`: int32 offsets, data bytes, validity).
 pub struct BinaryBuilder {
     pub offsets: Vec<i32>,
@@ -76,10 +81,22 @@ impl BinaryBuilder {
         self.len() == 0
     }
 
+    /// Bytes that can still be appended before an offset would pass `i32::MAX`.
+    pub fn room(&self) -> usize {
+        MAX_DATA.saturating_sub(self.data.len())
+    }
+
+    /// Ends the value whose bytes were appended to `data`: its end offset, checked.
+    pub fn end_value(&mut self, valid: bool) {
+        let end = i32::try_from(self.data.len())
+            .expect("column data past i32::MAX: the writer must check room() first");
+        self.offsets.push(end);
+        self.validity.push(valid);
+    }
+
     pub fn push(&mut self, value: &[u8]) {
         self.data.extend_from_slice(value);
-        self.offsets.push(self.data.len() as i32);
-        self.validity.push(true);
+        self.end_value(true);
     }
 
     /// Appends `a` + `sep` + `b` as one value (a path from a directory and a name) without a temporary.
@@ -87,13 +104,11 @@ impl BinaryBuilder {
         self.data.extend_from_slice(a);
         self.data.extend_from_slice(sep);
         self.data.extend_from_slice(b);
-        self.offsets.push(self.data.len() as i32);
-        self.validity.push(true);
+        self.end_value(true);
     }
 
     pub fn push_null(&mut self) {
-        self.offsets.push(self.data.len() as i32);
-        self.validity.push(false);
+        self.end_value(false);
     }
 
     pub fn push_opt(&mut self, value: Option<&[u8]>) {
@@ -149,9 +164,28 @@ impl<T: Copy + Default> FixedBuilder<T> {
     }
 }
 
-/// The raw bytes of a slice of numbers, for a Python `bytes` buffer.
-pub fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Numbers without padding or invalid bit patterns, so their memory can be read as bytes.  Sealed:
+/// implemented here for the fixed-width column types only.
+pub trait Plain: Copy + sealed::Sealed {}
+
+macro_rules! plain {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Plain for $t {}
+    )*};
+}
+plain!(u8, i32, u32, i64, u64);
+
+/// The raw bytes of a slice of numbers (native endian), for a Python `bytes` buffer.
+pub fn as_bytes<T: Plain>(values: &[T]) -> &[u8] {
+    // SAFETY: `T: Plain` is one of the primitive integers above: no padding, every byte initialised;
+    // u8 has alignment 1 and the length is the slice's size in bytes, so the view stays in bounds
+    // and borrows `values` for its lifetime.
     unsafe {
-        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
     }
 }

@@ -1,0 +1,233 @@
+//! Paths for rm, cp and checksums: paths relative to a root, opened one component at a time.
+//!
+//! The root is opened once per job call ([`Root`]: followed, as the path the user named, then pinned
+//! by its descriptor and its (device, inode), checked against the identity the caller expects).
+//! Every component below it is opened relative to the one above with `O_NOFOLLOW | O_DIRECTORY`,
+//! so a directory swapped for a symlink is refused (ELOOP or ENOTDIR) instead of followed out of the
+//! tree, and a component that is `..`, `.` or empty is refused before any system call.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Mutex;
+
+use crate::errors::{Cause, Error};
+use crate::names::{check_component, split};
+use crate::sys::{self, cstring, OPEN_DIR};
+
+/// A directory's identity: (device, inode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl Identity {
+    pub fn of(st: &libc::stat) -> Identity {
+        Identity {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        }
+    }
+}
+
+/// A job's root directory, open for the whole call.
+pub struct Root {
+    path: Vec<u8>,
+    fd: OwnedFd,
+    id: Identity,
+}
+
+impl Root {
+    /// Opens the directory `path`; ESTALE if it is not the directory `expect` names (replaced since
+    /// the caller looked at it).
+    pub fn open(path: &[u8], expect: Option<Identity>) -> Result<Root, Error> {
+        let err = |cause: Cause| Error::new(cause, b"");
+        let c = cstring(path).map_err(|e| err(e.into()))?;
+        let fd = sys::open_at(None, &c, OPEN_DIR, 0).map_err(|e| err(e.into()))?;
+        let id = Identity::of(&sys::fstat(fd.as_fd()).map_err(|e| err(e.into()))?);
+        if expect.is_some_and(|want| want != id) {
+            return Err(err(Cause::Os(libc::ESTALE)));
+        }
+        Ok(Root {
+            path: path.to_vec(),
+            fd,
+            id,
+        })
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub fn id(&self) -> Identity {
+        self.id
+    }
+
+    pub fn path(&self) -> &[u8] {
+        &self.path
+    }
+
+    /// The root's parent directory (opened by path) and the root's name in it, once that name is
+    /// checked to still be this root (same device and inode, not a symlink): for removing the root
+    /// itself relative to its parent, not by a path that could have been swapped meanwhile.
+    pub fn parent(&self) -> Result<(OwnedFd, CString), Error> {
+        let err = |cause: Cause| Error::new(cause, b"");
+        let trimmed = match self.path.iter().rposition(|&b| b != b'/') {
+            Some(i) => &self.path[..=i],
+            None => return Err(err(Cause::UnsafeName)), // "/" has no parent to remove it from
+        };
+        let (dir, name) = split(trimmed);
+        check_component(name).map_err(err)?;
+        let dir: &[u8] = match (dir.is_empty(), trimmed.starts_with(b"/")) {
+            (true, true) => b"/",
+            (true, false) => b".",
+            _ => dir,
+        };
+        let parent = sys::open_at(None, &cstring(dir).map_err(|e| err(e.into()))?, OPEN_DIR, 0)
+            .map_err(|e| err(e.into()))?;
+        let cname = cstring(name).map_err(|e| err(e.into()))?;
+        let st = sys::lstat_at(parent.as_fd(), &cname).map_err(|e| err(e.into()))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR || Identity::of(&st) != self.id {
+            return Err(err(Cause::Os(libc::ESTALE)));
+        }
+        Ok((parent, cname))
+    }
+}
+
+/// How many levels below the root a `Parents` keeps open (a deeper parent is opened from the
+/// deepest of them, and only it is kept): bounds the descriptors a batch holds per core thread.
+const MAX_CHAIN: usize = 32;
+
+/// The parent directory of each path of a batch.  The directories from the root down to the last
+/// parent stay open, so the next parent opens only the components it does not share with it:
+/// manifest chunks are sorted by path, so siblings and cousins come together, and on network
+/// storage every component opened is a lookup and an open on the server.
+pub struct Parents<'r> {
+    root: &'r Root,
+    /// Open directories below the root, outermost first: (the path up to it, its descriptor).
+    chain: Vec<(Vec<u8>, OwnedFd)>,
+    /// A parent deeper than `MAX_CHAIN` levels (its path, its descriptor).
+    deep: Option<(Vec<u8>, OwnedFd)>,
+}
+
+impl<'r> Parents<'r> {
+    pub fn new(root: &'r Root) -> Self {
+        Parents {
+            root,
+            chain: Vec::new(),
+            deep: None,
+        }
+    }
+
+    /// The descriptor of directory `rel_dir` (`b""`: the root), each component opened relative to
+    /// the one above without following symlinks; an error names the component that failed.
+    pub fn dir(&mut self, rel_dir: &[u8]) -> Result<BorrowedFd<'_>, Error> {
+        if rel_dir.is_empty() {
+            return Ok(self.root.fd());
+        }
+        let cached = match self.deep.as_ref().or(self.chain.last()) {
+            Some((path, _)) => path.as_slice() == rel_dir,
+            None => false,
+        };
+        if !cached {
+            self.open(rel_dir)?;
+        }
+        Ok(match self.deep.as_ref().or(self.chain.last()) {
+            Some((_, fd)) => fd.as_fd(),
+            None => self.root.fd(),
+        })
+    }
+
+    fn open(&mut self, rel_dir: &[u8]) -> Result<(), Error> {
+        self.deep = None;
+        // (end of each component in rel_dir): the path of level i is rel_dir[..ends[i]]
+        let mut ends = Vec::new();
+        let mut at = 0usize;
+        for part in rel_dir.split(|&b| b == b'/') {
+            check_component(part).map_err(|c| Error::new(c, &rel_dir[..at + part.len()]))?;
+            at += part.len();
+            ends.push(at);
+            at += 1;
+        }
+        let held = ends.len().min(MAX_CHAIN);
+        let shared = self
+            .chain
+            .iter()
+            .zip(&ends[..held])
+            .take_while(|((path, _), &end)| path.as_slice() == &rel_dir[..end])
+            .count();
+        self.chain.truncate(shared);
+        let mut opened: Option<OwnedFd> = None;
+        for (level, &end) in ends.iter().enumerate().skip(shared) {
+            let start = if level == 0 { 0 } else { ends[level - 1] + 1 };
+            let parent = match (&opened, self.chain.last()) {
+                (Some(fd), _) => fd.as_fd(),
+                (None, Some((_, fd))) => fd.as_fd(),
+                (None, None) => self.root.fd(),
+            };
+            let err = |e: i32| Error::new(e, &rel_dir[..end]);
+            let name = cstring(&rel_dir[start..end]).map_err(err)?;
+            let fd =
+                sys::open_at(Some(parent), &name, OPEN_DIR | libc::O_NOFOLLOW, 0).map_err(err)?;
+            if level < held {
+                self.chain.push((rel_dir[..end].to_vec(), fd));
+            } else {
+                opened = Some(fd); // below the kept levels: only the last one is kept
+            }
+        }
+        if let Some(fd) = opened {
+            self.deep = Some((rel_dir.to_vec(), fd));
+        }
+        Ok(())
+    }
+}
+
+/// Fewest items a core thread is given: a hand-over costs about as much CPU as a few local
+/// unlinks, so small batches stay on the caller's thread.
+const MIN_PER_THREAD: usize = 8;
+
+/// Run `work` over `items` split into at most `fanout` contiguous slices on the core's thread pool
+/// (`pool::for_each`, the caller's thread among them); each slice keeps its own state (open
+/// parents), and results come back in item order.
+pub fn fan_out<T: Sync, R: Send>(
+    items: &[T],
+    fanout: usize,
+    work: impl Fn(&[T], usize) -> Vec<R> + Sync,
+) -> Vec<R> {
+    let n = fanout
+        .max(1)
+        .min(items.len().div_ceil(MIN_PER_THREAD).max(1));
+    if n <= 1 {
+        return work(items, 0);
+    }
+    let per = items.len().div_ceil(n);
+    let chunks: Vec<(usize, &[T])> = items
+        .chunks(per)
+        .enumerate()
+        .map(|(i, c)| (i * per, c))
+        .collect();
+    let slots: Vec<Mutex<Vec<R>>> = chunks.iter().map(|_| Mutex::new(Vec::new())).collect();
+    crate::pool::for_each(chunks.len(), chunks.len(), &|i| {
+        let (start, chunk) = chunks[i];
+        let out = work(chunk, start);
+        *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = out;
+    });
+    slots
+        .into_iter()
+        .flat_map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
+}
+
+/// `fan_out` of a batch of paths below `root` done one item at a time: each slice opens its parents
+/// with a `Parents` of its own (the chain's descriptors are not shared between the core's threads).
+pub fn fan_out_under<T: Sync, R: Send>(
+    root: &Root,
+    items: &[T],
+    fanout: usize,
+    work: impl Fn(&mut Parents<'_>, &T) -> R + Sync,
+) -> Vec<R> {
+    fan_out(items, fanout, |chunk, _| {
+        let mut parents = Parents::new(root);
+        chunk.iter().map(|item| work(&mut parents, item)).collect()
+    })
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The compiled core's Rust checks (`make test` runs them before pytest): clippy with warnings as
+# errors, `cargo test` of the library crate (native/core: temp trees, FIFOs, EMFILE, forks, ...), and
+# the thread pool's tests under miri, which checks the borrowed-work protocol for undefined
+# behaviour (the fork test is skipped there: miri does not fork).
+set -euo pipefail
+cd "$(dirname "$0")/../native"
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo test -p pfs-core --quiet
+if cargo +nightly miri --version >/dev/null 2>&1; then
+    # the sysroot is built once (cargo miri setup; needs rust-src, installed with the miri component)
+    MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation}" cargo +nightly miri test -p pfs-core --quiet --test pool
+else
+    echo "test-native: miri is not installed (rustup component add --toolchain nightly miri rust-src):" \
+        "the pool's tests ran natively only" >&2
+    exit 1
+fi
