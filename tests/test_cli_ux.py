@@ -211,3 +211,39 @@ def test_sync_ignore_existing_copies_only_what_is_missing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "1 changed (left: --ignore-existing)" in done.stdout
     assert (dst / "a.txt").read_text() == "mine" and (dst / "d/e/c.txt").read_text() == "c" * 30
+
+
+def _ask_on_a_terminal(args: list, answer: bytes) -> tuple[str, bytes, int]:
+    """Run ``pfs ARGS`` with stdin and stderr on a pseudo-terminal (so it asks), answer its question;
+    return (what it printed up to the question, what it printed in the 2 s after it, exit code)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_DASHBOARD": "0"}
+    proc = subprocess.Popen([*PFS, *map(str, args)], stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    seen, deadline = b"", time.monotonic() + 180
+    while b"[y/N]" not in seen and time.monotonic() < deadline and proc.poll() is None:
+        if select.select([master], [], [], 0.5)[0]:
+            seen += os.read(master, 65536)
+    after, quiet_until = b"", time.monotonic() + 2
+    while time.monotonic() < quiet_until:
+        if select.select([master], [], [], 0.2)[0]:
+            after += os.read(master, 65536)
+    os.write(master, answer)
+    code = proc.wait(timeout=120)
+    os.close(master)
+    return seen.decode(errors="replace"), after, code
+
+
+def test_rm_questions_show_counts_and_y_n_with_nothing_redrawn_under_them(tmp_path):
+    src, m = _tree(tmp_path), tmp_path / "m"
+    run_pfs("scan", src, "-o", m, *FAST, check=True)
+    asked, after, code = _ask_on_a_terminal(["rm", "--manifest", m, "--where", "type = 'file'", *FAST], b"n\n")
+    assert f"Remove 3 entries (60 B) and 0 directories under {src}? [y/N]" in asked
+    assert after == b"" and code == 2  # no spinner frame under the question; "no" removes nothing
+    assert (src / "a.txt").exists() and (src / "d/e/c.txt").exists()
+    asked, after, code = _ask_on_a_terminal(["rm", src, *FAST], b"n\n")
+    assert f"Remove {src} and everything below it (3 files and links, 2 directories, 60 B)? [y/N]" in asked
+    assert after == b"" and code == 2 and (src / "d/e/c.txt").exists()
