@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .cluster import ClusterOptions, connect, dashboard_link
+from .cluster import ClusterOptions, connect, dashboard_link, wants_dashboard
 from .errors import PfsError
 from .progress import Reporter
 from .remote import (
@@ -98,6 +98,8 @@ def run_job(
         link = dashboard_link(client)
         if link and on_dashboard is not None:
             on_dashboard(link)
+        elif link and cluster.announce and wants_dashboard(cluster.dashboard):
+            print(f"dashboard: {link}", file=sys.stderr, flush=True)
         return follow(client, spec, cluster, progress, confirm)
 
 

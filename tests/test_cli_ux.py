@@ -198,7 +198,7 @@ def test_verbosity_and_the_dashboard_link(tmp_path):
     src = _tree(tmp_path)
     loud = run_pfs("-v", "cp", src, tmp_path / "v", *FAST, env={"PFS_DASHBOARD": "1"})
     assert loud.returncode == 0, loud.stderr
-    assert any(line.startswith("pfs: dashboard: http") for line in loud.stderr.splitlines())
+    assert any(line.startswith("dashboard: http") for line in loud.stderr.splitlines())
     assert any(line.startswith("pfs: cp ") or "files" in line for line in loud.stderr.splitlines()[1:])
     quiet = run_pfs("-q", "cp", src, tmp_path / "q", *FAST, env={"PFS_DASHBOARD": "1"})
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout.startswith("copied ")
