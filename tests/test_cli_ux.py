@@ -98,15 +98,16 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     dst = tmp_path / "dst"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     # a whole process group gets the signal, as a terminal's Ctrl-C does (workers included)
-    proc = subprocess.Popen([*PFS, "cp", src, dst, "--max-ops-per-second", "20", "--workers", "2"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    cmd = [*PFS, "cp", src, dst, "--max-ops-per-second", "20", "--workers", "2"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    proc = subprocess.Popen(cmd, env=env, text=True, start_new_session=True, **pipes)
     deadline = time.monotonic() + 120
     while not any(dst.glob(".pfs-journal-*")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     time.sleep(1)
     assert proc.poll() is None, "the copy ended before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     assert err.splitlines() == ["pfs: interrupted"], err
     assert any(dst.glob(".pfs-journal-*"))  # kept for --resume
@@ -199,7 +200,8 @@ def test_verbosity_and_the_dashboard_link(tmp_path):
     loud = run_pfs("-v", "cp", src, tmp_path / "v", *FAST, env={"PFS_DASHBOARD": "1"})
     assert loud.returncode == 0, loud.stderr
     assert any(line.startswith("dashboard: http") for line in loud.stderr.splitlines())
-    assert any(line.startswith("pfs: cp ") or "files" in line for line in loud.stderr.splitlines()[1:])
+    chunks = [line for line in loud.stderr.splitlines() if line.startswith("pfs: copy ") and "files " in line]
+    assert chunks, loud.stderr  # -v: a line per finished chunk
     quiet = run_pfs("-q", "cp", src, tmp_path / "q", *FAST, env={"PFS_DASHBOARD": "1"})
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout.startswith("copied ")
 
@@ -247,3 +249,30 @@ def test_rm_questions_show_counts_and_y_n_with_nothing_redrawn_under_them(tmp_pa
     asked, after, code = _ask_on_a_terminal(["rm", src, *FAST], b"n\n")
     assert f"Remove {src} and everything below it (3 files and links, 2 directories, 60 B)? [y/N]" in asked
     assert after == b"" and code == 2 and (src / "d/e/c.txt").exists()
+
+
+def test_demo_uses_a_private_directory(tmp_path):
+    import stat
+
+    import pytest
+
+    from dask_pfs.demo import demo_dir
+
+    made = Path(demo_dir(None))
+    try:
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700 and made.name.startswith("pfs-demo-")
+        assert demo_dir(None) != str(made)  # a new one each time: no fixed name to plant things under
+    finally:
+        made.rmdir()
+    planted = tmp_path / "shared"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)  # another user's /tmp/pfs-demo would be like this, or a symlink
+    with pytest.raises(PermissionError, match="writable by others"):
+        demo_dir(str(planted))
+    (tmp_path / "link").symlink_to(tmp_path)
+    with pytest.raises(PermissionError, match="symlink"):
+        demo_dir(str(tmp_path / "link"))
+    mine = Path(demo_dir(str(tmp_path / "mine")))
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o700
+    makefile = (REPO / "Makefile").read_text()
+    assert "/tmp/pfs-demo" not in makefile
