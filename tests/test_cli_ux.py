@@ -98,15 +98,16 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     dst = tmp_path / "dst"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     # a whole process group gets the signal, as a terminal's Ctrl-C does (workers included)
-    proc = subprocess.Popen([*PFS, "cp", src, dst, "--max-ops-per-second", "20", "--workers", "2"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    cmd = [*PFS, "cp", src, dst, "--max-ops-per-second", "20", "--workers", "2"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    proc = subprocess.Popen(cmd, env=env, text=True, start_new_session=True, **pipes)
     deadline = time.monotonic() + 120
     while not any(dst.glob(".pfs-journal-*")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     time.sleep(1)
     assert proc.poll() is None, "the copy ended before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     assert err.splitlines() == ["pfs: interrupted"], err
     assert any(dst.glob(".pfs-journal-*"))  # kept for --resume
@@ -198,8 +199,9 @@ def test_verbosity_and_the_dashboard_link(tmp_path):
     src = _tree(tmp_path)
     loud = run_pfs("-v", "cp", src, tmp_path / "v", *FAST, env={"PFS_DASHBOARD": "1"})
     assert loud.returncode == 0, loud.stderr
-    assert any(line.startswith("pfs: dashboard: http") for line in loud.stderr.splitlines())
-    assert any(line.startswith("pfs: cp ") or "files" in line for line in loud.stderr.splitlines()[1:])
+    assert any(line.startswith("dashboard: http") for line in loud.stderr.splitlines())
+    chunks = [line for line in loud.stderr.splitlines() if line.startswith("pfs: copy ") and "files " in line]
+    assert chunks, loud.stderr  # -v: a line per finished chunk
     quiet = run_pfs("-q", "cp", src, tmp_path / "q", *FAST, env={"PFS_DASHBOARD": "1"})
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout.startswith("copied ")
 
@@ -211,3 +213,66 @@ def test_sync_ignore_existing_copies_only_what_is_missing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "1 changed (left: --ignore-existing)" in done.stdout
     assert (dst / "a.txt").read_text() == "mine" and (dst / "d/e/c.txt").read_text() == "c" * 30
+
+
+def _ask_on_a_terminal(args: list, answer: bytes) -> tuple[str, bytes, int]:
+    """Run ``pfs ARGS`` with stdin and stderr on a pseudo-terminal (so it asks), answer its question;
+    return (what it printed up to the question, what it printed in the 2 s after it, exit code)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_DASHBOARD": "0"}
+    proc = subprocess.Popen([*PFS, *map(str, args)], stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    seen, deadline = b"", time.monotonic() + 180
+    while b"[y/N]" not in seen and time.monotonic() < deadline and proc.poll() is None:
+        if select.select([master], [], [], 0.5)[0]:
+            seen += os.read(master, 65536)
+    after, quiet_until = b"", time.monotonic() + 2
+    while time.monotonic() < quiet_until:
+        if select.select([master], [], [], 0.2)[0]:
+            after += os.read(master, 65536)
+    os.write(master, answer)
+    code = proc.wait(timeout=120)
+    os.close(master)
+    return seen.decode(errors="replace"), after, code
+
+
+def test_rm_questions_show_counts_and_y_n_with_nothing_redrawn_under_them(tmp_path):
+    src, m = _tree(tmp_path), tmp_path / "m"
+    run_pfs("scan", src, "-o", m, *FAST, check=True)
+    asked, after, code = _ask_on_a_terminal(["rm", "--manifest", m, "--where", "type = 'file'", *FAST], b"n\n")
+    assert f"Remove 3 entries (60 B) and 0 directories under {src}? [y/N]" in asked
+    assert after == b"" and code == 2  # no spinner frame under the question; "no" removes nothing
+    assert (src / "a.txt").exists() and (src / "d/e/c.txt").exists()
+    asked, after, code = _ask_on_a_terminal(["rm", src, *FAST], b"n\n")
+    assert f"Remove {src} and everything below it (3 files and links, 2 directories, 60 B)? [y/N]" in asked
+    assert after == b"" and code == 2 and (src / "d/e/c.txt").exists()
+
+
+def test_demo_uses_a_private_directory(tmp_path):
+    import stat
+
+    import pytest
+
+    from dask_pfs.demo import demo_dir
+
+    made = Path(demo_dir(None))
+    try:
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700 and made.name.startswith("pfs-demo-")
+        assert demo_dir(None) != str(made)  # a new one each time: no fixed name to plant things under
+    finally:
+        made.rmdir()
+    planted = tmp_path / "shared"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)  # another user's /tmp/pfs-demo would be like this, or a symlink
+    with pytest.raises(PermissionError, match="writable by others"):
+        demo_dir(str(planted))
+    (tmp_path / "link").symlink_to(tmp_path)
+    with pytest.raises(PermissionError, match="symlink"):
+        demo_dir(str(tmp_path / "link"))
+    mine = Path(demo_dir(str(tmp_path / "mine")))
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o700
+    makefile = (REPO / "Makefile").read_text()
+    assert "/tmp/pfs-demo" not in makefile

@@ -194,7 +194,7 @@ def test_sync_and_verify_on_the_cluster(remote):
     (dst / "extra.txt").write_text("x")
     r = pfs(remote, "sync", str(src), str(dst), "--delete", "--plan", str(data / "sync.plan"))
     assert r.returncode == 0, r.stderr
-    assert "25 new" in r.stdout and "1 extra (deleted)" in r.stdout
+    assert "25 new" in r.stdout and "1 extra (deleted 1)" in r.stdout
     assert not (dst / "extra.txt").exists() and (dst / "d3" / "f7.txt").read_text() == "file 7\n" * 8
 
     r = pfs(remote, "verify", str(src), str(dst), "--report", str(data / "verify.parquet"))

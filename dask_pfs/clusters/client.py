@@ -163,7 +163,7 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
         try:
             with Client(cluster, set_as_default=False) as client:
                 if options.announce and (link := dashboard_link(client)):
-                    print(f"pfs: dashboard: {link}", file=sys.stderr, flush=True)
+                    print(f"dashboard: {link}", file=sys.stderr, flush=True)
                 yield client
         finally:
             mine = {n.pid for n in getattr(cluster, "workers", {}).values() if getattr(n, "pid", None)}

@@ -32,7 +32,9 @@ def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, thre
       pfs diff /m/project-monday /lustre/project       (the tree is scanned first)
     Added, removed and changed entries (a file's size, mtime, or checksum when both sides have
     one; a symlink's target; a type) are counted, with their bytes, and written to -o as Parquet.
-    A live side is scanned like the manifest on the other side was (checksum, --exclude...).
+    A live side is scanned like the manifest on the other side was (checksum, --exclude...);
+    --checksum ALG against a manifest without ALG checksums is refused (it would compare size and
+    mtime only). -o must go into an existing directory. --json names the sides as given.
 
     Exit codes (like diff): 0 the same; 1 different; 2 trouble (bad input, or entries that
     either side could not read: those are listed as "error", never as removed or added).

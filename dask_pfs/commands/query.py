@@ -227,7 +227,11 @@ def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the totals and groups as JSON (more_groups: left out).")
 @cluster_options
 def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress) -> None:
-    """Sizes and counts of a manifest, or of a URL (scanned first into a temporary manifest)."""
+    """Sizes and counts of a manifest, or of a URL (scanned first into a temporary manifest).
+
+    Groups come biggest first (--by depth: in depth order), the first --limit of them, in a table on a
+    terminal and as tab-separated lines otherwise; --json gives the same groups and more_groups.
+    """
     if by == "parent" and depth is None:
         depth = 1
     check_where(where)  # refused before any scan

@@ -39,10 +39,6 @@ def scan_cmd(
     (see docs/journal.md).
     """
 
-    def show_dashboard(link: str) -> None:
-        if not as_json:
-            click.echo(f"dashboard: {link}", err=True)
-
     from dask_pfs.remote.client import run_job
     from dask_pfs.remote.driver import JobSpec
 
@@ -51,7 +47,7 @@ def scan_cmd(
         (url, out),
         {"threads": threads, "overwrite": overwrite, "checksum": checksum, "resume": resume, "prune": prune},
     )
-    result = run_job(spec, cluster, make_reporter(progress), inputs=[url], outputs=[out], on_dashboard=show_dashboard)
+    result = run_job(spec, cluster, make_reporter(progress), inputs=[url], outputs=[out])
     c = result.counts
     if as_json:
         echo_json(result.summary())

@@ -38,7 +38,9 @@ def verify_cmd(
       pfs verify --src-manifest M1 --dst-manifest M2      (manifests from pfs scan [--checksum])
       pfs verify --src-manifest M --where "name LIKE '%.jpg'" /scratch/images
     Missing (only in SRC), extra (only in DST) and different entries are listed as a table and
-    written to a Parquet report. Exit codes: 0 identical; 1 differences found; 2 refused.
+    written to a Parquet report (--report, default a pfs-verify-*.parquet in the temp dir), only
+    when something differs: the summary names it (--json: "report", null when all are the same).
+    Exit codes: 0 identical; 1 differences found; 2 refused; 130 interrupted.
     """
     if len(paths) > 2:
         raise PfsError("usage: pfs verify SRC DST")

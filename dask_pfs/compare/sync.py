@@ -126,7 +126,7 @@ def sync(
     changed and type-changed destination entries are left as they are.  ``allow_other_root``: act
     with manifests whose roots are not the trees they were scanned from (``dask_pfs.manifests.root``).
 
-    After a run without failures only the plan stays in the default work directory
+    After a run (not a dry run) without failures only the plan stays in the default work directory
     (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
     kept with ``update_dst_manifest``, which the next sync reads instead of rescanning).
     """
@@ -193,7 +193,7 @@ def sync(
             limits=(chunk_files, chunk_bytes, split_size), t0=t0, other_root=allow_other_root,
             ignore_existing=ignore_existing,
         )  # fmt: skip
-    if not result.failed:
+    if not result.failed and not dry_run:  # a dry run's plan stays resumable (--resume reads its manifests)
         _drop_scans(result, None if src_manifest else src_m, None if dst_manifest or update_dst_manifest else dst_m)
     return result
 

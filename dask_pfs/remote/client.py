@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from dask_pfs.clusters.client import ClusterOptions, connect, dashboard_link
+from dask_pfs.clusters.client import ClusterOptions, connect, dashboard_link, wants_dashboard
 from dask_pfs.errors import PfsError
 from dask_pfs.remote.control import forget, start
 from dask_pfs.remote.driver import (
@@ -97,6 +97,8 @@ def run_job(
         link = dashboard_link(client)
         if link and on_dashboard is not None:
             on_dashboard(link)
+        elif link and cluster.announce and wants_dashboard(cluster.dashboard):
+            print(f"dashboard: {link}", file=sys.stderr, flush=True)
         return follow(client, spec, cluster, progress, confirm)
 
 

@@ -23,9 +23,8 @@ def set_verbosity(level: int) -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("pfs: %(message)s"))
         log.addHandler(handler)
-    log.setLevel(
-        logging.ERROR if level < 0 else logging.DEBUG if level >= 2 else logging.INFO if level else logging.WARNING
-    )
+    if level:  # the default leaves the logger as it is (an embedding application's, or a test's, levels)
+        log.setLevel(logging.ERROR if level < 0 else logging.DEBUG if level >= 2 else logging.INFO)
     warnings.showwarning = _one_line
     if level < 0:
         warnings.simplefilter("ignore")
