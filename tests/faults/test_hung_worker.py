@@ -54,7 +54,9 @@ def dropped_within(scheduler: str, worker: set[str], proc, bound: float) -> floa
     with Client(scheduler, timeout="30s", set_as_default=False) as client:
         assert worker & set(client.scheduler_info(n_workers=-1)["workers"]), "the stopped worker is not listed"
         while proc.poll() is None and time.monotonic() - t0 < bound:
-            if not worker & set(client.scheduler_info(n_workers=-1)["workers"]):
+            listed = set(client.scheduler_info(n_workers=-1)["workers"])
+            if not worker & listed:
+                assert listed, "the whole cluster went (the job's end), not the stopped worker alone"
                 return time.monotonic() - t0
             time.sleep(0.2)
     return None
