@@ -9,8 +9,8 @@ import contextlib
 import glob
 import os
 import random
-import signal
 import shutil
+import signal
 import time
 from collections import Counter
 from pathlib import Path
