@@ -287,12 +287,18 @@ def test_worker_killed_during_ranged_copy(tmp_path):
     ):
         pids = set(client.run(os.getpid).values())
         client.register_plugin(KillOnRange(str(marker)), name="kill-on-range")
-        result = copy(f"{src}/", dst, client=client, split_size=512 * KiB)
+        first = copy(f"{src}/", dst, client=client, split_size=512 * KiB)
         assert marker.exists(), "no worker was killed"
         assert int(marker.read_text().split()[1]) in pids
-        if result.exit_code != 0:  # Dask gave up on the task: a rerun finishes the copy
-            result = copy(f"{src}/", dst, client=client, split_size=512 * KiB)
-        assert result.exit_code == 0, result.failure_samples
+        assert first.ranges > 1  # the big file was copied in ranges: the kill hit one of them
+        if first.exit_code == 0:  # the range reran on the other worker
+            assert first.failures == 0 and first.counts["files"] == 4 * 20 + 1
+            assert tree_digest(dst) == tree_digest(src)
+        else:  # Dask gave up on the range: the big file, and only it, failed, and is not at its name
+            assert first.exit_code == 1 and {p for p, _ in first.failure_samples} == {"huge.bin"}, first.failure_samples
+            assert not (dst / "huge.bin").exists()
+            again = copy(f"{src}/", dst, client=client, split_size=512 * KiB)
+            assert again.exit_code == 0, again.failure_samples
     assert tree_digest(dst) == tree_digest(src)
     assert no_temp_files(dst)
 

@@ -8,6 +8,7 @@ tls://127.0.0.1, its certificates made by the test (tests/tls_certs.py).
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import ssl
 import time
@@ -106,7 +107,10 @@ def test_a_client_without_a_certificate_is_refused_by_the_scheduler(tls_cluster,
     assert refused, (err.value, caplog.text)
 
 
-def test_a_certificate_from_another_ca_is_refused(tls_cluster):
+def test_a_certificate_from_another_ca_is_refused(tls_cluster, caplog):
+    """Refused for its certificate, not unreachable (pfs prints "cannot reach" for both): the
+    scheduler, in this process, logs that it failed the handshake because it could not verify it."""
+    caplog.set_level(logging.WARNING, logger="distributed.comm")
     proc = run_pfs(
         "workers", "--scheduler", tls_cluster.address, "--tls-ca-file", tls_cluster.ca_file,
         "--tls-cert", tls_cluster.rogue.cert, "--tls-key", tls_cluster.rogue.key, env={**NO_TLS_ENV, **FAST_FAIL},
@@ -114,6 +118,19 @@ def test_a_certificate_from_another_ca_is_refused(tls_cluster):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"pfs: error: cannot reach the Dask scheduler {tls_cluster.address}" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+    def refusals() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if "TLS handshake failed" in r.getMessage() and "CERTIFICATE_VERIFY_FAILED" in r.getMessage()
+        ]
+
+    deadline = time.monotonic() + 10  # the scheduler's loop logs it when it gets to it
+    while not refusals() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert refusals(), (proc.stderr, caplog.text)
+    assert "Timed out trying to connect" not in proc.stderr  # what an unreachable scheduler gives
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ class BigFiles:
         self.job = job
         self.ranges = 0  # byte-range tasks submitted
         self.uploads: dict[str, tuple[Entry, Future, list[Future]]] = {}  # open multipart uploads by chunk id
+        self.started: dict[str, dict] = {}  # what each upload's start task returned, fetched when it ended
 
     def submit(self, item: BigFile, cid: str) -> None:
         if has_multipart(self.job.spec):
@@ -80,6 +81,7 @@ class BigFiles:
         weight = len(layout) + 2
         job.sub.make_room(weight)  # the whole file's tasks within the in-flight budget
         start = job.sub.future(start_upload, job.spec, e, previous, kind="mpu")
+        start.add_done_callback(_keep_started(self.started, cid))
         if job.journal is not None:
             start.add_done_callback(_record_upload(job.journal, f"{cid}.mpu", previous))
         futs = []
@@ -93,19 +95,22 @@ class BigFiles:
         """A big file's finish task is back: forget its upload, aborting it if the file failed."""
         entry = self.uploads.pop(cid, None)
         if entry is not None and out.failures:
-            self._abort(*entry)
+            self._abort(cid, *entry)
+        self.started.pop(cid, None)
 
     def abort_open(self) -> None:
         """The job ends with uploads still open (interrupted, or an error): abort them, leak nothing."""
         while self.uploads:
-            _, entry = self.uploads.popitem()
-            self._abort(*entry)
+            cid, entry = self.uploads.popitem()
+            self._abort(cid, *entry)
 
-    def _abort(self, e: Entry, start: Future, futs: list[Future]) -> None:
+    def _abort(self, cid: str, e: Entry, start: Future, futs: list[Future]) -> None:
         with contextlib.suppress(Exception):
             self.job.sub.client.cancel(futs)
+        upload = self.started.get(cid)  # known here: Ctrl-C also ends the workers that hold it
         try:
-            upload = start.result(timeout=60) if start.status != "pending" else None
+            if upload is None:
+                upload = start.result(timeout=60) if start.status != "pending" else None
         except Exception:
             return  # the upload never started (or its id is lost with its worker)
         if upload and upload.get("status") == "copy":
@@ -122,6 +127,18 @@ def _record_range(journal: Journal, rid: str):
             journal.record(rid)
 
     return record
+
+
+def _keep_started(started: dict[str, dict], cid: str):
+    """A done-callback keeping a started upload's id in the driver, so an interrupted job can abort it
+    without asking a worker (a terminal's Ctrl-C reaches the whole process group, workers included)."""
+
+    def keep(fut) -> None:
+        if fut.status == "finished":
+            with contextlib.suppress(Exception):
+                started[cid] = fut.result()
+
+    return keep
 
 
 def _record_upload(journal: Journal, uid: str, previous: str | None):

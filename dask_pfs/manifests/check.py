@@ -13,6 +13,7 @@ takes seconds), small next to the job it protects.
 
 from __future__ import annotations
 
+import posixpath
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow.parquet as pq
@@ -39,8 +40,10 @@ def check_parts(m: Manifest) -> int:
     if m.complete:
         want_parts, want_rows = m.info.get("parts"), (m.info.get("counts") or {}).get("entries")
         if want_parts is not None and want_parts != len(parts):
+            missing = sorted(set(m.info.get("part_names") or ()) - {posixpath.basename(p) for p in parts})
+            named = f"part {missing[0]} is missing ({len(missing)} in all), " if missing else ""
             raise DamagedManifestError(
-                f"{m.url}: {len(parts)} part files where the scan wrote {want_parts}; "
+                f"{m.url}: {named}{len(parts)} part files where the scan wrote {want_parts}; "
                 "nothing was done (rescan the tree)"
             )
         if want_rows is not None and want_rows != rows:

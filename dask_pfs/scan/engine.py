@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
 import time
 from collections import deque
 from collections.abc import Callable
@@ -324,6 +325,7 @@ class TreeScan:
                 "counts": tally.as_dict(),
                 "errors": tally.error_samples,
                 "parts": len(parts),
+                "part_names": sorted(posixpath.basename(p) for p in parts),  # a missing one is named
                 "tasks": tasks,
                 "started": self.started.isoformat(),
                 "finished": datetime.now(UTC).isoformat(),

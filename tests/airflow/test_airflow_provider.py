@@ -112,6 +112,8 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
         "missing_root": "failed",
         "deferrable_local": "failed",
         "remove_over_cap": "failed",
+        "copy_over_cap": "failed",
+        "copy_at_cap": "success",
         "remove_path_and_manifest": "failed",
         "remove_bad_where": "failed",
         "remove_injected_where": "failed",
@@ -126,7 +128,11 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
     assert "path must be an absolute path or a URL, got 'data/project'" in logs
     assert "no-such-dir: no such file or directory" in logs
     assert "deferrable=True needs a running Dask scheduler" in logs
-    assert "refusing: the selection has 60 entries, more than --max-entries 5" in logs  # counted by the engine
+    # counted by the engines, for the remove and for the copy
+    assert logs.count("refusing: the selection has 60 entries, more than --max-entries 5") == 2, logs
+    assert not (out / "copy_over_cap").exists()  # refused before anything was written
+    assert results["copy_at_cap"]["selected"] == 60 and results["copy_at_cap"]["files"] == 60
+    assert len([p for p in (out / "copy_at_cap").rglob("*") if p.is_file()]) == 60
     assert "give either path (a tree to remove) or manifest (rows to remove), not both" in logs
     assert "where: Binder Error" in logs and "no_such_column" in logs
     assert "where refused: ';' ends a statement" in logs and not pwned.exists()

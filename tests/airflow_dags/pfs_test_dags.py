@@ -6,7 +6,7 @@ import os
 
 from airflow.sdk import DAG, Asset, ObjectStoragePath, task
 
-from airflow_pfs.operators import PfsRemoveOperator, PfsScanOperator
+from airflow_pfs.operators import PfsCopyOperator, PfsRemoveOperator, PfsScanOperator
 
 MANIFEST_ASSET = Asset(name="pfs_test_manifest", uri="file:///pfs-test/manifest")
 DEFERRED_ASSET = Asset(name="pfs_test_deferred", uri="file:///pfs-test/deferred")
@@ -31,6 +31,12 @@ with DAG("pfs_local", schedule=None, params=PARAMS) as pfs_local:
     )
     count_rows(scan.output)
     PfsRemoveOperator(task_id="remove_over_cap", manifest=scan.output, where="type = 'file'", max_entries=5, **LOCAL)
+    # the copy's cap reaches the engine: 60 files are over 5 (nothing written) and within 60 (all copied)
+    for task_id, cap in (("copy_over_cap", 5), ("copy_at_cap", 60)):
+        PfsCopyOperator(
+            task_id=task_id, manifest=scan.output, where="type = 'file'", max_entries=cap,
+            dst=f"{{{{ params.out }}}}/{task_id}", **LOCAL,
+        )  # fmt: skip
     PfsRemoveOperator(task_id="remove_path_and_manifest", path="{{ params.src }}", manifest=scan.output, **LOCAL)
     PfsRemoveOperator(task_id="remove_bad_where", manifest=scan.output, where="no_such_column > 1", **LOCAL)
     # a templated where from a run's conf may only filter: a second statement is refused, nothing is written

@@ -64,3 +64,17 @@ def test_two_scans_into_one_output(tmp_path):
     rows = manifest_paths(m)
     assert not [p for p, n in Counter(rows).items() if n > 1]
     assert set(rows) == tree_paths(a)
+
+
+def test_two_syncs_into_one_destination(tmp_path):
+    """The same as cp: a second ``pfs sync`` into the destination another sync is writing exits 2 at once."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_balanced(src, dirs=6, files_per_dir=40)
+    make_balanced(dst / "extra", dirs=2, files_per_dir=5)  # deleted by the first
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = ["sync", f"{src}/", dst, "--delete", "--no-progress"]
+    second, rc, out = second_while_first_runs(args, args, f"{tmp_path}/cache/pfs/sync-*", tmp_path, env)
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert "another pfs job is writing there" in second.stderr, second.stderr
+    assert rc == 0, out
+    assert tree_digest(dst) == tree_digest(src) and not leftovers(dst)

@@ -70,6 +70,7 @@ def test_cp_into_a_full_destination_then_resume(tmp_path, small_fs):
     first = run_pfs("cp", src, dst, "--no-progress", "--chunk-files", "4", "--json")
     out = first.stdout + first.stderr
     assert first.returncode == 1, out
+    assert first.stdout.strip(), out  # the --json summary
     assert_enospc_named(json.loads(first.stdout), dst)
     assert_no_partial(src, dst)
     grow(small_fs, "32m")
@@ -87,6 +88,7 @@ def test_sync_into_a_full_destination_then_resume(tmp_path, small_fs):
     first = run_pfs("sync", src, dst, "--delete", "--no-progress", "--chunk-files", "4", "--json")
     out = first.stdout + first.stderr
     assert first.returncode == 1, out
+    assert first.stdout.strip(), out  # the --json summary
     assert_enospc_named(json.loads(first.stdout), dst)
     assert_no_partial(src, dst)
     grow(small_fs, "32m")

@@ -22,7 +22,10 @@ from ..conftest import REPO, make_balanced, run_pfs, tree_digest
 from .harness import finish, kill_group, leftovers, manifest_paths, start_pfs, tree_paths
 
 STALL = 8  # PFS_STALL_TIMEOUT of these runs
-BOUND = STALL + 60  # start-up, the stall, the embedded cluster's close (10 s) on a loaded host
+# docs/reliability.md: the job ends within the stall timeout and ~30 s more (the embedded cluster's 10 s
+# close, killing workers stuck on the storage, a loaded host): the bound asserted from the fault to the exit
+MARGIN = 30
+BOUND = STALL + MARGIN
 
 
 @pytest.fixture(scope="session")
@@ -124,11 +127,12 @@ def fail_mid_job(args: list, journal: str, fs: Latfs, fault, tmp_path: Path) -> 
         assert proc.poll() is None, "the job ended before the fault"
         fault(fs)
         t0 = time.monotonic()
-        rc, out = finish(proc, timeout=BOUND)
+        rc, out = finish(proc, timeout=BOUND + 60)  # waits longer than the bound, so a miss says by how much
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             kill_group(proc)
+    print(f"{args[0]} {fault.__name__}: exit {rc} {took:.1f} s after the fault (bound {BOUND} s)")  # -rP shows it
     assert rc == 1, out
     return out, took
 
@@ -141,7 +145,7 @@ def test_scan_when_the_storage_goes(tmp_path, big_nas, fault):
     args = ["scan", nas.mnt, "-o", m, "--no-progress"]
     out, took = fail_mid_job(args, f"{m}/.pfs-journal-*/done.jsonl", nas, fault, tmp_path)
     assert ("no task finished for" if fault is hang else "was it unmounted?") in out, out
-    assert took < BOUND
+    assert took < BOUND, f"ended {took:.1f} s after the fault, over the documented {STALL} + {MARGIN} s"
     assert glob.glob(f"{m}/.pfs-journal-*/job.json") and not (m / "_manifest.json").exists()
     back(nas, fault)
     resumed = run_pfs(*args, "--resume", env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
@@ -160,7 +164,7 @@ def test_cp_when_the_source_goes(tmp_path, nas, fault):
         assert "no task finished for" in out, out
     else:  # unmounted while the walk went on (the scan's root check), or after it (the files are gone)
         assert "was it unmounted?" in out or "entries failed" in out, out
-    assert took < BOUND
+    assert took < BOUND, f"ended {took:.1f} s after the fault, over the documented {STALL} + {MARGIN} s"
     assert glob.glob(f"{dst}/.pfs-journal-*/job.json"), "no journal to resume"
     back(nas, fault)
     resumed = run_pfs(*args, "--resume", env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
