@@ -410,6 +410,10 @@ pub fn open_regular(
         libc::S_IFDIR => return Err(Cause::Os(libc::EISDIR)), // as reading it would say
         _ => return Err(Cause::NotRegular),
     }
-    set_nonblocking(fd.as_fd_ref(), false)?;
+    // F_SETFL with the flags it was opened with, but O_NONBLOCK: one call (F_SETFL changes only the
+    // status flags, O_NONBLOCK among them), no F_GETFL per file
+    let status = flags & !libc::O_NONBLOCK;
+    // SAFETY: F_SETFL with plain integers on a live descriptor.
+    retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, status) })?;
     Ok((fd, st))
 }
