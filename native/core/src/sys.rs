@@ -3,7 +3,7 @@
 //! and names as `&CStr`, so the rest of the core holds no raw descriptor and no `unsafe`.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 /// An OS error number (`libc::E*`).
@@ -299,7 +299,7 @@ impl DirStream {
     pub fn open(fd: BorrowedFd<'_>) -> Result<DirStream, Errno> {
         let dup = dup(fd)?;
         // the duplicate shares the file offset: a directory read before starts from the top again
-        lseek(dup.as_fd_ref(), 0, libc::SEEK_SET)?;
+        lseek(dup.as_fd(), 0, libc::SEEK_SET)?;
         let raw = dup.into_raw_fd();
         // SAFETY: `raw` is an open directory descriptor this function owns; on success the stream owns it.
         let dir = unsafe { libc::fdopendir(raw) };
@@ -352,17 +352,6 @@ impl Drop for DirStream {
     }
 }
 
-/// `OwnedFd::as_fd` under a name that does not need the trait in scope.
-trait AsFdRef {
-    fn as_fd_ref(&self) -> BorrowedFd<'_>;
-}
-
-impl AsFdRef for OwnedFd {
-    fn as_fd_ref(&self) -> BorrowedFd<'_> {
-        std::os::fd::AsFd::as_fd(self)
-    }
-}
-
 /// Every name in the directory open at `fd`, handed to `each` until it returns false.
 pub fn read_dir_while(
     fd: BorrowedFd<'_>,
@@ -375,11 +364,6 @@ pub fn read_dir_while(
         }
     }
     Ok(())
-}
-
-/// A thread's errno-style result as an `std::io::Error` (tests, messages).
-pub fn io_error(e: Errno) -> std::io::Error {
-    std::io::Error::from_raw_os_error(e)
 }
 
 /// How a file about to be read is opened: its last component followed (cp `-L`) or not.
@@ -404,12 +388,16 @@ pub fn open_regular(
     };
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK | nofollow;
     let fd = open_at(dir, name, flags, 0)?;
-    let st = fstat(fd.as_fd_ref())?;
+    let st = fstat(fd.as_fd())?;
     match st.st_mode & libc::S_IFMT {
         libc::S_IFREG => {}
         libc::S_IFDIR => return Err(Cause::Os(libc::EISDIR)), // as reading it would say
         _ => return Err(Cause::NotRegular),
     }
-    set_nonblocking(fd.as_fd_ref(), false)?;
+    // F_SETFL with the flags it was opened with, but O_NONBLOCK: one call (F_SETFL changes only the
+    // status flags, O_NONBLOCK among them), no F_GETFL per file
+    let status = flags & !libc::O_NONBLOCK;
+    // SAFETY: F_SETFL with plain integers on a live descriptor.
+    retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, status) })?;
     Ok((fd, st))
 }

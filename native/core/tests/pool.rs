@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 use pfs_core::pool::{self, Pool};
 
+/// Miri interprets every instruction: fewer rounds and chunks there, the same paths.
+const SMALL: bool = cfg!(miri);
+
 fn counted(pool: &Arc<Pool>, n: usize, width: usize) -> usize {
     let done = AtomicUsize::new(0);
     let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
@@ -36,9 +39,9 @@ fn every_chunk_runs_once_on_borrowed_state() {
 fn a_panic_in_a_helper_reaches_the_caller_and_the_pool_still_works() {
     let pool = Pool::new(|body| std::thread::Builder::new().spawn(body).map(drop));
     let caller = std::thread::current().id();
-    for round in 0..3 {
+    for round in 0..if SMALL { 1 } else { 3 } {
         let got = catch_unwind(AssertUnwindSafe(|| {
-            pool.for_each(32, 4, &|i| {
+            pool.for_each(if SMALL { 8 } else { 32 }, 4, &|i| {
                 std::thread::sleep(std::time::Duration::from_millis(2));
                 if std::thread::current().id() != caller {
                     panic!("chunk {i} of round {round}, on a helper");
@@ -62,7 +65,7 @@ fn a_panic_in_the_callers_chunk_waits_for_the_helpers_first() {
     let running = AtomicUsize::new(0);
     let caller = std::thread::current().id();
     let got = catch_unwind(AssertUnwindSafe(|| {
-        pool.for_each(64, 4, &|i| {
+        pool.for_each(if SMALL { 12 } else { 64 }, 4, &|i| {
             if std::thread::current().id() == caller {
                 // panic once a helper is inside (its chunks take 300 ms), or after 5 s without one
                 let start = std::time::Instant::now();
@@ -95,6 +98,7 @@ fn no_thread_at_all_runs_every_chunk_on_the_caller() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // real-time waits; no borrowed work beyond the tests above
 fn helpers_stuck_behind_other_work_are_not_waited_for() {
     // one thread only, busy with a long batch of another caller: a second caller's helper job waits
     // in the queue; the second caller claims all its chunks itself and returns without it
