@@ -81,14 +81,4 @@ def check_root(info: dict, url: str, root: str | None = None, *, destructive: bo
         )
 
 
-def check_manifest_root(
-    url: str, storage_options: dict | None = None, *, destructive: bool, allow_other: bool = False
-) -> None:
-    """:func:`check_root` for the manifest at ``url`` and the root its marker names."""
-    from .manifest import open_manifest
-
-    m = open_manifest(url, storage_options=storage_options)
-    check_root(m.info, m.url, destructive=destructive, allow_other=allow_other)
-
-
-__all__ = ["OPTION", "check_manifest_root", "check_root", "root_identity"]
+__all__ = ["OPTION", "check_root", "root_identity"]

@@ -26,8 +26,8 @@ from .cluster import ClusterOptions
 from .errors import PfsError
 from .frames import takes_selection
 from .limits import Limits, concurrency_report
-from .manifest import selection_options
-from .manifest_root import check_manifest_root
+from .manifest import open_manifest, selection_options
+from .manifest_root import check_root
 from .progress import NullProgress, Reporter
 from .rm_job import CHUNK, Removal, RemoveResult, RemoveTuning
 from .runtime import job_client
@@ -107,7 +107,8 @@ def remove(
     )
     try:
         if manifest is not None:
-            check_manifest_root(os.fspath(manifest), storage_options, destructive=True, allow_other=allow_other_root)
+            m = open_manifest(os.fspath(manifest), storage_options=storage_options)
+            check_root(m.info, m.url, destructive=True, allow_other=allow_other_root)
             ready = job.prepare_manifest(os.fspath(manifest), selection, cap, log, storage_options)
         else:
             assert url is not None  # exactly one of them, checked above

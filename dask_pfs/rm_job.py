@@ -33,12 +33,12 @@ from operators.walk import Budget, DirItem
 from . import rm_journal
 from .caps import Cap
 from .errors import PfsError
+from .job_logs import default_log as job_log
 from .journals import same_job
 from .manifest import Selection, open_manifest
 from .manifest_check import check_parts
 from .progress import Reporter, human_bytes
 from .results import JobResult, ProblemLog
-from .results import default_log as job_log
 from .runtime import Submitter, WalkTuning, walk_frontier
 from .sql import Filter
 from .urls import Location, probe, pruned_at, refuse_target, resolve

@@ -38,13 +38,14 @@ from ..caps import Cap
 from ..cluster import ClusterOptions
 from ..errors import PfsError
 from ..frames import takes_selection
+from ..job_logs import default_log
 from ..limits import Limits, concurrency_report
 from ..locking import writer_lock
 from ..manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from ..manifest_check import check_parts
 from ..manifest_root import check_root
 from ..progress import NullProgress, Reporter
-from ..results import JobResult, default_log
+from ..results import JobResult
 from ..runtime import job_client
 from ..scanning import scan_tree
 from ..sql import Filter
