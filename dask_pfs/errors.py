@@ -8,6 +8,17 @@ class PfsError(Exception):
 
     exit_code = 2
 
+    def __init__(self, *args: object) -> None:
+        """A name that is not UTF-8 (a surrogate escape) is kept as ``\\udcff``: the message can then
+        be printed, logged and sent between Dask processes (msgpack takes only UTF-8)."""
+        super().__init__(*(_text(a) for a in args))
+
+
+def _text(value: object) -> object:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
 
 class OutputError(PfsError):
     """The job did its work but could not write its output (a full disk, a read-only directory):

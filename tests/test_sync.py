@@ -95,6 +95,7 @@ def test_manifests_given_and_dst_manifest_updated_from_plan(tmp_path, dask_clien
     # changed: d1/f2.txt, and d2 (its mtime moved when f0 went: directory times are synced too)
     assert first.exit_code == 0 and (first.counts["new"], first.counts["changed"]) == (1, 2)
     assert first.plan == f"{dm}.plan"
+
     def rows(m):
         sql = f"SELECT path, type, size, mtime FROM {open_manifest(m).relation_sql()} WHERE type <> 'directory'"
         return sorted(connect(open_manifest(m)).execute(sql).fetchall())

@@ -2,7 +2,8 @@
 
 The two sides are joined on exact path bytes (``coalesce(path_raw, encode(path))``) with a DuckDB
 FULL OUTER JOIN straight from the part files; the rows that differ stream to a Parquet file
-(``COPY ... TO``), so versions of a hundred-million-entry tree are compared on disk, not in memory.
+(pyarrow, batch by batch: the locked connection writes nothing), so versions of a
+hundred-million-entry tree are compared on disk, not in memory.
 
 * ``added``: only in NEW;  ``removed``: only in OLD;
 * ``changed``: the type differs; a file's size, mtime (unless ``compare_mtime=False``) or checksum

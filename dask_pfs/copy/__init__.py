@@ -43,11 +43,12 @@ from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.runtime.job_logs import default_log
 from dask_pfs.runtime.journals import check_options, job_token, plain, read_job, records
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.locking import writer_lock
 from dask_pfs.runtime.progress import NullProgress, Reporter
-from dask_pfs.runtime.results import JobResult, default_log
+from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import scan_tree
 from dask_pfs.urls import Location, make_root, resolve, root_times_from

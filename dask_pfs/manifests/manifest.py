@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from dask_pfs.errors import IncompleteManifestError, OutputError, PfsError, QueryError
 from dask_pfs.manifests.caps import Cap
-from dask_pfs.manifests.root import check_root, root_identity
+from dask_pfs.manifests.root import root_identity
 from dask_pfs.manifests.sql import Filter, sql_str, utf8, where_filter, write_parquet
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
@@ -372,11 +372,3 @@ def write_marker(url: str, info: dict[str, Any], storage_options: dict | None = 
             f"{url}: the manifest's marker could not be written ({exc.strerror or exc}); its parts are kept: "
             "fix that, then run the same command with --resume"
         ) from None
-
-
-def check_manifest_root(
-    url: str, storage_options: dict | None = None, *, destructive: bool, allow_other: bool = False
-) -> None:
-    """``root.check_root`` for the manifest at ``url`` and the root its marker names."""
-    m = open_manifest(url, storage_options=storage_options)
-    check_root(m.info, m.url, destructive=destructive, allow_other=allow_other)

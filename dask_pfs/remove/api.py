@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from dask_pfs.clusters.client import ClusterOptions
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import takes_selection
-from dask_pfs.manifests.manifest import check_manifest_root, selection_options
+from dask_pfs.manifests.manifest import open_manifest, selection_options
+from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.remove.job import CHUNK, Removal, RemoveResult, RemoveTuning
 from dask_pfs.runtime.limits import Limits, concurrency_report
@@ -106,7 +107,8 @@ def remove(
     )
     try:
         if manifest is not None:
-            check_manifest_root(os.fspath(manifest), storage_options, destructive=True, allow_other=allow_other_root)
+            m = open_manifest(os.fspath(manifest), storage_options=storage_options)
+            check_root(m.info, m.url, destructive=True, allow_other=allow_other_root)
             ready = job.prepare_manifest(os.fspath(manifest), selection, cap, log, storage_options)
         else:
             assert url is not None  # exactly one of them, checked above

@@ -20,10 +20,10 @@ from dask_pfs.manifests.manifest import Selection, open_manifest
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.remove import journal as rm_journal
 from dask_pfs.remove.tree_count import describe_tree
+from dask_pfs.runtime.job_logs import default_log as job_log
 from dask_pfs.runtime.journals import records, same_job
 from dask_pfs.runtime.progress import Reporter, human_bytes
 from dask_pfs.runtime.results import JobResult, ProblemLog
-from dask_pfs.runtime.results import default_log as job_log
 from dask_pfs.runtime.submitter import Submitter, WalkTuning, walk_frontier
 from dask_pfs.urls import Location, probe, pruned_at, refuse_target, resolve
 from operators.journal import Journal

@@ -15,7 +15,6 @@ Airflow provider report any of them the same way.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -61,19 +60,6 @@ def shown(text: object) -> str:
     if s.isprintable():
         return s
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in s)
-
-
-def default_log(job: str, *names: str) -> str:
-    """Where a job's failure log goes unless told: one file per job (the same ``job`` and ``names``,
-    e.g. the same source and destination), in pfs's cache directory beside its journals, replaced
-    by each run, so logs never pile up in /tmp.  A stale one from an earlier run is removed now."""
-    from dask_pfs.runtime.journals import ident, pfs_cache
-
-    path = pfs_cache("logs", f"{job}-{ident(*names)}-failures.parquet")
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return path
 
 
 class ProblemLog:

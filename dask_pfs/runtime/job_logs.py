@@ -1,0 +1,22 @@
+"""Where a job's failure log goes unless told: pfs's cache directory, one file per job."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from dask_pfs.runtime.journals import ident, pfs_cache
+
+
+def default_log(job: str, *names: str) -> str:
+    """Where a job's failure log goes unless told: one file per job (the same ``job`` and ``names``,
+    e.g. the same source and destination), in pfs's cache directory beside its journals, replaced
+    by each run, so logs never pile up in /tmp.  A stale one from an earlier run is removed now."""
+    path = pfs_cache("logs", f"{job}-{ident(*names)}-failures.parquet")
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return path
+
+
+__all__ = ["default_log"]
