@@ -39,18 +39,20 @@ RUN /opt/uv/bin/uv pip install --no-deps --no-cache /src/wheels/*.whl
 # What the image never uses, measured in docs/deploy.md: tests, C headers and sources of the binary packages;
 # pyarrow's Flight RPC, its own S3/GCS/Azure/HDFS file systems and ORC (pfs reads object stores through fsspec;
 # pyarrow.fs then lists them as not imported); bokeh's source maps and its extension compiler. Then the debug
-# symbols of the shared libraries, and pyarrow's duplicate copies of one library (wheels cannot hold symlinks).
+# symbols of pyarrow's libraries (not of libraries auditwheel patched: numpy's OpenBLAS no longer loads), and
+# pyarrow's duplicate copies of one library (wheels cannot hold symlinks). The imports at the end check the result.
 RUN cd /opt/pfs/lib/python3.11/site-packages \
     && rm -rf pyarrow/include pyarrow/src pyarrow/tests numpy/_core/include numpy/_core/tests numpy/*/tests \
         pyarrow/*flight* pyarrow/libarrow_s3.so* pyarrow/_s3fs.* pyarrow/_gcsfs.* pyarrow/_azurefs.* \
         pyarrow/_hdfs.* pyarrow/_orc.* pyarrow/_dataset_orc.* pyarrow/_pyarrow_cpp_tests.* \
         bokeh/server/static/js/*.map bokeh/server/static/js/compiler* \
     && find . \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \) -delete \
-    && find . -name '*.so*' -type f -exec strip --strip-unneeded {} + \
-    && cd pyarrow && for f in lib*.so.*.*.*; do b=${f%.*.*}; for d in "$b" "${b%.*}"; do \
-        if [ "$d" != "$f" ] && cmp -s "$f" "$d"; then ln -sf "$f" "$d"; fi; done; done \
-    && /opt/pfs/bin/pfs --help >/dev/null \
-    && /opt/pfs/bin/python -c "import operators._native, bokeh, s3fs, paramiko, pyarrow.dataset, pyarrow.fs, duckdb"
+    && find pyarrow -name '*.so*' -type f -exec strip --strip-unneeded {} + \
+    && (cd pyarrow && for f in lib*.so.*.*.*; do b=${f%.*.*}; for d in "$b" "${b%.*}"; do \
+        if [ "$d" != "$f" ] && cmp -s "$f" "$d"; then ln -sf "$f" "$d"; fi; done; done) \
+    && cd / && /opt/pfs/bin/pfs --help >/dev/null \
+    && /opt/pfs/bin/python -c "import operators._native, s3fs, paramiko, pyarrow.dataset, pyarrow.fs, pyarrow.parquet, \
+        duckdb, numpy, PIL.Image, distributed.dashboard.scheduler"
 
 FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="pfs" \

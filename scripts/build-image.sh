@@ -36,9 +36,16 @@ fi
 # 2. the wheel (maturin through uv's isolated build; cargo is incremental in native/target)
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then export PATH="$HOME/.cargo/bin:$PATH"; fi
 UV=$(command -v uv || echo "${PYTHON_HOST:-python3} -m uv")
-rm -rf build/image && mkdir -p build/image
-log "building the pfs wheel (maturin, release profile)"
-$UV build -q --wheel --out-dir build/image . >&2
+# Rebuilt only when its inputs changed (a stamp keyed on them, as scripts/setup.sh does): minutes of Rust.
+want=$( (cat pyproject.toml; find native operators dask_pfs airflow_pfs -path native/target -prune -o -type f \
+    \( -name '*.rs' -o -name '*.py' -o -name 'Cargo.*' -o -name '*.typed' \) -print0 | sort -z | xargs -0 cat) \
+    | sha256sum | cut -c1-16)
+if [ "$(cat build/image/.stamp 2>/dev/null)" != "$want" ] || ! ls build/image/*.whl >/dev/null 2>&1; then
+    rm -rf build/image && mkdir -p build/image
+    log "building the pfs wheel (maturin, release profile)"
+    $UV build -q --wheel --out-dir build/image . >&2
+    echo "$want" > build/image/.stamp
+fi
 
 # 3. the base
 if [ -z "${BASE_IMAGE:-}" ]; then
