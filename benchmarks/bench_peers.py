@@ -16,6 +16,7 @@ to the local disk (``--local``), a fresh directory each time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -38,10 +39,8 @@ def lat_stats() -> dict[str, float]:
     out = {}
     for line in STATS.read_text().splitlines():
         key, _, value = line.partition(" ")
-        try:
+        with contextlib.suppress(ValueError):
             out[key] = float(value)
-        except ValueError:
-            pass
     return out
 
 
