@@ -26,7 +26,6 @@ from ..hooks import PfsDaskHook
 from ..lineage import LineageRef
 from ..triggers import PfsJobTrigger
 
-
 INPUT_KWARGS = ("url", "manifest", "src_manifest", "dst_manifest")
 
 

@@ -21,10 +21,10 @@ class PfsCopyOperator(PfsBaseOperator):
     manifest the selected rows go below ``dst`` relative to the manifest's root (or to ``src``).
     Existing identical files (same size and mtime) are skipped; a differing one fails, unless
     ``skip_existing`` (it is then replaced) or ``overwrite`` (every file is rewritten).  A retry of
-    the task resumes from the journal of the try that failed.  ``where`` is one DuckDB condition over manifest columns (never a statement);
-    ``max_entries`` (a count or ``"5%"`` of the manifest's rows) makes the engine refuse a larger
-    selection before anything is written.  Returns the counts (``files``, ``bytes``, ``dirs``,
-    ``skipped``, ``failed``..., and ``selected`` with a manifest).
+    the task resumes from the journal of the try that failed.  ``where`` is one DuckDB condition
+    over manifest columns (never a statement); ``max_entries`` (a count or ``"5%"`` of the
+    manifest's rows) makes the engine refuse a larger selection before anything is written.
+    Returns the counts (``files``, ``bytes``, ``dirs``, ``skipped``, ``failed``..., and ``selected`` with a manifest).
     """
 
     engine = "copy"
