@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= /tmp/pfs-demo
 
-.PHONY: setup demo test lint fmt bench clean
+.PHONY: setup demo test test-airflow-deploy lint fmt bench clean
 
 setup:
 	@./scripts/setup.sh
@@ -18,6 +18,11 @@ test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+# The Airflow deployment test (tests/airflow_deploy/: PostgreSQL, scheduler, triggerer, dag-processor, api-server;
+# ~5 min on 2 idle cores), kept out of `make test` for its time; .ci/run runs both.
+test-airflow-deploy: setup
+	$(VENV)/bin/python -m pytest -q -m airflow_deploy tests/airflow_deploy $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
