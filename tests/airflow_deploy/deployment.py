@@ -190,6 +190,13 @@ class Deployment:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/return_value"
         return self.get(path + f"?map_index={map_index}&deserialize=true")["value"]
 
+    def lineage(self, job: str) -> list[dict]:
+        """The OpenLineage COMPLETE events of ``dag_id.task_id`` (the file transport's lines)."""
+        path = self.home / "openlineage.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        events = [json.loads(line) for line in lines if line.strip()]
+        return [e for e in events if e.get("job", {}).get("name") == job and e.get("eventType") == "COMPLETE"]
+
     def log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1) -> str:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
         body = self.get(path + f"?map_index={map_index}&full_content=true")
@@ -200,11 +207,11 @@ class Deployment:
 
 
 def stop_all(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each process group (each was started in a session of its own), SIGKILL what is left after 30 s."""
+    """SIGTERM each process group (each was started in a session of its own), SIGKILL what is left after 10 s."""
     for proc in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 10
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(max(0.1, deadline - time.monotonic()))
@@ -246,6 +253,10 @@ def deploy_env(home: Path, db_url: str, api_port: int, dask_address: str, extra:
             "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": "100",
             "AIRFLOW_CONN_PFS_DASK_DEFAULT": json.dumps({"conn_type": "pfs_dask", "host": host, "port": int(port)}),
             "PFS_LOCK_DIR": str(home / "locks"),
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(home / "openlineage.jsonl"), "append": True}
+            ),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "pfs-deploy",
             **extra,
         }
     )

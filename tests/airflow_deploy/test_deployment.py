@@ -157,12 +157,26 @@ def test_deferrable_copy_resumed_by_triggerer(deployment: Deployment):
     dep.wait_dag("pfs_deploy_deferred")
     run_id = dep.trigger("pfs_deploy_deferred", {"src": str(src), "dst": str(dst)})
     run = dep.wait_run("pfs_deploy_deferred", run_id)
-    assert run["state"] == "success", (dep.states("pfs_deploy_deferred", run_id), dep.log_tail())
+    assert run["state"] == "success", dep.log("pfs_deploy_deferred", run_id, "copy")[-6000:]
     result = dep.xcom("pfs_deploy_deferred", run_id, "copy")
     assert result["files"] == 4 * 30 and result["errors"] == 0
     log = dep.log("pfs_deploy_deferred", run_id, "copy")
     assert "pfs job pfs-job-pfs_deploy_deferred.copy-" in log and "submitted" in log, log
     assert tree_digest(dst) == tree_digest(src)
+    # lineage of the job the cluster drove: the task's COMPLETE event names both trees, with the counts
+    event = _wait_lineage(dep, "pfs_deploy_deferred.copy")[-1]
+    assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [("file", str(src))]
+    assert [(d["namespace"], d["name"]) for d in event["outputs"]] == [("file", str(dst))]
+    assert event["outputs"][0]["outputFacets"]["outputStatistics"]["fileCount"] == 4 * 30
+    assert event["run"]["facets"]["pfs"]["counts"]["files"] == 4 * 30
+
+
+def _wait_lineage(dep: Deployment, job: str, timeout: float = 120) -> list[dict]:
+    """The events of ``job`` (emitted in a thread as the task ends: they may land a moment after its state)."""
+    deadline = time.monotonic() + timeout
+    while not (events := dep.lineage(job)) and time.monotonic() < deadline:
+        time.sleep(1)
+    return events
 
 
 def test_task_killed_mid_copy_is_retried_and_resumes(deployment: Deployment):
