@@ -236,7 +236,8 @@ class CopyJob:
         if not self.spec.dst_local:
             return
         assert self.rows is not None
-        rows, ledger, settled = self.rows, None, []
+        rows, ledger = self.rows, None
+        settled: list[str] = []
         if self.group is not None:
             ledger = Ledger(self.group)
             ledger.add(self.where)
