@@ -11,6 +11,7 @@ import shutil
 import signal
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,7 @@ def deployment():
             d.mkdir(parents=True)
         for src in DAG_FILES:
             shutil.copy(src, home / "dags" / src.name)
+        (home / "dags" / "readme_fan_out.py").write_text(readme_dag(data))
         base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PFS_"))}
         address, dask_procs = start_dask(logs, {**base_env, "PYTHONPATH": str(REPO)})
         port = free_port()
@@ -69,6 +71,25 @@ def deployment():
         stop_all(dask_procs)
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def readme_dag(data: Path) -> str:
+    """The fan-out DAG of examples/README.md as a reader copies it, with this test's places for its paths."""
+    text = (REPO / "examples" / "README.md").read_text()
+    section = text[text.index("### Fan-out over a manifest") :]
+    code = section[section.index("```python\n") + len("```python\n") :]
+    code = code[: code.index("```")]
+    for path, mine in README_PATHS.items():
+        assert path in code, f"examples/README.md's fan-out DAG no longer uses {path}"
+        code = code.replace(path, str(data / mine))
+    return code
+
+
+README_PATHS = {
+    "/data/pfs-manifests/landing": "readme-manifest",
+    "/data/landing": "readme-landing",
+    "/archive/landing": "readme-archive",
+}
 
 
 def _interval(ti: dict) -> tuple[float, float]:
@@ -203,3 +224,15 @@ def test_task_killed_mid_copy_is_retried_and_resumes(deployment: Deployment):
     assert result["resumed"] >= 1 and result["errors"] == 0, result
     assert tree_digest(dst) == tree_digest(src)
     assert not glob.glob(f"{dst}/.pfs-journal-*") and not glob.glob(f"{dst}/**/.*.pfs-tmp-*", recursive=True)
+
+
+def test_dag_from_the_readme_runs_unchanged(deployment: Deployment):
+    """examples/README.md's fan-out DAG (imports and all), only its paths pointed at this test's tree."""
+    dep, data = deployment, deployment.data  # type: ignore[attr-defined]
+    landing, archive = data / "readme-landing", data / "readme-archive"
+    make_balanced(landing, dirs=3, files_per_dir=20)
+    dep.wait_dag("archive_in_parts")
+    run_id = dep.trigger("archive_in_parts", {})
+    run = dep.wait_run("archive_in_parts", run_id, timeout=900)
+    assert run["state"] == "success", dep.states("archive_in_parts", run_id)
+    assert tree_digest(archive) == tree_digest(landing)
