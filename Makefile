@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?=  # empty: a new private temp directory (mkdtemp, mode 0700)
 
-.PHONY: setup demo test test-image image lint fmt bench clean
+.PHONY: setup demo test test-airflow-deploy test-image image lint fmt bench clean
 
 setup:
 	@./scripts/setup.sh
@@ -28,6 +28,11 @@ image:
 # as podman containers; CI runs it after `make test` (.ci/run).
 test-image: setup image
 	$(VENV)/bin/python -m pytest -q -m image tests/test_image.py $(PYTEST_ARGS)
+
+# The Airflow deployment test (tests/airflow_deploy/: PostgreSQL, scheduler, triggerer, dag-processor, api-server;
+# ~5 min on 2 idle cores), kept out of `make test` for its time; .ci/run runs both.
+test-airflow-deploy: setup
+	$(VENV)/bin/python -m pytest -q -m airflow_deploy tests/airflow_deploy $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -9,6 +9,7 @@ marked the task failed or cleared it) is the one place that cancels the job.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,6 +23,14 @@ from dask_pfs.runtime.progress import describe
 from . import jobs
 
 
+def first_check_default() -> float:
+    """Seconds the trigger waits before its first look at the job (``PFS_DEFER_FIRST_CHECK``, 10): a trigger
+    that fires while the scheduler has not yet taken the deferring try's exit makes Airflow 3.3 fail the
+    resumed task ("finished with state success, but the task instance's state attribute is running",
+    apache/airflow#72716); a job deferred for seconds only does not need a triggerer anyway."""
+    return float(os.environ.get("PFS_DEFER_FIRST_CHECK", "10"))
+
+
 class PfsJobTrigger(BaseTrigger):
     """Fires ``{"status": finished|error|cancelled|missing, "name", "result", "error"}``."""
 
@@ -33,8 +42,10 @@ class PfsJobTrigger(BaseTrigger):
         progress_interval: float = 30.0,
         connect_timeout: float = 30.0,
         tls: dict | None = None,
+        first_check: float | None = None,
     ) -> None:
         super().__init__()
+        self.first_check = first_check_default() if first_check is None else first_check
         self.tls = tls  # TlsFiles.as_dict() of the connection (paths or PEM text; trigger kwargs are encrypted)
         self.scheduler = scheduler
         self.name = name
@@ -52,6 +63,7 @@ class PfsJobTrigger(BaseTrigger):
                 "progress_interval": self.progress_interval,
                 "connect_timeout": self.connect_timeout,
                 "tls": self.tls,
+                "first_check": self.first_check,
             },
         )
 
@@ -68,6 +80,7 @@ class PfsJobTrigger(BaseTrigger):
     async def _wait(self, client: Client) -> dict:
         future = None
         started = last_log = time.monotonic()
+        await asyncio.sleep(self.first_check)
         while True:
             record = await _read_record(client, self.name)
             future_status = None

@@ -201,3 +201,30 @@ def test_group_lock_is_shared_only_within_its_group(tmp_path):
             if p.poll() is None:
                 p.kill()
     assert refused(None).startswith("got it"), "the lock goes with its last holder"
+
+
+def test_mapped_removes_and_verifies_run_at_once(tmp_path, scheduler_address):
+    """Removes and verifies of disjoint parts take no destination lock: all parts run side by side."""
+    src, dst, m = tmp_path / "src", tmp_path / "dst", tmp_path / "m"
+    make_balanced(src, dirs=4, files_per_dir=20)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    common = ["--scheduler", scheduler_address, "--no-progress"]
+    run_pfs("scan", src, "-o", m, *common, check=True)
+    run_pfs("cp", f"{src}/", dst, *common, check=True)
+    parts = _parts(src, 4)
+
+    def all_at_once(*commands: list) -> list[subprocess.CompletedProcess]:
+        procs = [
+            subprocess.Popen([*PFS, *map(str, c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for c in commands
+        ]
+        return [subprocess.CompletedProcess(p.args, p.wait(300), *p.communicate()) for p in procs]
+
+    verifies = all_at_once(*[["verify", src, dst, "--src-manifest", m, "--where", w, *common] for w in parts])
+    assert [v.returncode for v in verifies] == [0] * 4, [v.stderr for v in verifies]
+    removes = all_at_once(*[["rm", "--manifest", m, "--where", w, *common] for w in parts])
+    assert [r.returncode for r in removes] == [0] * 4, [r.stderr for r in removes]
+    assert not [p for p in src.rglob("*") if p.is_file()]  # every part's files went
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == sorted(  # the directories stay
+        p.relative_to(dst) for p in dst.rglob("*") if p.is_dir()
+    )

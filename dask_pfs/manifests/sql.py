@@ -23,6 +23,7 @@ pfs, not checked, and its extra files are named so the connection may read them.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -171,6 +172,16 @@ def _parser() -> duckdb.DuckDBPyConnection:
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+@atexit.register
+def _release_parser() -> None:
+    """Free the parse-only connection before the interpreter ends: DuckDB's bindings (nanobind) print
+    every one of their objects still alive then as leaked (dozens of lines after each Airflow task)."""
+    if _parser.cache_info().currsize:
+        with _parser_lock:
+            _parser().close()
+            _parser.cache_clear()
 
 
 def _parse(sql: str) -> dict | str:

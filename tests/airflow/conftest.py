@@ -47,6 +47,7 @@ os.environ.update(
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "pfs-tests",
         "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
+        "PFS_DEFER_FIRST_CHECK": "0",  # dag.test() runs triggers inline: no scheduler to race (airflow_pfs.triggers)
     }
 )
 os.environ.pop("PFS_SCHEDULER", None)

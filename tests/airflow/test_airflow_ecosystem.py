@@ -180,6 +180,9 @@ def test_partitions(client, tmp_path, monkeypatch):
         parts = m.partitions(where=files, n=n)
         assert [m.count(p["where"]) for p in parts] == sizes
         assert json.loads(json.dumps(parts)) == parts and {p["manifest"] for p in parts} == {str(manifest)}
+        assert not [p for p in parts if "\n" in (p["where"] or "")], parts  # no stray newline in XCom
+    commented = m.partitions(where="type = 'file' -- files only", n=2)  # the newline ends a trailing comment
+    assert [m.count(p["where"]) for p in commented] == [50, 50]
     assert [m.count(p["where"]) for p in m.partitions(where=files, max_entries=30)] == [25, 25, 25, 25]
     assert len(m.partitions(n=500)) == 107  # never more parts than rows
     (empty,) = m.partitions(where="size > 1e9", n=4)  # an empty selection: one part, still mapped once

@@ -1,0 +1,35 @@
+"""DAGs of the deployment test (tests/airflow_deploy/): a deferrable copy resumed by the triggerer,
+and a copy with retries that the test kills mid-copy (the retry resumes from the journal)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import DAG, Param
+
+from airflow_pfs.operators import PfsCopyOperator
+
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+PARAMS = {"src": Param("/nonexistent", type="string"), "dst": Param("/nonexistent", type="string")}
+
+with DAG("pfs_deploy_deferred", schedule=None, start_date=START, catchup=False, params=PARAMS):
+    PfsCopyOperator(
+        task_id="copy",
+        src="{{ params.src }}/",
+        dst="{{ params.dst }}",
+        deferrable=True,  # the job runs on the Dask cluster; the triggerer waits for it
+        poll_interval=1,
+        progress_interval=2,
+    )
+
+with DAG("pfs_deploy_retry", schedule=None, start_date=START, catchup=False, params=PARAMS):
+    PfsCopyOperator(
+        task_id="copy",
+        src="{{ params.src }}/",
+        dst="{{ params.dst }}",
+        threads=2,
+        retries=2,
+        retry_delay=timedelta(seconds=1),  # a retry resumes from the copy's journal
+        progress_interval=1,
+    )
