@@ -150,6 +150,7 @@ def test_refuse_system_targets(dask_client, target):
 def test_refuse_targets(tmp_path, dask_client, monkeypatch):
     tree, _ = build(tmp_path)
     before = tree_digest(tree)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # journals' keys, outside the tree
     monkeypatch.setenv("HOME", str(tree / "a"))
     for target in (tree / "a", tree):  # the home directory, and a directory holding it
         with pytest.raises(PfsError, match="home directory"):
