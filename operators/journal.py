@@ -189,6 +189,8 @@ class Journal:
         """Note one finished chunk; it is on disk within :data:`FLUSH_SECONDS` (or at :meth:`flush`)."""
         if self._nonce is None:
             self.job()
+        if self._nonce is None:
+            return  # removed meanwhile (a late callback of a finished job): nothing to resume any more
         line = self._line({"id": chunk_id, **info})
         with self._lock:
             self._buf.append(line)
