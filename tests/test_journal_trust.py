@@ -310,3 +310,20 @@ def test_watcher_refuses_a_dotdot_row_and_follows_no_link(tmp_path, dask_client)
     pq.write_table(table.set_column(table.schema.get_field_index("path"), "path", pa.array(paths)), part)
     with pytest.raises(PfsError, match="unsafe path"):
         tree_changes.load_baseline(str(m))
+
+
+def test_journal_key_lives_in_a_private_directory(tmp_path):
+    """The key that signs journals: made once, 0700 directory, refused when others could read or swap it."""
+    from dask_pfs.journals import journal_key
+
+    key = journal_key()
+    keys = tmp_path / "cache" / "pfs" / "keys"
+    assert journal_key() == key and len(key) == 32 and (keys.stat().st_mode & 0o777) == 0o700
+    keys.chmod(0o755)
+    with pytest.raises(PfsError, match="must be mode 700"):
+        journal_key()
+    keys.chmod(0o700)
+    (keys / "journal.key").rename(keys / "elsewhere")
+    os.symlink(keys / "elsewhere", keys / "journal.key")
+    with pytest.raises(PfsError, match="symlink"):
+        journal_key()
