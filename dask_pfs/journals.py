@@ -117,7 +117,7 @@ def open_journal(path: str | os.PathLike) -> Journal:
     path = os.fspath(path)
     if os.path.lexists(path):
         check_private_dir(path, "a journal directory")
-    return Journal(path, journal_key())
+    return Journal(path, journal_key)
 
 
 def read_job(jr: Journal) -> dict[str, Any]:
