@@ -23,7 +23,7 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 JOB = "job.json"
@@ -85,12 +85,13 @@ def file_digest(path: str) -> str:
 class Journal:
     """Finished-chunk records of one job; thread-safe (Dask callbacks record from the client loop).
 
-    ``key``: the user's journal key (HMAC-SHA256), so what is read back is what this user's pfs wrote.
+    ``key``: the user's journal key (HMAC-SHA256), or a function giving it, so what is read back is
+    what this user's pfs wrote.
     """
 
-    def __init__(self, path: str, key: bytes) -> None:
+    def __init__(self, path: str, key: bytes | Callable[[], bytes]) -> None:
         self.path = path
-        self._key = key
+        self._key = key  # or what makes it: fetched on first use, so a refused job creates no key
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._buf: list[bytes] = []
@@ -102,6 +103,8 @@ class Journal:
         return os.path.lexists(os.path.join(self.path, JOB))
 
     def _mac(self, data: bytes) -> str:
+        if callable(self._key):
+            self._key = self._key()
         return hmac.new(self._key, data, hashlib.sha256).hexdigest()
 
     def job(self) -> dict[str, Any]:
@@ -189,6 +192,8 @@ class Journal:
         """Note one finished chunk; it is on disk within :data:`FLUSH_SECONDS` (or at :meth:`flush`)."""
         if self._nonce is None:
             self.job()
+        if self._nonce is None:
+            return  # removed meanwhile (a late callback of a finished job): nothing to resume any more
         line = self._line({"id": chunk_id, **info})
         with self._lock:
             self._buf.append(line)

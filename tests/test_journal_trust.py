@@ -289,18 +289,19 @@ def test_lock_file_symlink_and_open_lock_dir_are_refused(tmp_path):
 def test_watcher_refuses_a_dotdot_row_and_follows_no_link(tmp_path, dask_client):
     """A directory row ``../../../../usr/share/doc`` grew the watch set from 2 to 944 directories outside
     the root; a directory swapped for a link to elsewhere must not be walked either."""
-    tree = make_tree(tmp_path / "tree", {"a/f": "1", "b/g": "2"})
-    outside = make_tree(tmp_path / "outside", {f"o{i}/p/x": "x" for i in range(5)})
+    tree = make_tree(tmp_path / "tree", {"a/p/f": "1", "b/g": "2"})
+    outside = make_tree(tmp_path / "outside", {"p/x": "x", **{f"p/o{i}/y": "y" for i in range(5)}})
     m = tmp_path / "M"
     scan(tree, m, client=dask_client)
     base = tree_changes.load_baseline(str(m))
-    assert base is not None and set(base.dirs) == {b"a", b"b"}
-    # a link where a watched directory was: it is gone for the watcher, never walked
+    assert base is not None and set(base.dirs) == {b"a", b"a/p", b"b"}
+    # a link where a watched directory was: it and everything below it are gone for the watcher, never
+    # stat'ed or walked through the link (a/p would read outside/p, and adopt outside/p/o*)
     shutil.rmtree(tree / "a")
     os.symlink(outside, tree / "a")
     os.utime(tree, (1, 4_000_000_000))
     changes = tree_changes.find_changes(base)
-    assert changes.changed >= 1 and set(base.dirs) <= {b"b"}, base.dirs
+    assert changes.changed >= 2 and set(base.dirs) == {b"b"}, base.dirs
     # a forged row with ``..``: refused before anything is stat'ed
     part = next(m.glob("part-*.parquet"))
     table = pq.read_table(part)
@@ -308,3 +309,20 @@ def test_watcher_refuses_a_dotdot_row_and_follows_no_link(tmp_path, dask_client)
     pq.write_table(table.set_column(table.schema.get_field_index("path"), "path", pa.array(paths)), part)
     with pytest.raises(PfsError, match="unsafe path"):
         tree_changes.load_baseline(str(m))
+
+
+def test_journal_key_lives_in_a_private_directory(tmp_path):
+    """The key that signs journals: made once, 0700 directory, refused when others could read or swap it."""
+    from dask_pfs.runtime.journals import journal_key
+
+    key = journal_key()
+    keys = tmp_path / "cache" / "pfs" / "keys"
+    assert journal_key() == key and len(key) == 32 and (keys.stat().st_mode & 0o777) == 0o700
+    keys.chmod(0o755)
+    with pytest.raises(PfsError, match="must be mode 700"):
+        journal_key()
+    keys.chmod(0o700)
+    (keys / "journal.key").rename(keys / "elsewhere")
+    os.symlink(keys / "elsewhere", keys / "journal.key")
+    with pytest.raises(PfsError, match="symlink"):
+        journal_key()

@@ -490,7 +490,7 @@ def test_rm_resume_rules(tmp_path, dask_client, monkeypatch):
     remove(src, client=dask_client, dry_run=True)
     with pytest.raises(PfsError, match="not confirmed"):
         remove(manifest=m, where=where, client=dask_client, confirm=lambda _: False)
-    assert not glob.glob(f"{m}/.pfs-journal-*") and not (tmp_path / "cache").exists()
+    assert not glob.glob(f"{m}/.pfs-journal-*") and not (tmp_path / "cache" / "pfs" / "journals").exists()
     # interrupted (like Ctrl-C) after a few chunks, then resumed
     with pytest.raises(KeyboardInterrupt):
         remove(manifest=m, where=where, client=dask_client, chunk_files=20, progress=StopAfter(3))

@@ -152,6 +152,7 @@ def test_refuse_targets(tmp_path, dask_client, monkeypatch):
     before = tree_digest(tree)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # journals' keys, outside the tree
     monkeypatch.setenv("HOME", str(tree / "a"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the scan's journal key: not in this "home"
     for target in (tree / "a", tree):  # the home directory, and a directory holding it
         with pytest.raises(PfsError, match="home directory"):
             remove(target, client=dask_client, confirm=guard)

@@ -84,17 +84,17 @@ def journal_key() -> bytes:
     if stat.S_IMODE(os.lstat(keys).st_mode) & 0o077:
         raise PfsError(f"{keys}: the journal key directory must be mode 700")
     path = os.path.join(keys, KEY_FILE)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        tmp_key = secrets.token_bytes(32)
+    if not os.path.lexists(path):  # made whole under a temp name, then linked into place: never seen half written
+        tmp = os.path.join(keys, f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, tmp_key)
+            os.write(fd, secrets.token_bytes(32))
             os.fsync(fd)
         finally:
             os.close(fd)
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
+            os.link(tmp, path)
+        os.unlink(tmp)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -116,7 +116,7 @@ def open_journal(path: str | os.PathLike) -> Journal:
     path = os.fspath(path)
     if os.path.lexists(path):
         check_private_dir(path, "a journal directory")
-    return Journal(path, journal_key())
+    return Journal(path, journal_key)
 
 
 def read_job(jr: Journal) -> dict[str, Any]:
