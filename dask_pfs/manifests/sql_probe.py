@@ -7,8 +7,10 @@ job runs a clause it did not write (``--where``, ``--select``, ``--order-by``, a
 :func:`probe` runs the same query over the same manifest in ``python -m dask_pfs.manifests.sql_probe``: an
 address-space limit (``RLIMIT_AS``: ``PFS_SQL_MEMORY_LIMIT`` plus the interpreter's own), the
 same locked connection (``sql.connect``), and a wall-clock limit (``PFS_SQL_TIMEOUT``; killed
-when over).  A clause that fails there is refused with one line, exit 2; one that finishes there
-is known to finish over these rows, and pfs runs it in its own process.
+when over).  A clause that fails there ends in one line, exit 2: ``query failed: ...`` when the
+clause itself is wrong (a column the manifest lacks, a bad cast: what pfs would say running it
+in its own process), ``query refused: ... (bounds: ...)`` when it hit a limit (or the child died).
+One that finishes there is known to finish over these rows, and pfs runs it in its own process.
 
 Manifests on object stores are read through registered datasets the child cannot rebuild
 without their credentials: their clauses are bounded by the in-process limits only
@@ -32,6 +34,8 @@ from dask_pfs.manifests.sql_run import memory_limit, threads, timeout
 if TYPE_CHECKING:
     from dask_pfs.manifests.manifest import Manifest
 
+FAILED, BOUNDED = 3, 4  # the child's exit: the clause is wrong; it hit a limit
+_OUT_OF_MEMORY = re.compile(r"out of memory|failed to allocate|bad_alloc", re.IGNORECASE)
 HEADROOM = 1 << 30  # the interpreter, DuckDB and pyarrow mapped before any row is read (~400 MB measured)
 _UNITS = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
 _UNITS |= {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
@@ -80,6 +84,8 @@ def probe(sql: str, dirs: Iterable[str], reads: Iterable[str] = ()) -> None:
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         why = lines[-1].removeprefix("pfs-probe: ") if lines else f"the query process ended with {done.returncode}"
+        if done.returncode == FAILED and lines and lines[-1].startswith("pfs-probe: "):
+            raise PfsError(why)  # the clause is wrong, no bound was hit: said as in pfs's own process
         raise PfsError(f"query refused: {why} (bounds: PFS_SQL_MEMORY_LIMIT={memory_limit()}, threads {threads()})")
 
 
@@ -99,8 +105,15 @@ def _main() -> int:
             pass
     except (duckdb.Error, MemoryError, PfsError) as exc:
         text = str(exc).strip().splitlines()
-        print(f"pfs-probe: {text[0] if text else type(exc).__name__}", file=sys.stderr)
-        return 3
+        first = text[0] if text else type(exc).__name__
+        if isinstance(exc, PfsError):  # already pfs's own one line
+            print(f"pfs-probe: {first}", file=sys.stderr)
+            return FAILED
+        if isinstance(exc, (MemoryError, duckdb.OutOfMemoryException)) or _OUT_OF_MEMORY.search(first):
+            print(f"pfs-probe: {first}", file=sys.stderr)
+            return BOUNDED
+        print(f"pfs-probe: query failed: {first}", file=sys.stderr)  # as sql_run/sql say it in process
+        return FAILED
     return 0
 
 
