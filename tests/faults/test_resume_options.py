@@ -22,7 +22,9 @@ from dask_pfs import scan
 
 from ..conftest import make_balanced, run_pfs, tree_digest
 from .harness import kill_group, leftovers, manifest_paths, start_pfs, tree_paths
-from .test_kill import RATE, SEEDS, source
+from .test_kill import SEEDS, source
+
+RATE = ["--max-ops-per-second", "300"]  # the killed run: ~2 s of work on these trees, room to land mid-job
 
 
 def killed(args: list, started: str, seed: int, tmp_path: Path, env: dict) -> str:
