@@ -326,3 +326,22 @@ def test_journal_key_lives_in_a_private_directory(tmp_path):
     os.symlink(keys / "elsewhere", keys / "journal.key")
     with pytest.raises(PfsError, match="symlink"):
         journal_key()
+
+
+def test_journal_key_is_never_seen_half_written(tmp_path, monkeypatch):
+    """Two pfs starting at once on a new cache (sync's two sides, a DAG's parallel tasks): the key's
+    name appears only once its 32 bytes are written, so the other never reads an empty key (exit 2)."""
+    from dask_pfs.runtime import journals
+
+    path = tmp_path / "cache" / "pfs" / "keys" / "journal.key"
+    seen: list[bool] = []
+    write = os.write
+
+    def watched(fd: int, data: bytes) -> int:
+        seen.append(os.path.lexists(path))  # what a concurrent pfs would find while the key is being written
+        return write(fd, data)
+
+    monkeypatch.setattr(journals.os, "write", watched)
+    key = journals.journal_key()
+    assert seen == [False] and path.read_bytes() == key and len(key) == 32
+    assert sorted(p.name for p in path.parent.iterdir()) == ["journal.key"]  # no temp file left behind

@@ -134,10 +134,12 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             from dask_pfs.clusters.jobqueue import start_slurm_cluster
 
             cluster: Any = start_slurm_cluster(**options.slurm)
+            stack.callback(_shut_down, cluster)
         elif options.kubernetes is not None:
             from dask_pfs.clusters.kubernetes import start_kubernetes_cluster
 
             cluster = start_kubernetes_cluster(options.kubernetes)
+            stack.callback(_shut_down, cluster)
         else:
             import dask
 
@@ -150,26 +152,61 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             if method == "fork":
                 preload_for_fork()
             dashboard = wants_dashboard(options.dashboard)
-            cluster = LocalCluster(
-                n_workers=options.workers or default_workers(),
-                threads_per_worker=TASKS_PER_WORKER,
-                processes=True,
-                dashboard_address=":0",  # off, this still serves health and metrics routes: not port 8787
-                scheduler_kwargs={"dashboard": dashboard},
-                silence_logs=logging.ERROR,
-                env=env,
-            )
-            cluster.pfs_dashboard = dashboard  # read by dashboard_link()
-        try:
-            with Client(cluster, set_as_default=False) as client:
-                if options.announce and (link := dashboard_link(client)):
-                    print(f"dashboard: {link}", file=sys.stderr, flush=True)
-                yield client
-        finally:
-            mine = {n.pid for n in getattr(cluster, "workers", {}).values() if getattr(n, "pid", None)}
-            with contextlib.suppress(Exception):
-                cluster.close(timeout=10)
-            abandon_stuck_workers(mine)  # workers stuck on hung storage must not hold the driver's exit
+            with ctrl_c_for_the_driver():
+                cluster = LocalCluster(
+                    n_workers=options.workers or default_workers(),
+                    threads_per_worker=TASKS_PER_WORKER,
+                    processes=True,
+                    dashboard_address=":0",  # off, this still serves health and metrics routes: not port 8787
+                    scheduler_kwargs={"dashboard": dashboard},
+                    silence_logs=logging.ERROR,
+                    env=env,
+                )
+                cluster.pfs_dashboard = dashboard  # read by dashboard_link()
+                stack.callback(_shut_down, cluster)  # a Ctrl-C held during the start is raised on leaving the block
+        with Client(cluster, set_as_default=False) as client:
+            if options.announce and (link := dashboard_link(client)):
+                print(f"dashboard: {link}", file=sys.stderr, flush=True)
+            yield client
+
+
+def _shut_down(cluster: Any) -> None:
+    mine = {n.pid for n in getattr(cluster, "workers", {}).values() if getattr(n, "pid", None)}
+    with contextlib.suppress(Exception):
+        cluster.close(timeout=10)
+    abandon_stuck_workers(mine)  # workers stuck on hung storage must not hold the driver's exit
+
+
+@contextlib.contextmanager
+def ctrl_c_for_the_driver() -> Iterator[None]:
+    """Start an embedded cluster whose worker processes never see a Ctrl-C: the driver takes it and shuts them down.
+
+    A terminal's Ctrl-C signals the whole foreground process group, the forked workers too, and a
+    worker interrupted prints its nanny's KeyboardInterrupt traceback, its plugins' failed teardowns
+    and the scheduler's broken streams, while the driver is already closing the cluster.  SIGINT is
+    blocked in this thread for the block: the threads started meanwhile (the cluster's event loop,
+    its nannies' process watchers) inherit the mask, and so do the processes they fork or spawn,
+    restarted workers included.  A Ctrl-C during the start itself is held until the cluster is up
+    (one half started would fail ``close_clusters`` at exit) and raised when the block is left.
+    """
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    held: list[int] = []
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    deferring = previous is signal.default_int_handler
+    if deferring:  # another thread of the driver may take the signal meanwhile: only noted, not raised mid-start
+        signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending Ctrl-C is delivered (to the handler above)
+        if deferring:
+            signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
 
 
 def client_of_scheduler(options: ClusterOptions) -> Client:
