@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY
-from dask_pfs.manifests.manifest import Manifest
+from dask_pfs.manifests.manifest import Manifest, open_manifest, remove_manifest_files, write_marker
 from dask_pfs.manifests.sql import Filter, connect, sql_str, write_parquet
+from dask_pfs.urls import Location
 from operators.journal import write_atomic
 
 PLAN_FILE = "plan.parquet"
@@ -137,3 +138,68 @@ def read_plan(out: str) -> Plan | None:
     if not os.path.exists(os.path.join(out, PLAN_FILE)):
         return None
     return Plan(out, info["counts"], info)
+
+
+def count_new_bytes(p: Plan) -> int:
+    """Bytes the copy of ``new`` files would move (a dry run's summary)."""
+    sql = "SELECT coalesce(sum(size), 0) FROM read_parquet(?) WHERE action = 'new' AND src_type = 'file'"
+    return int(connect(reads=[p.file]).execute(sql, [p.file]).fetchall()[0][0])
+
+
+def check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str, options: dict) -> None:
+    """A plan read back names this sync's own source, destination and manifests, and was made with
+    this run's ``--checksum`` and pruning options (exit 2 otherwise): what it would copy from or
+    remove through is never taken from the file, and a resume never acts on another comparison."""
+    names = {"algorithm": "--checksum", "prune": "--exclude/--include/--max-depth/--one-file-system"}
+    for key, value in options.items():
+        if json.loads(json.dumps(p.info.get(key))) != json.loads(json.dumps(value)):
+            raise PfsError(
+                f"the interrupted sync ran with {names[key]} {json.dumps(p.info.get(key))}, this run with "
+                f"{json.dumps(value)}: resume with the same {names[key]} (or start over without --resume)"
+            )
+    want = {"src": s_loc.url, "dst": d_loc.url}
+    for key, value in want.items():
+        if p.info.get(key) != value:
+            raise PfsError(f"{p.path}: the plan of another sync ({key} {p.info.get(key)!r}); not resuming it")
+    for key, path in (("src_manifest", src_m), ("dst_manifest", dst_m)):
+        if os.path.abspath(str(p.info.get(key, "")).removeprefix("file://")) != os.path.abspath(path):
+            raise PfsError(f"{p.path}: the plan names {key} {p.info.get(key)!r}, not {path}; not resuming it")
+
+
+def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool) -> None:
+    """Rewrite the destination manifest from the plan: what the destination holds after the sync.
+
+    Copied entries take the source's row (same size, mtime, mode) with ``ino``, ``dev`` and
+    ``ctime`` unknown (null); unchanged entries keep the destination's row; extras stay unless
+    they were deleted.
+    """
+    s, d = open_manifest(src_m), open_manifest(dst_m)
+    tmp = os.path.join(d.local_dir, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
+    con = connect(s, d, reads=[p.file, tmp])
+    kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
+    sql = (
+        f"SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime) "
+        f"FROM {s.relation_sql()} AS m WHERE {p.where(f'action IN {COPY_ACTIONS!r}')} "
+        f"UNION ALL SELECT * FROM {d.relation_sql()} AS m "
+        f"WHERE {p.where(kept)} ORDER BY path"
+    )
+    name = "part-sync-0000000-0000.parquet"
+    write_parquet(con, sql, tmp)  # pyarrow writes: the locked connection cannot
+    counts = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
+        "coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet(?)",
+        [tmp],
+    ).fetchall()[0]
+    remove_manifest_files(dst_m)
+    os.replace(tmp, os.path.join(d.local_dir, name))
+    info = {
+        "root": dst_url,
+        "updated_from_plan": p.path,
+        "counts": {"entries": counts[0], "files": counts[1], "directories": counts[2], "bytes": counts[3]},
+        "errors": [],
+    }
+    write_marker(dst_m, info)
+    with open(os.path.join(p.path, "_plan.json")) as f:
+        pinfo = json.load(f)
+    pinfo["dst_manifest_updated"] = True
+    write_atomic(os.path.join(p.path, "_plan.json"), json.dumps(pinfo, indent=1).encode())

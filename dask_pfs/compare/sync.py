@@ -22,7 +22,6 @@ it, so the next sync of a tree with few changes costs one scan of the source.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -32,19 +31,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
-from dask_pfs.compare.plan import COPY_ACTIONS, Plan, count, read_plan, write_plan
+from dask_pfs.compare.plan import (
+    COPY_ACTIONS,
+    Plan,
+    check_plan,
+    count,
+    count_new_bytes,
+    read_plan,
+    update_manifest,
+    write_plan,
+)
 from dask_pfs.compare.sides import Side, manifest_side, scan_sides, with_checksums
 from dask_pfs.copy import MiB, copy
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.manifest import (
     has_marker,
-    open_manifest,
     prepare_output,
-    remove_manifest_files,
     write_marker,
 )
-from dask_pfs.manifests.sql import connect, write_parquet
 from dask_pfs.remove.api import remove
 from dask_pfs.runtime.journals import ident, pfs_cache
 from dask_pfs.runtime.locking import writer_lock
@@ -54,7 +59,6 @@ from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import check_checksum
 from dask_pfs.urls import Location, is_dir, resolve, root_times_from
 from operators.checksum import DEFAULT
-from operators.journal import write_atomic
 from operators.scan.prune import Prune
 
 if TYPE_CHECKING:
@@ -145,7 +149,7 @@ def sync(
     with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads, here=(s_loc, d_loc)) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
-            _check_plan(p, s_loc, d_loc, src_m, dst_m, {"algorithm": algorithm, "prune": _pruned(prune)})
+            check_plan(p, s_loc, d_loc, src_m, dst_m, {"algorithm": algorithm, "prune": _pruned(prune)})
             sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]
             sides.append(manifest_side(p.info["dst_manifest"], d_loc.url, dst_storage_options))
             sides[0].scanned_errors = int(p.info.get("src_errors", 0))
@@ -246,7 +250,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
     c = dict(p.counts)
     if ignore_existing:  # changed and type-changed entries stay as they are
         c["remove_first"] = 0  # a type-changed directory stays, with what is below it
-        c["copy_bytes"] = _count_bytes_new(p)
+        c["copy_bytes"] = count_new_bytes(p)
     result = SyncResult(
         source=s_loc.url,
         destination=d_loc.url,
@@ -277,32 +281,27 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         raise PfsError("not confirmed: nothing changed")
     dst_m = sides[1].manifest.url
     removed: dict = {}
+
+    def removal(key: str, condition: str):
+        """The destination manifest's rows the plan marks (``condition``) removed by the remove driver."""
+        r = remove(
+            manifest=dst_m,
+            where=p.where(condition),
+            client=client,
+            threads=threads,
+            progress=progress,
+            storage_options=sides[1].storage_options or None,
+            allow_other_root=other_root,
+        )
+        removed[key] = r.summary()
+        result.failed += r.failed
+        result.resumed += r.resumed
+        return r
+
     if c["remove_first"]:
-        r = remove(
-            manifest=dst_m,
-            where=p.where("remove_first"),
-            client=client,
-            threads=threads,
-            progress=progress,
-            storage_options=sides[1].storage_options or None,
-            allow_other_root=other_root,
-        )
-        removed["first"] = r.summary()
-        result.failed += r.failed
-        result.resumed += r.resumed
+        removal("first", "remove_first")
     if result.delete and extras:
-        r = remove(
-            manifest=dst_m,
-            where=p.where("action = 'extra' AND NOT remove_first"),
-            client=client,
-            threads=threads,
-            progress=progress,
-            storage_options=sides[1].storage_options or None,
-            allow_other_root=other_root,
-        )
-        removed["extras"] = r.summary()
-        result.failed += r.failed
-        result.resumed += r.resumed
+        r = removal("extras", "action = 'extra' AND NOT remove_first")
         c["deleted"] = r.counts["removed_files"] + r.counts["removed_dirs"]
     copied = None
     actions = ("new",) if ignore_existing else COPY_ACTIONS
@@ -346,73 +345,8 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
     return result
 
 
-def _count_bytes_new(p: Plan) -> int:
-    """Bytes the copy of ``new`` files would move (a dry run's summary)."""
-    sql = "SELECT coalesce(sum(size), 0) FROM read_parquet(?) WHERE action = 'new' AND src_type = 'file'"
-    return int(connect(reads=[p.file]).execute(sql, [p.file]).fetchall()[0][0])
-
-
 def _pruned(prune: Prune | None) -> dict | None:
     return prune.describe() if prune is not None else None
-
-
-def _check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str, options: dict) -> None:
-    """A plan read back names this sync's own source, destination and manifests, and was made with
-    this run's ``--checksum`` and pruning options (exit 2 otherwise): what it would copy from or
-    remove through is never taken from the file, and a resume never acts on another comparison."""
-    names = {"algorithm": "--checksum", "prune": "--exclude/--include/--max-depth/--one-file-system"}
-    for key, value in options.items():
-        if json.loads(json.dumps(p.info.get(key))) != json.loads(json.dumps(value)):
-            raise PfsError(
-                f"the interrupted sync ran with {names[key]} {json.dumps(p.info.get(key))}, this run with "
-                f"{json.dumps(value)}: resume with the same {names[key]} (or start over without --resume)"
-            )
-    want = {"src": s_loc.url, "dst": d_loc.url}
-    for key, value in want.items():
-        if p.info.get(key) != value:
-            raise PfsError(f"{p.path}: the plan of another sync ({key} {p.info.get(key)!r}); not resuming it")
-    for key, path in (("src_manifest", src_m), ("dst_manifest", dst_m)):
-        if os.path.abspath(str(p.info.get(key, "")).removeprefix("file://")) != os.path.abspath(path):
-            raise PfsError(f"{p.path}: the plan names {key} {p.info.get(key)!r}, not {path}; not resuming it")
-
-
-def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool) -> None:
-    """Rewrite the destination manifest from the plan: what the destination holds after the sync.
-
-    Copied entries take the source's row (same size, mtime, mode) with ``ino``, ``dev`` and
-    ``ctime`` unknown (null); unchanged entries keep the destination's row; extras stay unless
-    they were deleted.
-    """
-    s, d = open_manifest(src_m), open_manifest(dst_m)
-    tmp = os.path.join(d.local_dir, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
-    con = connect(s, d, reads=[p.file, tmp])
-    kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
-    sql = (
-        f"SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime) "
-        f"FROM {s.relation_sql()} AS m WHERE {p.where(f'action IN {COPY_ACTIONS!r}')} "
-        f"UNION ALL SELECT * FROM {d.relation_sql()} AS m "
-        f"WHERE {p.where(kept)} ORDER BY path"
-    )
-    name = "part-sync-0000000-0000.parquet"
-    write_parquet(con, sql, tmp)  # pyarrow writes: the locked connection cannot
-    counts = con.execute(
-        "SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
-        "coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet(?)",
-        [tmp],
-    ).fetchall()[0]
-    remove_manifest_files(dst_m)
-    os.replace(tmp, os.path.join(d.local_dir, name))
-    info = {
-        "root": dst_url,
-        "updated_from_plan": p.path,
-        "counts": {"entries": counts[0], "files": counts[1], "directories": counts[2], "bytes": counts[3]},
-        "errors": [],
-    }
-    write_marker(dst_m, info)
-    with open(os.path.join(p.path, "_plan.json")) as f:
-        pinfo = json.load(f)
-    pinfo["dst_manifest_updated"] = True
-    write_atomic(os.path.join(p.path, "_plan.json"), json.dumps(pinfo, indent=1).encode())
 
 
 __all__ = ["SyncResult", "default_work_dir", "sync"]
