@@ -19,12 +19,13 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import secrets
 import stat
 from typing import Any
 
-from dask_pfs.errors import PfsError
+from dask_pfs.errors import OutputError, PfsError
 from dask_pfs.manifests.manifest import JOURNAL_PREFIX
 from dask_pfs.urls import Location
 from operators.journal import ForgedJournalError, Journal
@@ -50,7 +51,7 @@ def ident(*parts: str) -> str:
 
 def job_token(*parts: str) -> str:
     """The name of a job's temp files, derived from what the job is (never read back from a file)."""
-    return hashlib.sha256("\0".join(("token", *parts)).encode()).hexdigest()[:12]
+    return hashlib.sha256("\0".join(("token", *parts)).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
 def journal_dir(loc: Location, job_id: str) -> str:
@@ -116,7 +117,43 @@ def open_journal(path: str | os.PathLike) -> Journal:
     path = os.fspath(path)
     if os.path.lexists(path):
         check_private_dir(path, "a journal directory")
-    return Journal(path, journal_key)
+    return _OutputJournal(path, journal_key)
+
+
+class _OutputJournal(Journal):
+    """A journal in a place that may fill up or turn read-only (often the destination itself).
+
+    ``job.json`` that cannot be written ends the job with one line, exit 1 (:class:`OutputError`).
+    Lines that cannot be written (finished chunks, batched) are a warning: the job goes on, later
+    lines are dropped so the file keeps the order it was written in, and a ``--resume`` redoes the
+    chunks after the last line written.  Never a traceback (the timer's thread printed one)."""
+
+    _lines_lost: OSError | None = None
+
+    def _write_job(self, job: dict[str, Any], nonce: str) -> None:
+        try:
+            super()._write_job(job, nonce)
+        except OSError as exc:
+            raise OutputError(
+                f"{self.path}: the job's journal could not be written ({exc.strerror or exc}): "
+                "fix that, then run the same command with --resume"
+            ) from None
+        self._lines_lost = None  # a new job.json: its lines are written again
+
+    def flush(self) -> None:
+        if self._lines_lost is not None:
+            with self._lock:
+                self._buf = []
+            return
+        try:
+            super().flush()
+        except OSError as exc:
+            self._lines_lost = exc
+            logging.getLogger("pfs").warning(
+                "%s: the journal's lines could not be written (%s); a --resume redoes what they named",
+                self.path,
+                exc.strerror or exc,
+            )
 
 
 def read_job(jr: Journal) -> dict[str, Any]:

@@ -13,10 +13,11 @@ import warnings
 
 import pytest
 
-import dask_pfs.scan.engine
 from dask_pfs.clusters.security import InsecureSchedulerWarning, warn_if_open
+from dask_pfs.scan import engine as scan_engine  # dask_pfs.scan is the public function, not the package
+from dask_pfs.scan import journal as scan_journal
 
-from ..conftest import make_tree, run_pfs
+from ..conftest import make_tree, run_pfs, tree_digest
 from ..faults.harness import can_mount_tmpfs, tmpfs
 from .conftest import cli, one_line_error
 
@@ -41,7 +42,7 @@ def test_a_full_disk_under_write_marker_then_resume(tmp_path, capsys, scheduler_
     if os.geteuid() != 0 or not can_mount_tmpfs(tmp_path):
         pytest.skip("needs root and a tmpfs")
     src = make_tree(tmp_path / "src", {"d/f": "x", "g": "y"})
-    real = dask_pfs.scan.engine.write_marker
+    real = scan_engine.write_marker
 
     def fill_then_write(url, info, storage_options=None):
         with open(os.path.join(url, "..", "filler"), "wb") as f, contextlib.suppress(OSError):
@@ -51,16 +52,43 @@ def test_a_full_disk_under_write_marker_then_resume(tmp_path, capsys, scheduler_
         return real(url, info, storage_options)
 
     with tmpfs(tmp_path / "mnt", "4m") as mnt:
-        monkeypatch.setattr(dask_pfs.scan.engine, "write_marker", fill_then_write)
+        monkeypatch.setattr(scan_engine, "write_marker", fill_then_write)
         code, _, err = cli(capsys, "scan", src, "-o", mnt / "m", "--scheduler", scheduler_address)
         one_line_error(code, err, exit_code=1)
         assert "marker could not be written" in err and "--resume" in err
         assert not (mnt / "m" / "_manifest.json").exists() and not (mnt / "m" / "_manifest.json.tmp").exists()
-        monkeypatch.setattr(dask_pfs.scan.engine, "write_marker", real)
+        monkeypatch.setattr(scan_engine, "write_marker", real)
         os.unlink(mnt / "filler")
         code, _, err = cli(capsys, "scan", src, "-o", mnt / "m", "--resume", "--scheduler", scheduler_address)
         assert code == 0, err
         assert json.loads((mnt / "m" / "_manifest.json").read_text())["counts"]["entries"] == 3
+
+
+def test_a_full_disk_under_the_copys_journal_then_resume(tmp_path, capsys, scheduler_address, monkeypatch):
+    """cp's scan keeps its manifest and journal inside the destination's journal: the disk fills as that
+    journal is started: exit 1, one line (not a traceback); with room again, ``--resume`` finishes."""
+    if os.geteuid() != 0 or not can_mount_tmpfs(tmp_path):
+        pytest.skip("needs root and a tmpfs")
+    src = make_tree(tmp_path / "src", {"d/f": "x", "g": "y"})
+    real = scan_journal.start
+    with tmpfs(tmp_path / "mnt", "4m") as mnt:
+
+        def fill_then_start(*args, **kwargs):
+            with open(mnt / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 65536)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(scan_journal, "start", fill_then_start)
+        argv = ("cp", f"{src}/", mnt / "dst", "--scheduler", scheduler_address)
+        code, _, err = cli(capsys, *argv)
+        one_line_error(code, err, exit_code=1)
+        assert "journal could not be written" in err and "--resume" in err
+        monkeypatch.setattr(scan_journal, "start", real)
+        os.unlink(mnt / "filler")
+        code, _, err = cli(capsys, *argv, "--resume")
+        assert code == 0, err
+        assert tree_digest(mnt / "dst") == tree_digest(src)
 
 
 def test_failure_lines_escape_control_characters(tmp_path, capsys, scheduler_address):
