@@ -17,13 +17,13 @@ from __future__ import annotations
 import os
 import sys
 
+import duckdb
 import matplotlib
 
 matplotlib.use("Agg")  # files, not windows: this also runs headless
 import matplotlib.pyplot as plt
 
 from dask_pfs import ScanResult, open_manifest, scan
-from dask_pfs.manifests.query import connection
 from dask_pfs.runtime.progress import human_bytes
 
 TOP = 10
@@ -39,7 +39,7 @@ def run_scan(root: str, manifest: str) -> ScanResult:
 # %% 2. Summaries with DuckDB, straight from the Parquet parts (no file list in Python)
 def summarise(manifest: str) -> dict:
     rows = open_manifest(manifest).relation_sql()
-    con = connection()
+    con = duckdb.connect()  # the notebook's own DuckDB: a manifest is plain Parquet
     files, dirs, size, errors = con.execute(
         f"SELECT count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
         f"coalesce(sum(size) FILTER (WHERE type = 'file'), 0), count(*) FILTER (WHERE error IS NOT NULL) FROM {rows}"
