@@ -27,6 +27,17 @@ def run_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )
 
 
+def _scanned(root) -> _native.Sink:
+    """The core's sink after one scan step of ``root`` (every entry fits)."""
+    sink = _native.Sink()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _native.DirScan(fd, b"").step(sink, 100, 16, 1)
+    finally:
+        os.close(fd)
+    return sink
+
+
 def test_checksums_and_cp_refuse_a_fifo_at_once(tmp_path):
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
@@ -69,12 +80,7 @@ def test_times_after_2262_are_exact_in_the_scan_and_in_rm(tmp_path):
     f = tmp_path / "future"
     f.write_bytes(b"x")
     os.utime(f, ns=(Y2300_NS, Y2300_NS))
-    sink = _native.Sink()
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        _native.DirScan(fd, b"").step(sink, 100, 16, 1)
-    finally:
-        os.close(fd)
+    sink = _scanned(tmp_path)
     table = sink_table(sink)
     assert table.column("mtime").cast(pa.int64()).to_pylist() == [Y2300_NS // 1000]
     # rm's re-check takes the manifest's time as nanoseconds past int64 too
@@ -123,12 +129,7 @@ class _Corrupt:
 def test_offsets_that_do_not_cover_the_data_never_make_a_table(tmp_path):
     (tmp_path / "a").write_bytes(b"x")
     (tmp_path / "b").write_bytes(b"x")
-    sink = _native.Sink()
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        _native.DirScan(fd, b"").step(sink, 100, 16, 1)
-    finally:
-        os.close(fd)
+    sink = _scanned(tmp_path)
     with pytest.raises(ValueError, match="offsets"):
         sink_table(_Corrupt(sink))
 

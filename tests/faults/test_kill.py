@@ -70,6 +70,19 @@ def source(tmp_path: Path) -> Path:
     return src
 
 
+def rm_case(tmp_path: Path, client, chunk_files: int) -> tuple[Path, Path, set, set, list]:
+    """A scanned source and an ``rm --manifest`` of its odd-numbered files: (tree, manifest, paths
+    before, the paths it removes, the command's arguments)."""
+    tree = source(tmp_path)
+    m = tmp_path / "m"
+    scan(tree, m, client=client)
+    before = tree_paths(tree)
+    where = r"type = 'file' AND regexp_matches(name, '[13579]\.dat$')"
+    doomed = {p for p in before if p.endswith((b"1.dat", b"3.dat", b"5.dat", b"7.dat", b"9.dat"))}
+    args = ["rm", "--manifest", m, "--where", where, "--yes", "--no-progress", "--chunk-files", str(chunk_files)]
+    return tree, m, before, doomed, args
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_cp_killed_then_resumed(tmp_path, env, seed):
     src, dst = source(tmp_path), tmp_path / "dst"
@@ -82,13 +95,7 @@ def test_cp_killed_then_resumed(tmp_path, env, seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_rm_manifest_killed_then_resumed(tmp_path, env, seed, dask_client):
-    tree = source(tmp_path)
-    m = tmp_path / "m"
-    scan(tree, m, client=dask_client)
-    before = tree_paths(tree)
-    where = r"type = 'file' AND regexp_matches(name, '[13579]\.dat$')"
-    doomed = {p for p in before if p.endswith((b"1.dat", b"3.dat", b"5.dat", b"7.dat", b"9.dat"))}
-    args = ["rm", "--manifest", m, "--where", where, "--yes", "--no-progress", "--chunk-files", "20"]
+    tree, m, before, doomed, args = rm_case(tmp_path, dask_client, chunk_files=20)
     when = killed_then_resumed(
         args, f"{m}/.pfs-journal-*", seed, tmp_path, env, lambda: tree_paths(tree) != before - doomed
     )

@@ -22,7 +22,7 @@ from dask_pfs import scan
 
 from ..conftest import make_balanced, run_pfs, tree_digest
 from .harness import kill_group, leftovers, manifest_paths, start_pfs, tree_paths
-from .test_kill import SEEDS, source
+from .test_kill import SEEDS, rm_case, source
 
 RATE = ["--max-ops-per-second", "300"]  # the killed run: ~2 s of work on these trees, room to land mid-job
 
@@ -97,13 +97,7 @@ def test_sync_resume_with_other_chunks_is_refused_or_complete(tmp_path, env, see
 def test_rm_manifest_resume_with_other_options(tmp_path, env, seed, dask_client):
     """``rm`` cuts its chunks with the journal's ``--chunk-files`` (any value resumes correctly), and a
     ``--max-entries`` below what will still run is refused."""
-    tree = source(tmp_path)
-    m = tmp_path / "m"
-    scan(tree, m, client=dask_client)
-    before = tree_paths(tree)
-    where = r"type = 'file' AND regexp_matches(name, '[13579]\.dat$')"
-    doomed = {p for p in before if p.endswith((b"1.dat", b"3.dat", b"5.dat", b"7.dat", b"9.dat"))}
-    args = ["rm", "--manifest", m, "--where", where, "--yes", "--no-progress", "--chunk-files", "9"]
+    tree, m, before, doomed, args = rm_case(tmp_path, dask_client, chunk_files=9)
     when = killed(args, f"{m}/.pfs-journal-*", seed, tmp_path, env)
     capped = [*args, "--max-entries", "3"]
     resume_changed_then_same(args, capped, "--max-entries", [tree, m], env, when)
