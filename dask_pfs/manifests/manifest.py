@@ -283,16 +283,17 @@ def open_manifest(
     if not fs.isdir(path):
         raise PfsError(f"{url}: no such manifest directory")
     marker = f"{path.rstrip('/')}/{MARKER_NAME}"
-    if not fs.exists(marker):
+    try:  # no exists() first: a rescan removes the marker at any moment (it goes first, comes back last)
+        with fs.open(marker, "r") as f:
+            info = json.load(f)
+    except FileNotFoundError:
         if not allow_incomplete:
             raise IncompleteManifestError(
                 f"{url}: no {MARKER_NAME}: the scan that wrote it failed or was interrupted "
                 "(rerun the scan with --resume, or read its rows anyway: pfs query --allow-incomplete)"
-            )
+            ) from None
         warnings.warn(f"{url}: incomplete manifest (no {MARKER_NAME})", stacklevel=2)
         return Manifest(url, {"root": None, "complete": False}, False, storage_options)
-    with fs.open(marker, "r") as f:
-        info = json.load(f)
     version = info.get("schema_version")
     if version != SCHEMA_VERSION:
         raise PfsError(f"{url}: manifest schema version {version}, this pfs reads version {SCHEMA_VERSION}")
