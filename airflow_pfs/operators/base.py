@@ -20,6 +20,7 @@ from dask_pfs.clusters.client import client_of_scheduler
 from dask_pfs.errors import PfsError
 from dask_pfs.remote.client import follow, remote_driver
 from dask_pfs.runtime.progress import LogProgress
+from operators.ratelimit import Limits, parse_bandwidth
 
 from .. import jobs
 from ..hooks import PfsDaskHook
@@ -48,6 +49,9 @@ class PfsBaseOperator(BaseOperator):
         on the cluster when an input path is not on this host; the task then follows its progress.
     :param poll_interval: seconds between job status checks when deferred.
     :param progress_interval: seconds between progress lines in the task log.
+    :param max_ops_per_second: job-wide cap on entry operations per second (the CLI's
+        ``--max-ops-per-second``): a job that shares a metadata server with others stays polite.
+    :param max_bandwidth: job-wide cap on bytes read per second, e.g. ``"200M"`` (``--max-bandwidth``).
     :param fail_on_errors: fail the task when the engine reports per-entry errors.
     """
 
@@ -66,6 +70,8 @@ class PfsBaseOperator(BaseOperator):
         poll_interval: float = 5.0,
         progress_interval: float = 30.0,
         fail_on_errors: bool | None = None,
+        max_ops_per_second: float | None = None,
+        max_bandwidth: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -76,6 +82,8 @@ class PfsBaseOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.progress_interval = progress_interval
         self.fail_on_errors = self.fail_on_errors_default if fail_on_errors is None else fail_on_errors
+        self.max_ops_per_second = max_ops_per_second
+        self.max_bandwidth = max_bandwidth
         self._client: Client | None = None
         self._pfs_result: dict | None = None
 
@@ -119,8 +127,24 @@ class PfsBaseOperator(BaseOperator):
     def hook(self) -> PfsDaskHook:
         return PfsDaskHook(self.pfs_dask_conn_id, workers=self.workers, threads=self.threads)
 
+    def limits(self) -> Limits | None:
+        """The job-wide caps, checked (a bad value fails the task before anything runs)."""
+        if self.max_ops_per_second is None and self.max_bandwidth is None:
+            return None
+        ops = self.max_ops_per_second
+        if ops is not None and (isinstance(ops, bool) or not isinstance(ops, int | float) or ops <= 0):
+            raise AirflowException(f"max_ops_per_second must be a number above 0, got {ops!r}")
+        try:
+            rate = parse_bandwidth(str(self.max_bandwidth)) if self.max_bandwidth is not None else None
+        except ValueError as exc:
+            raise AirflowException(f"max_bandwidth: {exc}") from None
+        return Limits(float(ops) if ops is not None else None, rate)
+
     def execute(self, context: Context) -> dict:
         spec = self.job_spec(context)
+        limits = self.limits()
+        if limits is not None:
+            spec = jobs.JobSpec(spec.engine, spec.args, {**spec.kwargs, "limits": limits})
         hook = self.hook
         if self.deferrable:
             self._submit_and_defer(context, hook, spec)

@@ -48,7 +48,8 @@ def preview_copy(
     if manifest is not None:
         m = open_manifest(manifest)
         selection, cap = selection_options(manifest, where, max_entries)
-        n, total = Selection(m, selection).share()
+        with Selection(m, selection) as sel:
+            n, total = sel.share()
         if cap is not None:
             cap.check(n, total, "the selection has")
         return {"source": m.root, "destination": dst, "counts": {"selected": n}, "lines": [], "more": 0}

@@ -90,7 +90,11 @@ def with_checksums(
     client: Client, side: Side, where: str | Filter | None, algorithm: str, out: str, progress: Reporter
 ) -> Side:
     """``side`` unchanged if its selected files all have checksums, else a checksummed copy of the rows."""
-    sel = Selection(side.manifest, where)
+    with Selection(side.manifest, where) as sel:
+        return _checksummed(client, side, sel, algorithm, out, progress)
+
+
+def _checksummed(client: Client, side: Side, sel: Selection, algorithm: str, out: str, progress: Reporter) -> Side:
     missing = f"type = 'file' AND error IS NULL AND (checksum IS NULL OR NOT starts_with(checksum, '{algorithm}:'))"
     if sel.count(missing) == 0:
         return side

@@ -64,6 +64,8 @@ from operators.scan.prune import Prune
 if TYPE_CHECKING:
     from distributed import Client
 
+    from operators.ratelimit import Limits
+
 
 @dataclass(kw_only=True)
 class SyncResult(JobResult):
@@ -111,6 +113,7 @@ def sync(
     confirm: Callable[[str], bool] | None = None,
     cluster: ClusterOptions | None = None,
     threads: int | None = None,
+    limits: Limits | None = None,
     progress: Reporter | None = None,
     storage_options: dict | None = None,
     dst_storage_options: dict | None = None,
@@ -129,6 +132,7 @@ def sync(
     what it leaves out is neither copied nor deleted.  ``ignore_existing`` copies only new entries:
     changed and type-changed destination entries are left as they are.  ``allow_other_root``: act
     with manifests whose roots are not the trees they were scanned from (``dask_pfs.manifests.root``).
+    ``limits``: job-wide caps on operations and bytes per second (else the cluster's).
 
     After a run (not a dry run) without failures only the plan stays in the default work directory
     (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
@@ -146,7 +150,7 @@ def sync(
     plan_dir = (
         os.fspath(plan) if plan else (f"{dst_m.rstrip('/')}.plan" if dst_manifest else os.path.join(work, "plan"))
     )
-    with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads, here=(s_loc, d_loc)) as client:
+    with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads, limits, here=(s_loc, d_loc)) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
             check_plan(p, s_loc, d_loc, src_m, dst_m, {"algorithm": algorithm, "prune": _pruned(prune)})

@@ -35,6 +35,8 @@ from operators.checksum import DEFAULT
 if TYPE_CHECKING:
     from distributed import Client
 
+    from operators.ratelimit import Limits
+
 STATUSES = ("missing", "extra", "different", "error")
 
 
@@ -94,6 +96,7 @@ def verify(
     report: str | os.PathLike | None = None,
     cluster: ClusterOptions | None = None,
     threads: int | None = None,
+    limits: Limits | None = None,
     progress: Reporter | None = None,
     storage_options: dict | None = None,
     dst_storage_options: dict | None = None,
@@ -123,7 +126,7 @@ def verify(
     with (
         tempfile.TemporaryDirectory(prefix="pfs-verify-") as work,
         job_client(
-            client, cluster, threads, here=_where(sides, (src, dst), (storage_options, dst_storage_options))
+            client, cluster, threads, limits, here=_where(sides, (src, dst), (storage_options, dst_storage_options))
         ) as client,
     ):
         jobs = [

@@ -277,7 +277,9 @@ def copy(
                 log = os.fspath(failure_log) if failure_log else default_log("cp", rows_root.url, target.dst.url)
                 done = records(jr) if jr is not None and prior else {}
                 shared = held if group is not None else None
-                return CopyJob(client, spec, target, selection, chunking, progress, jr, done, log, shared)
+                made = CopyJob(client, spec, target, selection, chunking, progress, jr, done, log, shared)
+                stack.callback(made.close)
+                return made
 
             job = new_job(target.src, streamed=True) if streaming else None
             streamer = None
@@ -287,6 +289,7 @@ def copy(
                     manifest_out = os.path.join(stack.enter_context(tempfile.TemporaryDirectory(prefix="pfs-cp-")), "m")
                 if job is not None:
                     streamer = Streamer(job, os.fspath(manifest_out))
+                    stack.callback(streamer.close)
                 t_scan = time.monotonic()
                 scan_tree(
                     client,
@@ -304,7 +307,9 @@ def copy(
             assert m is not None
             if job is not None:
                 t_drain = time.monotonic()
-                streamer = streamer or Streamer(job, m.url)  # resumed after the scan had finished
+                if streamer is None:  # resumed after the scan had finished
+                    streamer = Streamer(job, m.url)
+                    stack.callback(streamer.close)
                 streamer.finish(m)
                 phases["streamed"] = round(time.monotonic() - t_drain, 3)  # copying still left when the scan ended
             else:
@@ -353,7 +358,8 @@ def _on_exist(overwrite: bool, update: bool, ignore_existing: bool) -> str:
 
 def _selected(m: Manifest, selection: Filter | None, cap: Cap | None) -> int:
     """Rows ``selection`` takes from ``m``; over ``cap``, PfsError before anything is written."""
-    n, total = Selection(m, selection).share()
+    with Selection(m, selection) as sel:
+        n, total = sel.share()
     if cap is not None:
         cap.check(n, total, "the selection has")
     return n

@@ -158,6 +158,11 @@ class CopyJob:
 
     # phases ---------------------------------------------------------------
 
+    def close(self) -> None:
+        """Free the selection's connection (``dask_pfs.manifests.manifest.Selection.close``)."""
+        if self.rows is not None:
+            self.rows.close()
+
     def run(self, m: Manifest, begin_journal: Callable[[], None]) -> None:
         links = self.spec.dst_local
         self.rows = rows = CopyRows(m, self.where, self.limits.split_size, links, tuple(self.streamed_parts))
@@ -276,7 +281,11 @@ class CopyJob:
             settled, union = ledger.union()
             if settled:
                 rows = CopyRows(rows.m, union, self.limits.split_size, self.spec.dst_local, ())
-        self.in_chunks("dirmeta", set_dir_meta, rows.dirs_sql(descending=True), DIR_CHUNK)
+        try:
+            self.in_chunks("dirmeta", set_dir_meta, rows.dirs_sql(descending=True), DIR_CHUNK)
+        finally:
+            if rows is not self.rows:
+                rows.close()
         if self.target.make_root and self.spec.src_local and os.path.isdir(self.target.src.path):
             s = os.stat(self.target.src.path)
             root = Entry(b"", "directory", 0, s.st_mtime_ns, s.st_atime_ns, s.st_mode, s.st_uid, s.st_gid)

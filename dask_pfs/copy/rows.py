@@ -37,6 +37,9 @@ class CopyRows:
     def batches(self, sql: str) -> Iterator[pa.RecordBatch]:
         return self.sel.batches(sql)
 
+    def close(self) -> None:
+        self.sel.close()
+
     # the selection, as a CTE named ``sel`` --------------------------------
 
     def cte(self, every_row: bool = False) -> str:

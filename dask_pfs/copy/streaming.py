@@ -29,6 +29,10 @@ class Streamer:
         self.con = connect(dirs=[manifest_dir])  # pfs's own SQL over parts of a manifest still being written
         job.start_streaming()
 
+    def close(self) -> None:
+        """Free the connection (``Selection.close`` says why not to leave it to the collector)."""
+        self.con.close()
+
     def on_parts(self, parts: list[str]) -> None:
         """``parts``: names of part files in the manifest directory."""
         for name in parts:

@@ -163,9 +163,9 @@ class Selection:
         self.option = "--where" if self.filter is not None and self.filter.user else None  # a user's clause: name it
         self.where = str(self.filter) if self.filter else None
         self.relation = manifest.relation_sql()
-        self.con = locked(manifest, reads=self.filter.reads if self.filter else ())
         if self.filter is not None and self.filter.user:  # a clause pfs did not write: first in a bounded child
             probe_manifest(manifest, self.sql("count(*)"), self.filter.reads)
+        self.con = locked(manifest, reads=self.filter.reads if self.filter else ())
 
     @classmethod
     def of_file(cls, path: str) -> Selection:
@@ -175,6 +175,18 @@ class Selection:
         sel.relation = f"read_parquet({sql_str(os.path.abspath(path))})"
         sel.con = locked(reads=[path])
         return sel
+
+    def close(self) -> None:
+        """Free the connection now.  A DuckDB database left to the garbage collector may be freed in a
+        process forked later (an Airflow listener's process pool): its destructor then joins threads the
+        child does not have and the child spins on SIGSEGV.  Owners close their selections when done."""
+        self.con.close()
+
+    def __enter__(self) -> Selection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def condition(self) -> str:

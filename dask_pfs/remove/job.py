@@ -234,6 +234,8 @@ class Removal:
         assert self.sel is not None
         job = rm_journal.manifest_job(url, where, root, self.journal_opt, self.resume, self.sel, self.chunk, cap)
         if job is not None:
+            if job[1] is not self.sel:  # the frozen rows replace the live selection
+                self.sel.close()
             self.jr, self.sel, self.done, self.chunk, self.fresh_journal = job
             self.totals = self.sel.totals()
             self.selected = self.totals["entries"] + self.totals["dirs"] + self.counts["skipped_error"]
@@ -357,6 +359,8 @@ class Removal:
 
     def close(self) -> None:
         self.problems.close()
+        if self.sel is not None:
+            self.sel.close()
         if self.jr is not None:
             self.jr.close()
 

@@ -114,6 +114,8 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
         "remove_over_cap": "failed",
         "copy_over_cap": "failed",
         "copy_at_cap": "success",
+        "copy_paced": "success",
+        "copy_bad_bandwidth": "failed",
         "remove_path_and_manifest": "failed",
         "remove_bad_where": "failed",
         "remove_injected_where": "failed",
@@ -133,8 +135,12 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
     assert not (out / "copy_over_cap").exists()  # refused before anything was written
     assert results["copy_at_cap"]["selected"] == 60 and results["copy_at_cap"]["files"] == 60
     assert len([p for p in (out / "copy_at_cap").rglob("*") if p.is_file()]) == 60
+    paced = results["copy_paced"]
+    assert paced["files"] == 60 and paced["errors"] == 0
+    assert paced["seconds"] >= 0.8 * (entries - 1) / 30, paced  # every entry below the root drew a token
+    assert "max_bandwidth: not a bandwidth: 'fast'" in logs and not (out / "copy_bad_bandwidth").exists()
     assert "give either path (a tree to remove) or manifest (rows to remove), not both" in logs
-    assert "Binder Error: Referenced column \"no_such_column\" not found" in logs
+    assert 'Binder Error: Referenced column "no_such_column" not found' in logs
     assert "where refused: ';' ends a statement" in logs and not pwned.exists()
     assert len(list(src.rglob("*"))) == entries  # nothing was removed
 

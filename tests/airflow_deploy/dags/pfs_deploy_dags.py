@@ -29,6 +29,7 @@ with DAG("pfs_deploy_retry", schedule=None, start_date=START, catchup=False, par
         src="{{ params.src }}/",
         dst="{{ params.dst }}",
         threads=2,
+        max_ops_per_second=400,  # ~20 s for the test's 8,040 entries: the kill lands mid-copy on any host
         retries=2,
         retry_delay=timedelta(seconds=1),  # a retry resumes from the copy's journal
         progress_interval=1,
