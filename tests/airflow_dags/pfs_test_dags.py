@@ -37,9 +37,9 @@ with DAG("pfs_local", schedule=None, params=PARAMS) as pfs_local:
             task_id=task_id, manifest=scan.output, where="type = 'file'", max_entries=cap,
             dst=f"{{{{ params.out }}}}/{task_id}", **LOCAL,
         )  # fmt: skip
-    # job-wide caps reach the engine (60 files at 30 ops/s take 2 s or more); a bad one fails before any I/O
+    # job-wide caps reach the engine (60 files and their dirs at 8 ops/s: 9 s or more); a bad one fails before I/O
     PfsCopyOperator(task_id="copy_paced", src="{{ params.src }}/", dst="{{ params.out }}/copy_paced",
-                    max_ops_per_second=30, **LOCAL)  # fmt: skip
+                    max_ops_per_second=8, **LOCAL)  # fmt: skip
     PfsCopyOperator(task_id="copy_bad_bandwidth", src="{{ params.src }}/", dst="{{ params.out }}/copy_bad_bandwidth",
                     max_bandwidth="fast", **LOCAL)  # fmt: skip
     PfsRemoveOperator(task_id="remove_path_and_manifest", path="{{ params.src }}", manifest=scan.output, **LOCAL)
