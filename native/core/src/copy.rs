@@ -299,11 +299,12 @@ fn copy_one(
             Err(e) => return Copied::Failed(e),
         }
     }
+    let nonblock = src.root().nonblock();
     let sfd = match src.dir(sdir) {
         Ok(fd) => fd,
         Err(e) => return Copied::Failed(e.cause),
     };
-    let (input, st) = match sys::open_regular(Some(sfd), &sname, o.follow) {
+    let (input, st) = match sys::open_regular(Some(sfd), &sname, o.follow, nonblock) {
         Ok(x) => x,
         Err(c) => return Copied::Failed(c),
     };
