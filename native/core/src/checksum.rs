@@ -14,7 +14,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::errors::Cause;
 use crate::names::{check_relative, split};
-use crate::parents::{fan_out, Parents, Root};
+use crate::parents::{fan_out, Identity, Parents, Root};
 use crate::sys::{self, cstring, Follow, Nonblock};
 
 /// Bytes read per `read(2)`: big enough that a large file costs few calls.
@@ -137,8 +137,20 @@ pub fn checksum_files(
     a: Algorithm,
     fanout: usize,
 ) -> Vec<Result<String, Cause>> {
+    checksum_files_at(root, None, rels, a, fanout)
+}
+
+/// [`checksum_files`] below a root that must still be the directory `expect` names (ESTALE for
+/// every file otherwise: another directory was renamed into its place since the job started).
+pub fn checksum_files_at(
+    root: &[u8],
+    expect: Option<Identity>,
+    rels: &[Vec<u8>],
+    a: Algorithm,
+    fanout: usize,
+) -> Vec<Result<String, Cause>> {
     let dir = if rels.iter().any(|r| !r.is_empty()) {
-        Some(Root::open(root, None).map_err(|e| e.cause))
+        Some(Root::open(root, expect).map_err(|e| e.cause))
     } else {
         None
     };

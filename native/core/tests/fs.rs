@@ -13,9 +13,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use common::{in_child, lstat, mkfifo, set_mtime, TempDir};
-use pfs_core::checksum::{checksum_files, Algorithm};
+use pfs_core::checksum::{checksum_files, checksum_files_at, Algorithm};
 use pfs_core::copy::{
-    copy_fd, cp_files, Copied, CopyJob, CopyOptions, Existing, OnExist, Owners, Write,
+    copy_fd, cp_files, cp_files_at, Copied, CopyJob, CopyOptions, Existing, OnExist, Owners, Write,
 };
 use pfs_core::errors::Cause;
 use pfs_core::parents::{Parents, Root};
@@ -51,6 +51,7 @@ fn rel_opts() -> RelOptions {
         check: Check::Recheck,
         mode: Mode::Remove,
         fanout: 1,
+        root_id: None,
     }
 }
 
@@ -526,4 +527,58 @@ fn checksums_read_every_byte_of_files_around_the_buffer_sizes() {
         checksum_files(&big, &[Vec::new()], Algorithm::Sha256, 1),
         vec![want[6].clone()]
     );
+}
+
+#[test]
+fn rm_cp_and_checksums_refuse_a_root_replaced_since_the_job_started() {
+    let t = TempDir::new();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let rb = root.as_os_str().as_bytes();
+    let id = Root::open(rb, None).unwrap().id();
+    // another directory renamed into the root's place, holding the same names
+    fs::rename(&root, t.path().join("old")).unwrap();
+    fs::create_dir(&root).unwrap();
+    fs::write(root.join("f"), b"other tree").unwrap();
+    let stale = Cause::Os(libc::ESTALE);
+    let o = RelOptions {
+        root_id: Some(id),
+        ..rel_opts()
+    };
+    let want = Expect {
+        kind: Some(Kind::File),
+        size: None,
+        mtime_ns: None,
+    };
+    let done = remove::unlink_rels(rb, &[(b"f".to_vec(), want)], o);
+    assert!(
+        matches!(&done[..], [Done::Problem(p)] if p.cause == stale),
+        "{done:?}"
+    );
+    let done = remove::rmdir_rels(rb, &[Vec::new()], o);
+    assert!(
+        matches!(&done[..], [Done::Problem(p)] if p.cause == stale),
+        "{done:?}"
+    );
+    assert!(root.join("f").exists(), "nothing removed in the other tree");
+    let sums = checksum_files_at(rb, Some(id), &[b"f".to_vec()], Algorithm::Xxh3, 1);
+    assert_eq!(sums, vec![Err(stale)]);
+    let out = t.path().join("out");
+    fs::create_dir(&out).unwrap();
+    let got = cp_files_at(
+        rb,
+        Some(id),
+        out.as_os_str().as_bytes(),
+        &[job(b"f")],
+        &opts(),
+        1,
+    );
+    assert_eq!(got, vec![Copied::Failed(stale)]);
+    assert!(
+        fs::read_dir(&out).unwrap().next().is_none(),
+        "nothing copied"
+    );
+    // the same calls with the live root's identity work
+    let live = Some(Root::open(rb, None).unwrap().id());
+    assert!(checksum_files_at(rb, live, &[b"f".to_vec()], Algorithm::Xxh3, 1)[0].is_ok());
 }
