@@ -55,7 +55,7 @@ class CopySpec:
     threads: int | None = None
     src_options: dict = field(default_factory=dict)
     dst_options: dict = field(default_factory=dict)
-    src_root_id: RootId | None = None  # a local source root's (device, inode) when the job started: the core refuses another
+    src_root_id: RootId | None = None  # a local source root's (device, inode) at the start (pinned): another is refused
 
     def pinned(self) -> CopySpec:
         """This spec with the source root's identity now (the job starting): from then on the core
