@@ -174,6 +174,7 @@ fn rm_unlink_rels(
 /// Remove directories below `root` (`b""`: the root itself, relative to its parent); with `check`,
 /// only if still directories.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python API, kept stable; the core takes RelOptions
 #[pyo3(signature = (root, rels, check, dry_run, fanout, sample_limit, root_id=None))]
 fn rm_rmdir_rels(
     py: Python<'_>,
