@@ -52,11 +52,20 @@ def rm_unlink_rels(
     dry_run: bool,
     fanout: int,
     sample_limit: int,
+    root_id: tuple[int, int] | None = None,
 ) -> RmBatch: ...
 def rm_rmdir_rels(
-    root: bytes, rels: list[bytes], check: bool, dry_run: bool, fanout: int, sample_limit: int
+    root: bytes,
+    rels: list[bytes],
+    check: bool,
+    dry_run: bool,
+    fanout: int,
+    sample_limit: int,
+    root_id: tuple[int, int] | None = None,
 ) -> RmBatch: ...
 
+# root_id / src_root_id: the root's (device, inode) when the job started (operators.scan.root_guard.root_id);
+# another directory renamed into its place since fails every row with ESTALE, nothing done in it.
 # cp (native/core/src/copy.rs; a FIFO or device: ERROR with EINVAL, never opened for a blocking read):
 # one status byte per file (COPIED, SKIP, ERROR, DIFFERS, DST_PARENT), one errno per file
 def cp_files(
@@ -74,5 +83,8 @@ def cp_files(
     on_exist: int,
     umask: int,
     fanout: int,
+    src_root_id: tuple[int, int] | None = None,
 ) -> tuple[bytes, list[int]]: ...
-def checksum_files(root: bytes, rels: list[bytes], algorithm: str, fanout: int) -> list[tuple[bool, str]]: ...
+def checksum_files(
+    root: bytes, rels: list[bytes], algorithm: str, fanout: int, root_id: tuple[int, int] | None = None
+) -> list[tuple[bool, str]]: ...

@@ -71,9 +71,12 @@ def checksum_local_files(
     algorithm: str = DEFAULT,
     sizes: Sequence[int | None] | None = None,
     threads: int | None = None,
+    root_id: tuple[int, int] | None = None,
 ) -> Sums:
     """Checksums of the files ``rels`` (relative to ``root``; ``b""``: ``root`` is the file) in the
-    core.  ``sizes`` (the rows' sizes) pace a ``--max-bandwidth`` cap: without one, one call."""
+    core.  ``sizes`` (the rows' sizes) pace a ``--max-bandwidth`` cap: without one, one call.
+    ``root_id``: the root's (device, inode) when the job started; another directory renamed into
+    its place since fails every file (ESTALE) instead of being read."""
     root_b = os.fsencode(root).rstrip(b"/") or b"/"
     rels = list(rels)
     step = CAPPED_BATCH if bytes_capped() else max(1, len(rels))
@@ -82,7 +85,7 @@ def checksum_local_files(
         hi = lo + step
         if sizes is not None and bytes_capped():
             take_bytes(sum(size or 0 for size in sizes[lo:hi]))
-        out.extend(_native.checksum_files(root_b, rels[lo:hi], algorithm, _threads(threads)))
+        out.extend(_native.checksum_files(root_b, rels[lo:hi], algorithm, _threads(threads), root_id=root_id))
     return out
 
 

@@ -325,9 +325,9 @@ def test_core_batches_feed_the_concurrency_controller(tmp_path, monkeypatch):
     widths = []
     real = _native.rm_unlink_rels
 
-    def spy(*args):
+    def spy(*args, **kwargs):
         widths.append(args[7])
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(_native, "rm_unlink_rels", spy)
     for _ in range(3):

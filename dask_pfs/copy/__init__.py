@@ -272,7 +272,7 @@ def copy(
                     threads=threads,
                     src_options=rows_root.storage_options,
                     dst_options=target.dst.storage_options,
-                )
+                ).pinned()  # a source root replaced from now on is refused by the core
                 chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
                 log = os.fspath(failure_log) if failure_log else default_log("cp", rows_root.url, target.dst.url)
                 done = records(jr) if jr is not None and prior else {}

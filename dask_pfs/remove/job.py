@@ -139,7 +139,7 @@ class Removal:
             ignore_changes=self.ignore_changes,
             sample_limit=self.show,
             prune=pruned_at(loc, self.prune),
-        )
+        ).pinned()  # a root replaced from now on is refused by the core
 
     def _ask(self, message: Callable[[], str]) -> None:
         if self.confirm is not None and not self.dry_run and not self.confirm(message()):

@@ -6,7 +6,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::names_of;
+use crate::{identity, names_of};
 
 const COPIED: u8 = 0;
 const SKIP: u8 = 1;
@@ -30,7 +30,7 @@ fn status(c: Copied) -> (u8, i32) {
 /// byte per file (COPIED, SKIP, ERROR, DIFFERS, DST_PARENT) and one errno per file (0 when none).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // the Python API, kept stable; the core takes CopyOptions
-#[pyo3(signature = (src_root, dst_root, rels, outs, temps, sizes, mtimes, follow, preserve, inplace, check_existing, on_exist, umask, fanout))]
+#[pyo3(signature = (src_root, dst_root, rels, outs, temps, sizes, mtimes, follow, preserve, inplace, check_existing, on_exist, umask, fanout, src_root_id=None))]
 fn cp_files(
     py: Python<'_>,
     src_root: &[u8],
@@ -47,6 +47,7 @@ fn cp_files(
     on_exist: u8,
     umask: u32,
     fanout: usize,
+    src_root_id: Option<(u64, u64)>,
 ) -> PyResult<(Py<PyBytes>, Vec<i32>)> {
     let (rels, outs, temps) = (names_of(rels)?, names_of(outs)?, names_of(temps)?);
     let jobs: Vec<CopyJob> = rels
@@ -88,7 +89,9 @@ fn cp_files(
         },
         umask,
     };
-    let done = py.allow_threads(|| copy::cp_files(src_root, dst_root, &jobs, &o, fanout));
+    let done = py.allow_threads(|| {
+        copy::cp_files_at(src_root, identity(src_root_id), dst_root, &jobs, &o, fanout)
+    });
     let (codes, errnos): (Vec<u8>, Vec<i32>) = done.into_iter().map(status).unzip();
     Ok((PyBytes::new(py, &codes).unbind(), errnos))
 }

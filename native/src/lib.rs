@@ -14,6 +14,11 @@ mod remove;
 mod scan;
 
 /// A Python list of `bytes` (names or paths, exact) as owned byte strings.
+/// A root's `(device, inode)` from Python as the core's `Identity`.
+pub(crate) fn identity(id: Option<(u64, u64)>) -> Option<pfs_core::parents::Identity> {
+    id.map(|(dev, ino)| pfs_core::parents::Identity { dev, ino })
+}
+
 pub(crate) fn names_of(list: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
     list.iter()
         .map(|o| Ok(o.downcast::<PyBytes>()?.as_bytes().to_vec()))

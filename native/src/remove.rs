@@ -8,7 +8,7 @@ use pfs_core::remove::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::names_of;
+use crate::{identity, names_of};
 
 /// Problem status codes shared with Python (`operators.removers.STATUSES`).
 fn status_code(s: Status) -> u8 {
@@ -135,6 +135,7 @@ fn batch_result(done: Vec<Done>, dry_run: bool, sample_limit: usize) -> BatchRes
 /// mtime (to the microsecond) changed since the scan is skipped.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // the Python API, kept stable; the core takes RelOptions
+#[pyo3(signature = (root, rels, kinds, sizes, mtimes, check, dry_run, fanout, sample_limit, root_id=None))]
 fn rm_unlink_rels(
     py: Python<'_>,
     root: &[u8],
@@ -146,6 +147,7 @@ fn rm_unlink_rels(
     dry_run: bool,
     fanout: usize,
     sample_limit: usize,
+    root_id: Option<(u64, u64)>,
 ) -> PyResult<BatchResult> {
     let rows: Vec<(Vec<u8>, Expect)> = names_of(rels)?
         .into_iter()
@@ -163,6 +165,7 @@ fn rm_unlink_rels(
         check: if check { Check::Recheck } else { Check::Trust },
         mode: mode(dry_run),
         fanout,
+        root_id: identity(root_id),
     };
     let done = py.allow_threads(|| remove::unlink_rels(root, &rows, o));
     Ok(batch_result(done, dry_run, sample_limit))
@@ -171,6 +174,8 @@ fn rm_unlink_rels(
 /// Remove directories below `root` (`b""`: the root itself, relative to its parent); with `check`,
 /// only if still directories.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)] // the Python API, kept stable; the core takes RelOptions
+#[pyo3(signature = (root, rels, check, dry_run, fanout, sample_limit, root_id=None))]
 fn rm_rmdir_rels(
     py: Python<'_>,
     root: &[u8],
@@ -179,12 +184,14 @@ fn rm_rmdir_rels(
     dry_run: bool,
     fanout: usize,
     sample_limit: usize,
+    root_id: Option<(u64, u64)>,
 ) -> PyResult<BatchResult> {
     let rels = names_of(rels)?;
     let o = RelOptions {
         check: if check { Check::Recheck } else { Check::Trust },
         mode: mode(dry_run),
         fanout,
+        root_id: identity(root_id),
     };
     let done = py.allow_threads(|| remove::rmdir_rels(root, &rels, o));
     Ok(batch_result(done, dry_run, sample_limit))

@@ -163,6 +163,7 @@ class LocalDestination(Destination):
                     on_exist,
                     umask(),
                     fan,
+                    src_root_id=spec.src_root_id,
                 )
 
             status, errnos = fanned(spec.threads, hi - lo, call)

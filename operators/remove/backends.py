@@ -116,6 +116,7 @@ class LocalRemover:
                     spec.dry_run,
                     fan,
                     spec.sample_limit,
+                    root_id=spec.root_id,
                 )
 
             _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=False)
@@ -136,6 +137,7 @@ class LocalRemover:
                     spec.dry_run,
                     fan,
                     spec.sample_limit,
+                    root_id=spec.root_id,
                 )
 
             _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import fsspec
 import pyarrow as pa
@@ -37,6 +37,7 @@ from operators.remove.fsspec import FsspecRemover
 from operators.rows import Row
 from operators.safety import check_paths
 from operators.scan.prune import STOP, Prune
+from operators.scan.root_guard import RootId, pin
 from operators.scan.walk import Budget, DirItem, walk
 
 
@@ -52,6 +53,7 @@ class RemoveSpec:
     ignore_changes: bool = False
     sample_limit: int = SAMPLES
     prune: Prune | None = None  # tree mode: what the walk leaves in place
+    root_id: RootId | None = None  # the local root's (device, inode) when the job started: the core refuses another
 
     @property
     def is_local(self) -> bool:
@@ -69,6 +71,11 @@ class RemoveSpec:
 
     def remote(self, rel: bytes) -> str:
         return f"{self.root.rstrip('/')}/{rel.decode('utf-8', 'surrogateescape')}" if rel else self.root
+
+    def pinned(self) -> RemoveSpec:
+        """This spec with the root's identity now (the job starting): from then on the core refuses
+        another directory renamed into the root's place."""
+        return replace(self, root_id=pin(self.root, self.is_local))
 
     def remover(self) -> LocalRemover | FsspecRemover:
         """The backend for this file system (``operators.remove.backends``)."""

@@ -24,6 +24,17 @@ def root_id(path: str) -> RootId:
     return s.st_dev, s.st_ino
 
 
+def pin(path: str, local: bool) -> RootId | None:
+    """The (device, inode) a job pins its root to when it starts, for the core to refuse another
+    directory renamed into its place later (None: not a local root, or not there)."""
+    if not local:
+        return None
+    try:
+        return root_id(path)
+    except OSError:
+        return None
+
+
 def check_root(path: str, expected: RootId | None) -> None:
     """:class:`RootChangedError` unless ``path`` is still ``expected`` (None: nothing to check)."""
     if expected is None:

@@ -69,7 +69,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
     def sums_of(files: list[tuple[str, bytes | None, int | None]]) -> Sums:
         if isinstance(lister, LocalLister):  # the core, in one call per part
             return checksum_local_files(lister.root, [to_bytes(p, raw) for p, raw, _ in files], algorithm,
-                                        [size for _, _, size in files])  # fmt: skip
+                                        [size for _, _, size in files], root_id=spec.root_id)  # fmt: skip
         return checksum_many(files, lambda f: checksum_remote(lister.fs, lister.full(f[0]), algorithm))
 
     def emit(buf: RowBuffer) -> None:

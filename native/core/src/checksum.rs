@@ -14,8 +14,8 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::errors::Cause;
 use crate::names::{check_relative, split};
-use crate::parents::{fan_out, Parents, Root};
-use crate::sys::{self, cstring, Follow};
+use crate::parents::{fan_out, Identity, Parents, Root};
+use crate::sys::{self, cstring, Follow, Nonblock};
 
 /// Bytes read per `read(2)`: big enough that a large file costs few calls.
 const BLOCK: usize = 4 << 20;
@@ -82,21 +82,37 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Hash everything readable from `fd`.  `buf` starts small (a batch of small files never needs
-/// more) and grows to [`BLOCK`] once a file fills it.
-fn hash_fd(fd: BorrowedFd<'_>, a: Algorithm, buf: &mut Vec<u8>) -> Result<String, Cause> {
-    sys::advise_sequential(fd);
+/// Hash everything readable from `fd`, `st` being its `fstat`.  `buf` starts small (a batch of
+/// small files never needs more) and grows to [`BLOCK`] once a file fills it.  A file that fits in
+/// `buf` costs one read: a short read that ends at the size `fstat` gave is its end (a file grown
+/// since reads on, as it would past its end), and needs no read-ahead hint.
+fn hash_fd(
+    fd: BorrowedFd<'_>,
+    st: &libc::stat,
+    a: Algorithm,
+    buf: &mut Vec<u8>,
+) -> Result<String, Cause> {
+    let size = usize::try_from(st.st_size).unwrap_or(0);
+    if size >= buf.len() {
+        sys::advise_sequential(fd);
+    }
     let mut h = Hasher::new(a);
+    let mut total = 0usize;
     loop {
         let n = sys::read(fd, buf)?;
         if n == 0 {
-            return Ok(format!("{}:{}", a.name(), h.hex()));
+            break;
         }
         h.update(&buf[..n]);
+        total += n;
+        if n < buf.len() && total == size {
+            break;
+        }
         if n == buf.len() && buf.len() < BLOCK {
             buf.resize(BLOCK, 0);
         }
     }
+    Ok(format!("{}:{}", a.name(), h.hex()))
 }
 
 fn checksum_rel(
@@ -107,9 +123,10 @@ fn checksum_rel(
 ) -> Result<String, Cause> {
     check_relative(rel)?;
     let (dir, name) = split(rel);
+    let nonblock = parents.root().nonblock();
     let at = parents.dir(dir).map_err(|e| e.cause)?;
-    let (fd, _) = sys::open_regular(Some(at), &cstring(name)?, Follow::Never)?;
-    hash_fd(fd.as_fd(), a, buf)
+    let (fd, st) = sys::open_regular(Some(at), &cstring(name)?, Follow::Never, nonblock)?;
+    hash_fd(fd.as_fd(), &st, a, buf)
 }
 
 /// Checksums of the files `rels` (exact bytes, relative to `root`; `b""`: `root` itself is the
@@ -120,8 +137,20 @@ pub fn checksum_files(
     a: Algorithm,
     fanout: usize,
 ) -> Vec<Result<String, Cause>> {
+    checksum_files_at(root, None, rels, a, fanout)
+}
+
+/// [`checksum_files`] below a root that must still be the directory `expect` names (ESTALE for
+/// every file otherwise: another directory was renamed into its place since the job started).
+pub fn checksum_files_at(
+    root: &[u8],
+    expect: Option<Identity>,
+    rels: &[Vec<u8>],
+    a: Algorithm,
+    fanout: usize,
+) -> Vec<Result<String, Cause>> {
     let dir = if rels.iter().any(|r| !r.is_empty()) {
-        Some(Root::open(root, None).map_err(|e| e.cause))
+        Some(Root::open(root, expect).map_err(|e| e.cause))
     } else {
         None
     };
@@ -135,8 +164,9 @@ pub fn checksum_files(
             .iter()
             .map(|rel| {
                 if rel.is_empty() {
-                    let (fd, _) = sys::open_regular(None, &cstring(root)?, Follow::Never)?;
-                    return hash_fd(fd.as_fd(), a, &mut buf);
+                    let c = cstring(root)?;
+                    let (fd, st) = sys::open_regular(None, &c, Follow::Never, Nonblock::Clear)?;
+                    return hash_fd(fd.as_fd(), &st, a, &mut buf);
                 }
                 match (&mut parents, &dir) {
                     (Some(p), _) => checksum_rel(p, rel, a, &mut buf),

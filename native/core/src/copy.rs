@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::errors::{Cause, Error};
 use crate::names::{check_component, check_relative, split};
-use crate::parents::{fan_out, Parents, Root};
+use crate::parents::{fan_out, Identity, Parents, Root};
 use crate::sys::{self, cstring, Follow};
 use crate::time::Time;
 
@@ -299,11 +299,12 @@ fn copy_one(
             Err(e) => return Copied::Failed(e),
         }
     }
+    let nonblock = src.root().nonblock();
     let sfd = match src.dir(sdir) {
         Ok(fd) => fd,
         Err(e) => return Copied::Failed(e.cause),
     };
-    let (input, st) = match sys::open_regular(Some(sfd), &sname, o.follow) {
+    let (input, st) = match sys::open_regular(Some(sfd), &sname, o.follow, nonblock) {
         Ok(x) => x,
         Err(c) => return Copied::Failed(c),
     };
@@ -340,7 +341,20 @@ pub fn cp_files(
     o: &CopyOptions,
     fanout: usize,
 ) -> Vec<Copied> {
-    let src = match Root::open(src_root, None) {
+    cp_files_at(src_root, None, dst_root, jobs, o, fanout)
+}
+
+/// [`cp_files`] from a source root that must still be the directory `src_id` names (every job
+/// fails with ESTALE otherwise: another directory was renamed into its place since the job started).
+pub fn cp_files_at(
+    src_root: &[u8],
+    src_id: Option<Identity>,
+    dst_root: &[u8],
+    jobs: &[CopyJob],
+    o: &CopyOptions,
+    fanout: usize,
+) -> Vec<Copied> {
+    let src = match Root::open(src_root, src_id) {
         Ok(r) => r,
         Err(e) => return jobs.iter().map(|_| root_failure(&e, false)).collect(),
     };

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use crate::errors::{Cause, Error};
 use crate::names::{check_component, split};
-use crate::sys::{self, cstring, OPEN_DIR};
+use crate::sys::{self, cstring, Nonblock, OPEN_DIR};
 
 /// A directory's identity: (device, inode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +35,7 @@ pub struct Root {
     path: Vec<u8>,
     fd: OwnedFd,
     id: Identity,
+    nonblock: Nonblock,
 }
 
 impl Root {
@@ -48,10 +49,12 @@ impl Root {
         if expect.is_some_and(|want| want != id) {
             return Err(err(Cause::Os(libc::ESTALE)));
         }
+        let nonblock = Nonblock::on(fd.as_fd(), id.dev);
         Ok(Root {
             path: path.to_vec(),
             fd,
             id,
+            nonblock,
         })
     }
 
@@ -65,6 +68,11 @@ impl Root {
 
     pub fn path(&self) -> &[u8] {
         &self.path
+    }
+
+    /// What `sys::open_regular` does with `O_NONBLOCK` for the files below this root.
+    pub fn nonblock(&self) -> Nonblock {
+        self.nonblock
     }
 
     /// The root's parent directory (opened by path) and the root's name in it, once that name is
@@ -117,6 +125,10 @@ impl<'r> Parents<'r> {
             chain: Vec::new(),
             deep: None,
         }
+    }
+
+    pub fn root(&self) -> &'r Root {
+        self.root
     }
 
     /// The descriptor of directory `rel_dir` (`b""`: the root), each component opened relative to

@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use crate::errors::{Cause, Error};
 use crate::names::{check_component, split};
-use crate::parents::{fan_out, fan_out_under, Parents, Root};
+use crate::parents::{fan_out, fan_out_under, Identity, Parents, Root};
 use crate::sys::{self, cstring, DirStream};
 use crate::time::Time;
 
@@ -402,6 +402,9 @@ pub struct RelOptions {
     pub check: Check,
     pub mode: Mode,
     pub fanout: usize,
+    /// The root's (device, inode) when the job started: another directory renamed into its place
+    /// since is refused (ESTALE for every row), never worked in.
+    pub root_id: Option<Identity>,
 }
 
 /// Every row's fate when the root itself cannot be opened.
@@ -412,7 +415,7 @@ fn without_root<T>(items: &[T], e: Error) -> Vec<Done> {
 /// Unlinks manifest rows `(rel, expect)` below `root` (a row whose type, size or mtime to the
 /// microsecond changed since the scan is skipped when `check` is `Recheck`).
 pub fn unlink_rels(root: &[u8], rows: &[(Vec<u8>, Expect)], o: RelOptions) -> Vec<Done> {
-    match Root::open(root, None) {
+    match Root::open(root, o.root_id) {
         Ok(r) => fan_out_under(&r, rows, o.fanout, |parents, (rel, want)| {
             unlink_rel(parents, rel, want, o.check, o.mode)
         }),
@@ -422,7 +425,7 @@ pub fn unlink_rels(root: &[u8], rows: &[(Vec<u8>, Expect)], o: RelOptions) -> Ve
 
 /// Removes directories below `root` (`b""`: the root itself); with `Recheck`, only if still directories.
 pub fn rmdir_rels(root: &[u8], rels: &[Vec<u8>], o: RelOptions) -> Vec<Done> {
-    match Root::open(root, None) {
+    match Root::open(root, o.root_id) {
         Ok(r) => fan_out_under(&r, rels, o.fanout, |parents, rel| {
             rmdir_rel(&r, parents, rel, o.check, o.mode)
         }),

@@ -373,13 +373,64 @@ pub enum Follow {
     Last,
 }
 
+/// `fstatfs(fd)`: the type (`f_type` magic) of the filesystem holding `fd`.
+pub fn fs_type(fd: BorrowedFd<'_>) -> Result<i64, Errno> {
+    // SAFETY: `libc::statfs` is plain integers; all-zero is a valid value for the kernel to fill.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `s` is a writable statfs, `fd` a live descriptor.
+    retry(|| unsafe { libc::fstatfs(fd.as_raw_fd(), &mut s) })?;
+    #[allow(clippy::unnecessary_cast)] // `f_type` is i64 on x86_64 but i32/u32 elsewhere
+    Ok(s.f_type as i64)
+}
+
+/// Filesystems whose regular-file reads ignore `O_NONBLOCK`: their `read_iter` goes through the
+/// page cache (or the block layer) with the kiocb flags `iocb_flags()` derives from the file, and
+/// those carry `O_APPEND`/`O_DIRECT`/`O_DSYNC`/`O_SYNC` only, never `IOCB_NOWAIT` (that comes from
+/// `RWF_NOWAIT` or io_uring alone); mandatory locks, the one regular-file case open(2) names, were
+/// removed in Linux 5.15.  Not FUSE: the kernel sends the file's `f_flags`, `O_NONBLOCK` included,
+/// with every `FUSE_READ` (`fuse_read_args_fill`) and a daemon may answer EAGAIN; not NFS, CIFS,
+/// overlay or anything unknown: there `O_NONBLOCK` is cleared before the first read.
+fn nonblock_inert(fs: i64) -> bool {
+    #[allow(clippy::unnecessary_cast)]
+    let inert = [
+        libc::EXT4_SUPER_MAGIC as i64, // ext2, ext3 and ext4 share it
+        libc::XFS_SUPER_MAGIC as i64,
+        libc::BTRFS_SUPER_MAGIC as i64,
+        libc::TMPFS_MAGIC as i64,
+    ];
+    inert.contains(&fs)
+}
+
+/// What `open_regular` does with the `O_NONBLOCK` it opened with, once the file is known regular.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nonblock {
+    /// Clear it (`F_SETFL`) before any read: the file may be on a filesystem that honours it.
+    Clear,
+    /// Keep it for a file on this device (`st_dev`), whose filesystem ignores it on regular files
+    /// (see [`Nonblock::on`]); a file on any other device (a mount below the root) is cleared.
+    KeepOn(u64),
+}
+
+impl Nonblock {
+    /// The policy for files below the directory open at `dir`: keep `O_NONBLOCK` (one system call
+    /// less per file) on its own device when that filesystem is known to ignore it.
+    pub fn on(dir: BorrowedFd<'_>, dev: u64) -> Nonblock {
+        match fs_type(dir) {
+            Ok(fs) if nonblock_inert(fs) => Nonblock::KeepOn(dev),
+            _ => Nonblock::Clear,
+        }
+    }
+}
+
 /// Opens `name` in `dir` for reading if it is a regular file, with its `fstat`.  Opened with
 /// `O_NONBLOCK` so a FIFO (or a device) never blocks the open, then refused by type before any read;
-/// `O_NONBLOCK` is cleared again for the reads of the regular file.
+/// `O_NONBLOCK` is then cleared for the reads, unless `nonblock` says this file's filesystem ignores
+/// it on regular files.
 pub fn open_regular(
     dir: Option<BorrowedFd<'_>>,
     name: &CStr,
     follow: Follow,
+    nonblock: Nonblock,
 ) -> Result<(OwnedFd, libc::stat), crate::errors::Cause> {
     use crate::errors::Cause;
     let nofollow = match follow {
@@ -393,6 +444,9 @@ pub fn open_regular(
         libc::S_IFREG => {}
         libc::S_IFDIR => return Err(Cause::Os(libc::EISDIR)), // as reading it would say
         _ => return Err(Cause::NotRegular),
+    }
+    if nonblock == Nonblock::KeepOn(st.st_dev) {
+        return Ok((fd, st));
     }
     // F_SETFL with the flags it was opened with, but O_NONBLOCK: one call (F_SETFL changes only the
     // status flags, O_NONBLOCK among them), no F_GETFL per file

@@ -1,5 +1,6 @@
 //! The jobs on real temp trees: FIFOs, far-future times, names that are not UTF-8 or are long,
-//! links swapped mid-walk, `..` in manifest paths, the pinned root, EMFILE, short copies, EINTR.
+//! links swapped mid-walk, `..` in manifest paths, the pinned root, EMFILE, short copies, EINTR,
+//! `O_NONBLOCK` kept or cleared on regular files.
 
 mod common;
 
@@ -12,15 +13,15 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use common::{in_child, lstat, mkfifo, set_mtime, TempDir};
-use pfs_core::checksum::{checksum_files, Algorithm};
+use pfs_core::checksum::{checksum_files, checksum_files_at, Algorithm};
 use pfs_core::copy::{
-    copy_fd, cp_files, Copied, CopyJob, CopyOptions, Existing, OnExist, Owners, Write,
+    copy_fd, cp_files, cp_files_at, Copied, CopyJob, CopyOptions, Existing, OnExist, Owners, Write,
 };
 use pfs_core::errors::Cause;
 use pfs_core::parents::{Parents, Root};
 use pfs_core::remove::{self, Check, Done, Expect, Kind, Mode, RelOptions};
 use pfs_core::scan::{Cols, DirScan, Hooks, StepError, StepOptions};
-use pfs_core::sys::{self, Follow};
+use pfs_core::sys::{self, Follow, Nonblock};
 
 /// 2300-01-01T00:00:00Z plus some nanoseconds: past i64 nanoseconds (2262).
 const Y2300: i64 = 10_413_792_000;
@@ -50,6 +51,7 @@ fn rel_opts() -> RelOptions {
         check: Check::Recheck,
         mode: Mode::Remove,
         fanout: 1,
+        root_id: None,
     }
 }
 
@@ -460,4 +462,123 @@ fn a_failing_hook_or_a_full_sink_keeps_the_listed_entries() {
             .map(|i| format!("f{i:02}").into_bytes())
             .collect::<Vec<_>>()
     );
+}
+
+fn status_flags(fd: std::os::fd::BorrowedFd<'_>) -> libc::c_int {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_GETFL on a live descriptor.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) }
+}
+
+#[test]
+fn o_nonblock_is_kept_only_on_the_roots_device_of_a_filesystem_that_ignores_it() {
+    let t = TempDir::new();
+    fs::write(t.path().join("f"), b"data").unwrap();
+    let root = Root::open(&t.bytes(), None).unwrap();
+    let dev = root.id().dev;
+    let name = CString::new("f").unwrap();
+    let open = |nb| sys::open_regular(Some(root.fd()), &name, Follow::Never, nb).unwrap();
+    let (fd, st) = open(Nonblock::KeepOn(dev));
+    assert_eq!(st.st_dev, dev);
+    assert_ne!(status_flags(fd.as_fd()) & libc::O_NONBLOCK, 0, "kept");
+    let (fd, _) = open(Nonblock::KeepOn(dev ^ 1));
+    assert_eq!(
+        status_flags(fd.as_fd()) & libc::O_NONBLOCK,
+        0,
+        "cleared for a file on another device (a mount below the root)"
+    );
+    let (fd, _) = open(Nonblock::Clear);
+    assert_eq!(status_flags(fd.as_fd()) & libc::O_NONBLOCK, 0, "cleared");
+    // procfs is not known to ignore O_NONBLOCK: cleared there (as on FUSE, NFS, anything unknown)
+    let proc = Root::open(b"/proc", None).unwrap();
+    assert_eq!(proc.nonblock(), Nonblock::Clear);
+    let fs_type = sys::fs_type(root.fd()).unwrap();
+    #[allow(clippy::unnecessary_cast)]
+    if [libc::EXT4_SUPER_MAGIC as i64, libc::TMPFS_MAGIC as i64].contains(&fs_type) {
+        assert_eq!(root.nonblock(), Nonblock::KeepOn(dev));
+    }
+}
+
+#[test]
+fn checksums_read_every_byte_of_files_around_the_buffer_sizes() {
+    use sha2::{Digest, Sha256};
+    let t = TempDir::new();
+    let sizes = [0usize, 1, 65_535, 65_536, 65_537, (4 << 20) + 3, 9 << 20];
+    let mut rels = Vec::new();
+    let mut want = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let data: Vec<u8> = (0..n).map(|k| (k * 31 + i) as u8).collect();
+        fs::write(t.path().join(format!("f{i}")), &data).unwrap();
+        let hex: String = Sha256::digest(&data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        want.push(Ok(format!("sha256:{hex}")));
+        rels.push(format!("f{i}").into_bytes());
+    }
+    // one core thread, so one buffer sees every size in turn (small first, then grown)
+    assert_eq!(
+        checksum_files(&t.bytes(), &rels, Algorithm::Sha256, 1),
+        want
+    );
+    // the root itself as the file (O_NONBLOCK always cleared there)
+    let big = [t.bytes(), b"/f6".to_vec()].concat();
+    assert_eq!(
+        checksum_files(&big, &[Vec::new()], Algorithm::Sha256, 1),
+        vec![want[6].clone()]
+    );
+}
+
+#[test]
+fn rm_cp_and_checksums_refuse_a_root_replaced_since_the_job_started() {
+    let t = TempDir::new();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let rb = root.as_os_str().as_bytes();
+    let id = Root::open(rb, None).unwrap().id();
+    // another directory renamed into the root's place, holding the same names
+    fs::rename(&root, t.path().join("old")).unwrap();
+    fs::create_dir(&root).unwrap();
+    fs::write(root.join("f"), b"other tree").unwrap();
+    let stale = Cause::Os(libc::ESTALE);
+    let o = RelOptions {
+        root_id: Some(id),
+        ..rel_opts()
+    };
+    let want = Expect {
+        kind: Some(Kind::File),
+        size: None,
+        mtime_ns: None,
+    };
+    let done = remove::unlink_rels(rb, &[(b"f".to_vec(), want)], o);
+    assert!(
+        matches!(&done[..], [Done::Problem(p)] if p.cause == stale),
+        "{done:?}"
+    );
+    let done = remove::rmdir_rels(rb, &[Vec::new()], o);
+    assert!(
+        matches!(&done[..], [Done::Problem(p)] if p.cause == stale),
+        "{done:?}"
+    );
+    assert!(root.join("f").exists(), "nothing removed in the other tree");
+    let sums = checksum_files_at(rb, Some(id), &[b"f".to_vec()], Algorithm::Xxh3, 1);
+    assert_eq!(sums, vec![Err(stale)]);
+    let out = t.path().join("out");
+    fs::create_dir(&out).unwrap();
+    let got = cp_files_at(
+        rb,
+        Some(id),
+        out.as_os_str().as_bytes(),
+        &[job(b"f")],
+        &opts(),
+        1,
+    );
+    assert_eq!(got, vec![Copied::Failed(stale)]);
+    assert!(
+        fs::read_dir(&out).unwrap().next().is_none(),
+        "nothing copied"
+    );
+    // the same calls with the live root's identity work
+    let live = Some(Root::open(rb, None).unwrap().id());
+    assert!(checksum_files_at(rb, live, &[b"f".to_vec()], Algorithm::Xxh3, 1)[0].is_ok());
 }
