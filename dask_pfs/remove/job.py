@@ -358,11 +358,9 @@ class Removal:
     # ------------------------------------------------------------ ending
 
     def close(self) -> None:
-        self.problems.close()
-        if self.sel is not None:
-            self.sel.close()
-        if self.jr is not None:
-            self.jr.close()
+        for held in (self.problems, self.sel, self.jr):
+            if held is not None:
+                held.close()
 
     def drop_fresh_journal(self) -> None:
         if self.fresh_journal and self.jr is not None:
