@@ -12,6 +12,7 @@ mod checksum;
 mod copy;
 mod remove;
 mod scan;
+mod xattrs;
 
 /// A Python list of `bytes` (names or paths, exact) as owned byte strings.
 pub(crate) fn names_of(list: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
@@ -61,5 +62,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     copy::register(m)?;
     checksum::register(m)?;
     scan::register(m)?;
+    xattrs::register(m)?;
     Ok(())
 }
