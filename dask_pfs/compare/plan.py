@@ -62,7 +62,9 @@ class Plan:
 
 def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool, xattrs: bool = False) -> str:
     cols = f"{KEY} AS k, path, path_raw, type, size, mtime, mode, checksum, link_target, error, xattrs, has_acl"
-    attrs = "WHEN s.xattrs IS DISTINCT FROM d.xattrs OR s.has_acl IS DISTINCT FROM d.has_acl THEN 'changed' "
+    xattrs_differ = "s.xattrs IS DISTINCT FROM d.xattrs" if xattrs else "false"
+    acl_differs = "s.has_acl IS DISTINCT FROM d.has_acl" if xattrs else "false"
+    attrs = f"WHEN {xattrs_differ} OR {acl_differs} THEN 'changed' "
     if checksum:
         differs = "s.size IS DISTINCT FROM d.size OR s.checksum IS DISTINCT FROM d.checksum"
     elif compare_mtime:
@@ -76,6 +78,8 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool,
         "coalesce(s.path_raw, d.path_raw) AS path_raw, s.type AS src_type, d.type AS dst_type, "
         "s.size AS size, d.size AS dst_size, s.mtime AS mtime, d.mtime AS dst_mtime, "
         "s.checksum AS checksum, d.checksum AS dst_checksum, coalesce(s.error, d.error) AS error, "
+        f"s.k IS NOT NULL AND d.k IS NOT NULL AND ({xattrs_differ}) AS xattrs_differ, "
+        f"s.k IS NOT NULL AND d.k IS NOT NULL AND ({acl_differs}) AS acl_differs, "
         "CASE WHEN s.k IS NOT NULL AND s.error IS NOT NULL THEN 'error' "
         "WHEN d.k IS NULL THEN 'new' "
         "WHEN d.error IS NOT NULL THEN 'error' "

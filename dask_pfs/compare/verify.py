@@ -68,7 +68,8 @@ def compare_sql(src: Side, dst: Side, where: Filter | None, xattrs: bool = False
         cond += " AND type <> 'directory'"  # object stores have no empty directories to compare
     cols = f"{KEY} AS k, path, path_raw, type, size, mtime, checksum, link_target, error, xattrs, has_acl"
     attrs = (
-        "list_transform(s.xattrs, lambda x: x.name) AS src_xattrs, list_transform(d.xattrs, lambda x: x.name) AS dst_xattrs, "
+        "list_transform(s.xattrs, lambda x: x.name) AS src_xattrs, "
+        "list_transform(d.xattrs, lambda x: x.name) AS dst_xattrs, "
         "s.has_acl AS src_acl, d.has_acl AS dst_acl, "
         if xattrs
         else ""
