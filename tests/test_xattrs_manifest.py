@@ -174,7 +174,7 @@ def test_sync_copies_an_entry_whose_attribute_changed(tree, tmp_path, dask_clien
     os.setxattr(tree / "f", "user.small", b"v2")
     proc = run_pfs("sync", "--dry-run", "-i", "--plan", work / "p1", tree, dst)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert ">f.........x f" in proc.stdout.splitlines()
+    assert ">f........x f" in proc.stdout.splitlines()
     assert sync(tree, dst, dask_client, plan=work / "p2", dry_run=True, xattrs=False).counts["changed"] == 0
     result = sync(tree, dst, dask_client, plan=work / "p3")
     assert result.counts["changed"] == 1 and not result.failed

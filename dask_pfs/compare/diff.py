@@ -226,7 +226,7 @@ def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: in
             first = con.execute(f"SELECT path, change FROM ({differing}) LIMIT {int(samples)}").fetchall()
     except duckdb.Error as exc:
         raise PfsError(f"diff failed: {str(exc).splitlines()[0]}") from None
-    counts = {c: 0 for c in (*CHANGES, "unchanged")}
+    counts = {c: 0 for c in (*CHANGES, "unchanged") if xattrs or c != "xattrs"}  # asked for: counted
     sizes = {"added": 0, "removed": 0, "changed": 0, "old": 0, "new": 0}
     for change, n, new_bytes, old_bytes in counted:
         counts[change] = int(n)

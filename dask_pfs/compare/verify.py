@@ -159,7 +159,7 @@ def verify(
         source=s_side.root,
         destination=d_side.root,
         counts=counts,
-        failed=sum(counts[s] for s in STATUSES),
+        failed=sum(counts.get(s, 0) for s in STATUSES),
         log=wrote,
         seconds=round(time.monotonic() - t0, 3),
         samples=[(p, s) for p, s in sample_rows],
@@ -176,7 +176,7 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
         probe(f"SELECT count(*) FROM ({sql})", [m.local_dir for m in ms], where.reads)
     try:
         rows = con.execute(f"SELECT status, count(*), sum(src_size) FROM ({sql}) GROUP BY status").fetchall()
-        counts = {s: 0 for s in ("same", *STATUSES)}
+        counts = {s: 0 for s in ("same", *STATUSES) if xattrs or s != "xattrs"}  # asked for: counted
         for status, n, _ in rows:
             counts[status] = int(n)
         counts["files"] = int(con.execute(f"SELECT count(*) FROM ({sql}) WHERE src_type = 'file'").fetchall()[0][0])
@@ -184,7 +184,7 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
             con.execute(f"SELECT coalesce(sum(src_size), 0) FROM ({sql}) WHERE src_type = 'file'").fetchall()[0][0]
         )
         wrote = None
-        if sum(counts[s] for s in STATUSES):
+        if sum(counts.get(s, 0) for s in STATUSES):
             write_parquet(con, f"SELECT * FROM ({sql}) WHERE status <> 'same' ORDER BY path", report)
             wrote = report
         sample_rows = con.execute(
