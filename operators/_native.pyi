@@ -78,4 +78,12 @@ def cp_files(
 def checksum_files(root: bytes, rels: list[bytes], algorithm: str, fanout: int) -> list[tuple[bool, str]]: ...
 def xattrs_of(
     root: bytes, rels: list[bytes], fanout: int
-) -> list[tuple[bool, tuple[list[tuple[bytes, str, bytes | None]], bool] | None, str]]: ...
+) -> tuple[
+    bytes,
+    bytes,
+    bytes,
+    tuple[bytes, bytes, bytes | None],
+    tuple[bytes, bytes, bytes | None],
+    tuple[bytes, bytes, bytes | None],
+    list[tuple[int, str]],
+]: ...

@@ -162,7 +162,7 @@ def diff(
             given = [s.manifest for s in sides]
         assert given[0] is not None and given[1] is not None
         if xattrs:
-            require_xattrs([Side(m, m.root) for m in given])
+            require_xattrs([Side(m, m.root) for m in (given[0], given[1])])
         result = _compare(given[0], given[1], out, compare_mtime, samples, xattrs)
     result.old, result.new = names  # not the temporary scan of a live side, gone by now
     result.seconds = round(time.monotonic() - t0, 3)

@@ -16,8 +16,9 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use xxhash_rust::xxh3::xxh3_128;
 
+use crate::columns::BinaryBuilder;
 use crate::errors::Cause;
-use crate::names::{check_relative, split};
+use crate::names::{check_relative, push_text, split};
 use crate::parents::{fan_out, Parents, Root};
 use crate::sys::{self, cstring, Errno};
 
@@ -111,6 +112,52 @@ pub fn xattrs_of(root: &[u8], rels: &[Vec<u8>], fanout: usize) -> Vec<Result<Att
     })
 }
 
+/// The attributes of a batch as Arrow buffers (`operators.xattrs` wraps them without a Python object
+/// per entry): per entry whether it was read, whether it has an ACL, and the end of its attributes
+/// (list offsets); per attribute its name (text, undecodable bytes as `\xNN`), digest and value (null
+/// when longer than [`INLINE`]); and the entries that failed, with why.
+#[derive(Default)]
+pub struct Columns {
+    pub ok: Vec<u8>,
+    pub acl: Vec<u8>,
+    pub ends: Vec<i32>,
+    pub names: BinaryBuilder,
+    pub digests: BinaryBuilder,
+    pub values: BinaryBuilder,
+    pub failed: Vec<(usize, String)>,
+}
+
+impl Columns {
+    pub fn of(results: Vec<Result<Attrs, Cause>>) -> Columns {
+        let mut c = Columns {
+            ends: vec![0],
+            ..Columns::default()
+        };
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(a) => {
+                    c.ok.push(1);
+                    c.acl.push(u8::from(a.has_acl));
+                    for x in a.attrs {
+                        push_text(&mut c.names.data, &x.name);
+                        c.names.end_value(true);
+                        c.digests.push(x.digest.as_bytes());
+                        c.values.push_opt(x.value.as_deref());
+                    }
+                }
+                Err(e) => {
+                    c.ok.push(0);
+                    c.acl.push(0);
+                    c.failed.push((i, e.describe()));
+                }
+            }
+            let n = i32::try_from(c.names.len()).expect("at most i32::MAX attributes in a batch");
+            c.ends.push(n);
+        }
+        c
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +188,9 @@ mod tests {
         assert_eq!(f.attrs[0].digest, format!("xxh3:{:032x}", xxh3_128(&big)));
         assert!(!f.has_acl);
         assert!(got[1].as_ref().unwrap().attrs.iter().all(|a| !a.name.starts_with(b"user.")));
+        let cols = Columns::of(got);
+        assert_eq!((cols.ok, cols.ends[1], cols.names.get(0)), (vec![1, 1], 2, &b"user.a"[..]));
+        assert!(!cols.values.is_valid(0) && cols.values.get(1) == b"1");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
