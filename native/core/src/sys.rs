@@ -408,7 +408,9 @@ pub fn llistxattr(path: &CStr) -> Result<Vec<u8>, Errno> {
     let mut buf = vec![0u8; 256];
     loop {
         // SAFETY: `path` is NUL-terminated; the kernel writes at most `buf.len()` bytes into `buf`.
-        match retry(|| unsafe { libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }) {
+        match retry(|| unsafe {
+            libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        }) {
             Ok(n) => {
                 buf.truncate(n.unsigned_abs());
                 return Ok(buf);
@@ -425,7 +427,12 @@ pub fn lgetxattr(path: &CStr, name: &CStr) -> Result<Vec<u8>, Errno> {
     loop {
         // SAFETY: both strings are NUL-terminated; the kernel writes at most `buf.len()` bytes.
         let got = retry(|| unsafe {
-            libc::lgetxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            libc::lgetxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
         });
         match got {
             Ok(n) => {

@@ -174,22 +174,46 @@ mod tests {
         for (n, v) in [(&b"user.b\0"[..], &b"1"[..]), (b"user.a\0", &big)] {
             // SAFETY: NUL-terminated name and path, a value of the given length.
             let rc = unsafe {
-                libc::setxattr(path.as_ptr(), n.as_ptr().cast(), v.as_ptr().cast(), v.len(), 0)
+                libc::setxattr(
+                    path.as_ptr(),
+                    n.as_ptr().cast(),
+                    v.as_ptr().cast(),
+                    v.len(),
+                    0,
+                )
             };
             if rc != 0 {
                 return; // no user xattrs on this temp file system: nothing to check here
             }
         }
-        let got = xattrs_of(dir.as_os_str().as_encoded_bytes(), &[b"f".to_vec(), b"l".to_vec()], 1);
+        let got = xattrs_of(
+            dir.as_os_str().as_encoded_bytes(),
+            &[b"f".to_vec(), b"l".to_vec()],
+            1,
+        );
         let f = got[0].as_ref().unwrap();
-        assert_eq!(f.attrs.iter().map(|a| a.name.as_slice()).collect::<Vec<_>>(), [&b"user.a"[..], b"user.b"]);
+        assert_eq!(
+            f.attrs
+                .iter()
+                .map(|a| a.name.as_slice())
+                .collect::<Vec<_>>(),
+            [&b"user.a"[..], b"user.b"]
+        );
         assert_eq!(f.attrs[0].value, None);
         assert_eq!(f.attrs[1].value.as_deref(), Some(&b"1"[..]));
         assert_eq!(f.attrs[0].digest, format!("xxh3:{:032x}", xxh3_128(&big)));
         assert!(!f.has_acl);
-        assert!(got[1].as_ref().unwrap().attrs.iter().all(|a| !a.name.starts_with(b"user.")));
+        assert!(got[1]
+            .as_ref()
+            .unwrap()
+            .attrs
+            .iter()
+            .all(|a| !a.name.starts_with(b"user.")));
         let cols = Columns::of(got);
-        assert_eq!((cols.ok, cols.ends[1], cols.names.get(0)), (vec![1, 1], 2, &b"user.a"[..]));
+        assert_eq!(
+            (cols.ok, cols.ends[1], cols.names.get(0)),
+            (vec![1, 1], 2, &b"user.a"[..])
+        );
         assert!(!cols.values.is_valid(0) && cols.values.get(1) == b"1");
         std::fs::remove_dir_all(&dir).unwrap();
     }
