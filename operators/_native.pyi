@@ -88,3 +88,14 @@ def cp_files(
 def checksum_files(
     root: bytes, rels: list[bytes], algorithm: str, fanout: int, root_id: tuple[int, int] | None = None
 ) -> list[tuple[bool, str]]: ...
+def xattrs_of(
+    root: bytes, rels: list[bytes], fanout: int
+) -> tuple[
+    bytes,
+    bytes,
+    bytes,
+    tuple[bytes, bytes, bytes | None],
+    tuple[bytes, bytes, bytes | None],
+    tuple[bytes, bytes, bytes | None],
+    list[tuple[int, str]],
+]: ...

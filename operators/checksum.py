@@ -153,7 +153,7 @@ def fill_rows(rows: list[tuple], sums: Callable[[list[tuple]], Sums]) -> list[st
 
 
 def fill_table(table, sums: Callable[[list[tuple[str, bytes | None, int | None]]], Sums]):
-    """:func:`fill_rows` for a schema-v1 table: ``(table with checksums, "path: error" failures)``.
+    """:func:`fill_rows` for a manifest table: ``(table with checksums, "path: error" failures)``.
 
     ``sums`` gets ``(path, path_raw, size)`` of each error-free file without a checksum.
     """

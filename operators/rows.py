@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.names import decode
-from operators.schema import ROW_COLUMNS, SCHEMA, TIME_UNIT_NS, TYPES
+from operators.schema import ROW_COLUMNS, SCHEMA, TIME_UNIT_NS, TYPES, XATTR_COLUMNS
 
 Row = tuple  # values in ROW_COLUMNS order
 
@@ -142,7 +142,7 @@ def _ns(value: Any) -> int | None:
 
 
 class RowBuffer:
-    """Rows appended one at a time, turned into a schema-v1 table sorted by path.
+    """Rows appended one at a time, turned into a manifest table sorted by path.
 
     With a ``sink`` (the compiled core's column buffer, ``operators.scan.local``) every row goes
     there: the core writes most of them itself, Python adds a directory's own row, and the table is
@@ -202,7 +202,8 @@ def rows_to_table(rows: list[Row]) -> pa.Table:
             arrays[col] = pc.divide(ns, TIME_UNIT_NS).cast(field.type)
         else:
             arrays[col] = pa.array(data[col], field.type)
-    table = pa.table([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+    n = len(paths)
+    table = pa.table([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in SCHEMA], schema=SCHEMA)
     return table.sort_by("path") if len(rows) > 1 else table
 
 
@@ -227,7 +228,7 @@ def dir_row(rel: bytes, dev: int | None = None) -> Row:
 
 
 def sink_table(sink: Any) -> pa.Table:
-    """The rows in ``sink`` as a schema-v1 table (unsorted), wrapping the core's buffers."""
+    """The rows in ``sink`` as a manifest table (unsorted), wrapping the core's buffers."""
     n, cols, (n_parents, p_offsets, p_data) = sink.take()
     arrays = []
     p_offsets, p_data = pa.py_buffer(p_offsets), pa.py_buffer(p_data)
@@ -235,7 +236,7 @@ def sink_table(sink: Any) -> pa.Table:
     parents = pa.Array.from_buffers(pa.string(), n_parents, [None, p_offsets, p_data])
     for field in SCHEMA:
         name, kind = field.name, field.type
-        if name == "checksum":
+        if name in ("checksum", *XATTR_COLUMNS):
             arrays.append(pa.nulls(n, kind))
             continue
         bufs = cols[name]

@@ -1,4 +1,4 @@
-"""Manifest schema v1: one row per entry under the scan root.
+"""Manifest schema v2: one row per entry under the scan root.
 
 This module owns the schema: writers build tables with :data:`SCHEMA` and readers check
 ``schema_version`` in ``_manifest.json`` against :data:`SCHEMA_VERSION`.  The README's
@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# v1 lacks the columns of ``scan --xattrs`` (xattrs, has_acl): its readers add them as nulls
+# (``dask_pfs.manifests.manifest.Manifest.relation_sql``, ``Manifest.dataset``).
+READABLE_VERSIONS = (1, 2)
 MARKER_NAME = "_manifest.json"
 PART_PREFIX = "part-"
 PART_SUFFIX = ".parquet"
@@ -21,6 +24,11 @@ TYPES = ("file", "directory", "symlink", "other")
 _TS = pa.timestamp("us", tz="UTC")
 TIME_UNIT_NS = 1000
 _DICT = pa.dictionary(pa.int32(), pa.string())
+# ``scan --xattrs`` (operators.xattrs): per entry its extended attributes, sorted by name: the name (text,
+# undecodable bytes as \xNN), "xxh3:<hex>" of the value, and the value itself when at most 256 bytes.
+XATTR = pa.struct([("name", pa.string()), ("digest", pa.string()), ("value", pa.binary())])
+XATTRS = pa.list_(XATTR)
+XATTR_COLUMNS = ("xattrs", "has_acl")
 
 SCHEMA = pa.schema(
     [
@@ -44,10 +52,13 @@ SCHEMA = pa.schema(
         pa.field("link_target_raw", pa.binary()),
         pa.field("checksum", pa.string()),
         pa.field("error", pa.string()),
+        pa.field("xattrs", XATTRS),
+        pa.field("has_acl", pa.bool_()),
     ],
     metadata={b"pfs.schema_version": str(SCHEMA_VERSION).encode()},
 )
 
 COLUMNS = tuple(SCHEMA.names)
 # Columns a row builder fills; name/parent/depth are derived from path when the table is built.
-ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("name", "parent", "depth"))
+# xattrs/has_acl are filled per table (operators.xattrs), null unless the scan asked for them.
+ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("name", "parent", "depth", *XATTR_COLUMNS))

@@ -75,7 +75,7 @@ def test_scan_tree_counts_types_and_symlinks_not_followed(tmp_path, dask_client)
     assert got["a/b/c.txt"]["mtime"].timestamp() == pytest.approx(st.st_mtime, abs=1e-6)
     assert all(r["error"] is None and r["path_raw"] is None for r in got.values())
     info = json.loads((tmp_path / "m" / MARKER_NAME).read_text())
-    assert info["schema_version"] == 1 and info["root"] == str(src)
+    assert info["schema_version"] == 2 and info["root"] == str(src)
     assert info["counts"] == res.counts and info["counts"]["symlinks"] == 4 and info["counts"]["other"] == 1
 
 

@@ -20,7 +20,8 @@ class PfsScanOperator(PfsBaseOperator):
     Returns ``{"manifest", "root", "entries", "files", "directories", "bytes", "errors", ...}``;
     downstream operators take the result (or the same URI) as their ``manifest``.  Per-entry errors
     (unreadable directories) are recorded in the manifest and do not fail the task unless
-    ``fail_on_errors=True``.
+    ``fail_on_errors=True``.  ``xattrs=True`` records each entry's extended attributes and ACL
+    presence (``pfs scan --xattrs``; local and mounted trees).
     """
 
     engine = "scan"
@@ -35,6 +36,7 @@ class PfsScanOperator(PfsBaseOperator):
         overwrite: bool = False,
         storage_options: dict | None = None,
         out_storage_options: dict | None = None,
+        xattrs: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -43,12 +45,15 @@ class PfsScanOperator(PfsBaseOperator):
         self.overwrite = overwrite
         self.storage_options = storage_options
         self.out_storage_options = out_storage_options
+        self.xattrs = xattrs
 
     def job_spec(self, context: Context) -> JobSpec:
         url, options = to_url(self.path, "path")
         out, out_options = to_url(self.manifest, "manifest")
         if not isinstance(self.overwrite, bool):
             raise AirflowException(f"overwrite must be True or False, got {self.overwrite!r}")
+        if not isinstance(self.xattrs, bool):
+            raise AirflowException(f"xattrs must be True or False, got {self.xattrs!r}")
         if url.rstrip("/") == out.rstrip("/"):
             raise AirflowException(f"manifest must not be the scanned directory itself: {out!r}")
         kwargs = {
@@ -57,6 +62,8 @@ class PfsScanOperator(PfsBaseOperator):
             "out_storage_options": merge_options(out_options, self.out_storage_options),
             "threads": self.threads,
         }
+        if self.xattrs:  # only when asked: a worker of an older pfs still takes the job
+            kwargs["xattrs"] = True
         return JobSpec(self.engine, (url, out), kwargs)
 
     def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:

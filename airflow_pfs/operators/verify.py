@@ -38,6 +38,7 @@ class PfsVerifyOperator(PfsBaseOperator):
         report_path: Any = None,
         storage_options: dict | None = None,
         dst_storage_options: dict | None = None,
+        xattrs: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -45,6 +46,7 @@ class PfsVerifyOperator(PfsBaseOperator):
         self.src_manifest, self.dst_manifest = src_manifest, dst_manifest
         self.where, self.checksum, self.report_path = where, checksum, report_path
         self.storage_options, self.dst_storage_options = storage_options, dst_storage_options
+        self.xattrs = xattrs  # also compare extended attributes and ACL presence (pfs verify --xattrs)
 
     def job_spec(self, context: Context) -> JobSpec:
         if self.src is None and self.src_manifest is None:
@@ -61,6 +63,8 @@ class PfsVerifyOperator(PfsBaseOperator):
             "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }
         kwargs.update(manifest_urls(self, "src_manifest", "dst_manifest"))
+        if self.xattrs:
+            kwargs["xattrs"] = True
         if self.report_path is not None:
             kwargs["report"] = to_url(self.report_path, "report_path")[0]
         return JobSpec(self.engine, (src, dst), kwargs)

@@ -21,10 +21,15 @@ from dask_pfs.runtime.results import shown
     type=click.Choice(["xxh3", "sha256", "md5"]),
     help="Scan a live side with this checksum (default: the algorithm of the other side's manifest, if any).",
 )
+@click.option(
+    "--xattrs",
+    is_flag=True,
+    help="Also compare extended attributes and ACL presence (a live side is scanned with them): change 'xattrs'.",
+)
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Differences to print.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @cluster_options
-def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, threads, progress) -> None:
+def diff_cmd(old, new, out, ignore_mtime, checksum, xattrs, show, as_json, cluster, threads, progress) -> None:
     """What changed from OLD to NEW: two manifests of a tree, or a manifest and the live tree.
 
     \b
@@ -45,7 +50,13 @@ def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, thre
     spec = JobSpec(
         "diff",
         (old, new, out),
-        {"compare_mtime": not ignore_mtime, "checksum": checksum, "threads": threads, "samples": show},
+        {
+            "compare_mtime": not ignore_mtime,
+            "checksum": checksum,
+            "threads": threads,
+            "samples": show,
+            "xattrs": xattrs,
+        },
     )
     result = run_job(spec, cluster, make_reporter(progress), inputs=[old, new], outputs=[out])
     c, b = result.counts, result.bytes
@@ -57,7 +68,8 @@ def diff_cmd(old, new, out, ignore_mtime, checksum, show, as_json, cluster, thre
         click.echo(
             f"{c['added']:,} added ({human_bytes(b['added'])}), {c['removed']:,} removed "
             f"({human_bytes(b['removed'])}), {c['changed']:,} changed ({human_bytes(b['changed'])}), "
-            f"{c['unchanged']:,} unchanged, {c['error']:,} unreadable; files {human_bytes(b['old'])} -> "
+            + (f"{c['xattrs']:,} with other attributes, " if xattrs else "")
+            + f"{c['unchanged']:,} unchanged, {c['error']:,} unreadable; files {human_bytes(b['old'])} -> "
             f"{human_bytes(b['new'])}" + (f"; differences: {result.output}" if result.output else "")
         )
     sys.exit(result.exit_code)

@@ -26,10 +26,25 @@ from dask_pfs.runtime.results import shown
     type=click.Choice(["xxh3", "sha256", "md5"]),
     help="Also read every file and store its content hash (xxh3 = xxh3-128, fast) in the checksum column.",
 )
+@click.option(
+    "--xattrs",
+    is_flag=True,
+    help="Also record every entry's extended attributes (names, digests, small values) and ACL presence.",
+)
 @prune_options
 @cluster_options
 def scan_cmd(
-    url: str, out: str, overwrite: bool, resume: bool, as_json: bool, checksum, cluster, threads, progress, prune
+    url: str,
+    out: str,
+    overwrite: bool,
+    resume: bool,
+    as_json: bool,
+    checksum,
+    xattrs: bool,
+    cluster,
+    threads,
+    progress,
+    prune,
 ) -> None:
     """Scan URL (a path, a mount, s3://, sftp://...) into a Parquet manifest.
 
@@ -45,7 +60,14 @@ def scan_cmd(
     spec = JobSpec(
         "scan",
         (url, out),
-        {"threads": threads, "overwrite": overwrite, "checksum": checksum, "resume": resume, "prune": prune},
+        {
+            "threads": threads,
+            "overwrite": overwrite,
+            "checksum": checksum,
+            "resume": resume,
+            "prune": prune,
+            "xattrs": xattrs,
+        },
     )
     result = run_job(spec, cluster, make_reporter(progress), inputs=[url], outputs=[out])
     c = result.counts

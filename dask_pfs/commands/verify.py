@@ -24,12 +24,17 @@ from dask_pfs.runtime.results import shown
     show_default=True,
     help="Content hash; manifests without it get a checksum pass.",
 )
+@click.option(
+    "--xattrs",
+    is_flag=True,
+    help="Also compare extended attributes (names, value digests) and ACL presence: status 'xattrs'.",
+)
 @click.option("--report", help="Parquet file listing missing, extra and different entries.")
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Differences to print.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @cluster_options
 def verify_cmd(
-    paths, src_manifest, dst_manifest, where, checksum, report, show, as_json, cluster, threads, progress
+    paths, src_manifest, dst_manifest, where, checksum, xattrs, report, show, as_json, cluster, threads, progress
 ) -> None:
     """Compare SRC and DST by content (checksums, never size and mtime alone).
 
@@ -71,6 +76,7 @@ def verify_cmd(
             "report": report,
             "threads": threads,
             "samples": show,
+            "xattrs": xattrs,
         },
     )
     inputs = [src, dst, src_manifest, dst_manifest]
@@ -91,7 +97,9 @@ def verify_cmd(
             Console(width=200 if not sys.stdout.isatty() else None).print(table)
         click.echo(
             f"verified {result.source} against {result.destination}: {c['same']:,} same, {c['missing']:,} missing, "
-            f"{c['extra']:,} extra, {c['different']:,} different, {c['error']:,} unreadable "
+            f"{c['extra']:,} extra, {c['different']:,} different, "
+            + (f"{c['xattrs']:,} with other attributes, " if xattrs else "")
+            + f"{c['error']:,} unreadable "
             f"({c['files']:,} source files) in {result.seconds:.1f} s"
             + (f"; report: {result.log}" if result.log else "")
         )

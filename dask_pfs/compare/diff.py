@@ -9,6 +9,8 @@ hundred-million-entry tree are compared on disk, not in memory.
 * ``changed``: the type differs; a file's size, mtime (unless ``compare_mtime=False``) or checksum
   (only when both sides have one of the same algorithm); a symlink's target.  ``what`` lists
   which.  A directory's own mtime is not compared: what changed inside it is listed as its entries;
+* ``xattrs`` (``xattrs=True``, ``--xattrs``): only the extended attributes (names, value digests) or
+  the presence of an ACL differ (``what``: ``xattrs``, ``acl``); both sides need them recorded;
 * ``error``: either side could not read the entry, or it lies below a directory one side could
   not read (so an unreadable directory never looks like a deletion).
 
@@ -32,7 +34,7 @@ import fsspec
 import pyarrow.parquet as pq
 
 from dask_pfs.clusters.client import ClusterOptions
-from dask_pfs.compare.sides import Side, scan_sides
+from dask_pfs.compare.sides import Side, require_xattrs, scan_sides
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests import sql as pfs_sql
 from dask_pfs.manifests.frames import KEY
@@ -47,7 +49,7 @@ from operators.schema import PART_PREFIX, PART_SUFFIX
 if TYPE_CHECKING:
     from distributed import Client
 
-CHANGES = ("added", "removed", "changed", "error")
+CHANGES = ("added", "removed", "changed", "xattrs", "error")
 
 
 @dataclass(kw_only=True)
@@ -70,12 +72,18 @@ class DiffResult(JobResult):
         """Like ``diff``: 2 trouble (unreadable entries), 1 different, 0 the same."""
         if self.failed:
             return 2
-        return 1 if any(self.counts.get(c) for c in ("added", "removed", "changed")) else 0
+        return 1 if any(self.counts.get(c) for c in ("added", "removed", "changed", "xattrs")) else 0
 
 
-def diff_sql(old: str, new: str, *, compare_mtime: bool = True) -> str:
+def diff_sql(old: str, new: str, *, compare_mtime: bool = True, xattrs: bool = False) -> str:
     """One row per path of either side: its change, what changed, and both sides' attributes."""
-    cols = f"{KEY} AS k, path, path_raw, type, size, mtime, checksum, link_target, error"
+    cols = f"{KEY} AS k, path, path_raw, type, size, mtime, checksum, link_target, error, xattrs, has_acl"
+    attrs = (
+        "CASE WHEN o.xattrs IS DISTINCT FROM n.xattrs THEN 'xattrs' END, "
+        "CASE WHEN o.has_acl IS DISTINCT FROM n.has_acl THEN 'acl' END, "
+        if xattrs
+        else ""
+    )
     same_algorithm = "split_part(o.checksum, ':', 1) = split_part(n.checksum, ':', 1)"
     what = (
         "list_filter(["
@@ -89,7 +97,7 @@ def diff_sql(old: str, new: str, *, compare_mtime: bool = True) -> str:
         + f"CASE WHEN o.type = 'file' AND n.type = 'file' AND {same_algorithm} AND o.checksum <> n.checksum "
         "THEN 'checksum' END, "
         "CASE WHEN o.type = 'symlink' AND n.type = 'symlink' AND o.link_target IS DISTINCT FROM n.link_target "
-        "THEN 'target' END], lambda x: x IS NOT NULL)"
+        f"THEN 'target' END, {attrs}], lambda x: x IS NOT NULL)"
     )
     return (
         f"WITH o AS (SELECT {cols} FROM {old} AS m), n AS (SELECT {cols} FROM {new} AS m), "
@@ -97,7 +105,8 @@ def diff_sql(old: str, new: str, *, compare_mtime: bool = True) -> str:
         "UNION SELECT path FROM n WHERE error IS NOT NULL AND type = 'directory'), "
         "j AS (SELECT coalesce(n.path, o.path) AS path, coalesce(n.path_raw, o.path_raw) AS path_raw, "
         "CASE WHEN o.error IS NOT NULL OR n.error IS NOT NULL THEN 'error' WHEN o.k IS NULL THEN 'added' "
-        f"WHEN n.k IS NULL THEN 'removed' WHEN len({what}) > 0 THEN 'changed' ELSE 'unchanged' END AS change, "
+        f"WHEN n.k IS NULL THEN 'removed' WHEN len({what}) > 0 AND list_has_all(['xattrs', 'acl'], {what}) "
+        f"THEN 'xattrs' WHEN len({what}) > 0 THEN 'changed' ELSE 'unchanged' END AS change, "
         f"CASE WHEN o.k IS NOT NULL AND n.k IS NOT NULL THEN {what} ELSE [] END AS what, "
         "o.type AS old_type, n.type AS new_type, o.size AS old_size, n.size AS new_size, "
         "o.mtime AS old_mtime, n.mtime AS new_mtime, o.checksum AS old_checksum, n.checksum AS new_checksum, "
@@ -122,11 +131,14 @@ def diff(
     storage_options: dict | None = None,
     progress: Reporter | None = None,
     samples: int = 20,
+    xattrs: bool = False,
 ) -> DiffResult:
     """Compare ``old`` and ``new`` (manifests, or one of them a live tree); see the module docstring.
 
     ``out``: write the rows that are not unchanged there as Parquet (sorted by path).  ``checksum``:
     the algorithm a live side is scanned with (default: the other side's, if it has one).
+    ``xattrs``: compare extended attributes and ACL presence too (a live side is scanned with them;
+    a manifest side must have them).
     Raises :class:`PfsError` (exit code 2) for a missing side or an incomplete manifest.
     """
     t0 = time.monotonic()
@@ -146,10 +158,12 @@ def diff(
             client = stack.enter_context(job_client(client, cluster, threads, here=live))
             known_sides = [Side(m, m.root) if m else None for m in given]
             sides = scan_sides(client, known_sides, jobs, checksum or options.get("checksum"), threads,
-                               progress=progress or NullProgress(), prune=prune)  # fmt: skip
+                               progress=progress or NullProgress(), prune=prune, xattrs=xattrs)  # fmt: skip
             given = [s.manifest for s in sides]
         assert given[0] is not None and given[1] is not None
-        result = _compare(given[0], given[1], out, compare_mtime, samples)
+        if xattrs:
+            require_xattrs([Side(m, m.root) for m in (given[0], given[1])])
+        result = _compare(given[0], given[1], out, compare_mtime, samples, xattrs)
     result.old, result.new = names  # not the temporary scan of a live side, gone by now
     result.seconds = round(time.monotonic() - t0, 3)
     return result
@@ -190,9 +204,9 @@ def _manifest_or_none(name: str, storage_options: dict | None) -> Manifest | Non
     return None
 
 
-def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: int) -> DiffResult:
+def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: int, xattrs: bool = False) -> DiffResult:
     con = pfs_sql.connect(old, new)  # reads the two manifests and nothing else
-    sql = diff_sql(old.relation_sql(), new.relation_sql(), compare_mtime=compare_mtime)
+    sql = diff_sql(old.relation_sql(), new.relation_sql(), compare_mtime=compare_mtime, xattrs=xattrs)
     try:
         counted = con.execute(
             "SELECT change, count(*), "
@@ -212,7 +226,7 @@ def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: in
             first = con.execute(f"SELECT path, change FROM ({differing}) LIMIT {int(samples)}").fetchall()
     except duckdb.Error as exc:
         raise PfsError(f"diff failed: {str(exc).splitlines()[0]}") from None
-    counts = {c: 0 for c in (*CHANGES, "unchanged")}
+    counts = {c: 0 for c in (*CHANGES, "unchanged") if xattrs or c != "xattrs"}  # asked for: counted
     sizes = {"added": 0, "removed": 0, "changed": 0, "old": 0, "new": 0}
     for change, n, new_bytes, old_bytes in counted:
         counts[change] = int(n)

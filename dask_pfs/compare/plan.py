@@ -8,7 +8,8 @@ disk, not memory.  Paths reach SQL only as parameters or through ``sql.sql_str``
 * ``new``: only in the source;  ``extra``: only in the destination;
 * ``changed``: a file whose size or mtime differ (``checksum=True``: size or content hash;
   object-store destinations keep no source mtime, so there size only), a symlink whose
-  target differs, or a directory whose mtime or mode differ (its metadata is set again);
+  target differs, or a directory whose mtime or mode differ (its metadata is set again); with
+  ``xattrs``, any entry whose extended attributes (names, value digests) or ACL presence differ;
 * ``type-changed``: a file became a directory or the reverse (the destination entry, and
   everything below it, is removed before the copy: ``remove_first``);
 * ``unchanged``; ``error``: either side could not be read (never acted on).
@@ -59,8 +60,11 @@ class Plan:
         return Filter(f"{KEY} IN {self.keys_sql(condition)}", reads=(self.file,))
 
 
-def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool) -> str:
-    cols = f"{KEY} AS k, path, path_raw, type, size, mtime, mode, checksum, link_target, error"
+def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool, xattrs: bool = False) -> str:
+    cols = f"{KEY} AS k, path, path_raw, type, size, mtime, mode, checksum, link_target, error, xattrs, has_acl"
+    xattrs_differ = "s.xattrs IS DISTINCT FROM d.xattrs" if xattrs else "false"
+    acl_differs = "s.has_acl IS DISTINCT FROM d.has_acl" if xattrs else "false"
+    attrs = f"WHEN {xattrs_differ} OR {acl_differs} THEN 'changed' "
     if checksum:
         differs = "s.size IS DISTINCT FROM d.size OR s.checksum IS DISTINCT FROM d.checksum"
     elif compare_mtime:
@@ -74,6 +78,8 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool)
         "coalesce(s.path_raw, d.path_raw) AS path_raw, s.type AS src_type, d.type AS dst_type, "
         "s.size AS size, d.size AS dst_size, s.mtime AS mtime, d.mtime AS dst_mtime, "
         "s.checksum AS checksum, d.checksum AS dst_checksum, coalesce(s.error, d.error) AS error, "
+        f"s.k IS NOT NULL AND d.k IS NOT NULL AND ({xattrs_differ}) AS xattrs_differ, "
+        f"s.k IS NOT NULL AND d.k IS NOT NULL AND ({acl_differs}) AS acl_differs, "
         "CASE WHEN s.k IS NOT NULL AND s.error IS NOT NULL THEN 'error' "
         "WHEN d.k IS NULL THEN 'new' "
         "WHEN d.error IS NOT NULL THEN 'error' "
@@ -83,7 +89,8 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool)
         "WHEN s.type = 'symlink' AND s.link_target IS DISTINCT FROM d.link_target THEN 'changed' "
         f"WHEN s.type = 'directory' AND {'true' if compare_mtime else 'false'} "
         "AND (s.mtime IS DISTINCT FROM d.mtime OR s.mode IS DISTINCT FROM d.mode) THEN 'changed' "
-        "ELSE 'unchanged' END AS action FROM s FULL OUTER JOIN d ON s.k = d.k), "
+        + (attrs if xattrs else "")
+        + "ELSE 'unchanged' END AS action FROM s FULL OUTER JOIN d ON s.k = d.k), "
         # destination directories replaced by a file: everything below them goes first
         "tc AS (SELECT path FROM j WHERE action = 'type-changed' AND dst_type = 'directory') "
         "SELECT *, action = 'type-changed' OR (action = 'extra' AND EXISTS "
@@ -93,14 +100,23 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool)
 
 
 def write_plan(
-    src: Manifest, dst: Manifest, out: str, *, checksum: bool, compare_mtime: bool, info: dict | None = None
+    src: Manifest,
+    dst: Manifest,
+    out: str,
+    *,
+    checksum: bool,
+    compare_mtime: bool,
+    info: dict | None = None,
+    xattrs: bool = False,
 ) -> Plan:
     """Join the two manifests and write ``out/plan.parquet`` and ``out/_plan.json``."""
     os.makedirs(out, exist_ok=True)
     target = os.path.join(out, PLAN_FILE)
     tmp = os.path.join(out, f".{PLAN_FILE}.tmp")
     con = connect(src, dst, reads=[target])
-    sql = plan_sql(src.relation_sql(), dst.relation_sql(), checksum=checksum, compare_mtime=compare_mtime)
+    sql = plan_sql(
+        src.relation_sql(), dst.relation_sql(), checksum=checksum, compare_mtime=compare_mtime, xattrs=xattrs
+    )
     try:
         write_parquet(con, sql, tmp)
     except PfsError as exc:
@@ -117,7 +133,7 @@ def write_plan(
         counts["remove_first"] += int(first)
         if action in COPY_ACTIONS:
             counts["copy_bytes"] += int(nbytes)
-    info = {**(info or {}), "checksum": checksum, "compare_mtime": compare_mtime, "counts": counts}
+    info = {**(info or {}), "checksum": checksum, "compare_mtime": compare_mtime, "xattrs": xattrs, "counts": counts}
     write_atomic(os.path.join(out, PLAN_INFO), json.dumps(info, indent=1, default=str).encode())
     return Plan(out, counts, info)
 
@@ -150,8 +166,14 @@ def check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str
     """A plan read back names this sync's own source, destination and manifests, and was made with
     this run's ``--checksum`` and pruning options (exit 2 otherwise): what it would copy from or
     remove through is never taken from the file, and a resume never acts on another comparison."""
-    names = {"algorithm": "--checksum", "prune": "--exclude/--include/--max-depth/--one-file-system"}
+    names = {
+        "algorithm": "--checksum",
+        "prune": "--exclude/--include/--max-depth/--one-file-system",
+        "preserve_xattrs": "attributes kept and compared (--no-xattrs: not)",
+    }
     for key, value in options.items():
+        if key == "preserve_xattrs" and key not in p.info:  # a plan of a pfs before attributes: none compared
+            continue
         if json.loads(json.dumps(p.info.get(key))) != json.loads(json.dumps(value)):
             raise PfsError(
                 f"the interrupted sync ran with {names[key]} {json.dumps(p.info.get(key))}, this run with "
@@ -166,12 +188,13 @@ def check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str
             raise PfsError(f"{p.path}: the plan names {key} {p.info.get(key)!r}, not {path}; not resuming it")
 
 
-def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool) -> None:
+def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool, xattrs: bool = False) -> None:
     """Rewrite the destination manifest from the plan: what the destination holds after the sync.
 
     Copied entries take the source's row (same size, mtime, mode) with ``ino``, ``dev`` and
     ``ctime`` unknown (null); unchanged entries keep the destination's row; extras stay unless
-    they were deleted.
+    they were deleted.  ``xattrs``: the copy kept attributes, so the copied rows' attributes are
+    the destination's too (the manifest records them when both manifests did).
     """
     s, d = open_manifest(src_m), open_manifest(dst_m)
     tmp = os.path.join(d.local_dir, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
@@ -197,6 +220,7 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
         "updated_from_plan": p.path,
         "counts": {"entries": counts[0], "files": counts[1], "directories": counts[2], "bytes": counts[3]},
         "errors": [],
+        "options": {"xattrs": xattrs and s.has_xattrs and d.has_xattrs},
     }
     write_marker(dst_m, info)
     with open(os.path.join(p.path, "_plan.json")) as f:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import Manifest, Selection, open_manifest, prepare_output, write_marker
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.runtime.progress import NullProgress, Reporter
@@ -59,9 +60,11 @@ def scan_sides(
     threads: int | None,
     progress: Reporter | None = None,
     prune: Prune | None = None,
+    xattrs: bool = False,
 ) -> list[Side]:
     """Every side: the one given, else its job ``(url, out, storage_options)`` scanned, all at once on
-    one cluster (``prune``: what both scans leave out, ``operators.scan.prune``)."""
+    one cluster (``prune``: what both scans leave out, ``operators.scan.prune``; ``xattrs``: scans
+    record attributes, ``operators.xattrs``)."""
 
     def one(url: str, out: str, options: dict | None) -> Side:
         result = scan_tree(
@@ -74,6 +77,7 @@ def scan_sides(
             storage_options=options,
             checksum=checksum,
             prune=prune,
+            xattrs=xattrs,
         )
         return Side(open_manifest(out), result.root, options or {}, result.failed)
 
@@ -84,6 +88,16 @@ def scan_sides(
     if missing:
         raise ValueError(f"sides {missing}: neither a manifest nor a tree to scan")
     return [side for side in done if side is not None]
+
+
+def require_xattrs(sides: list[Side]) -> None:
+    """Refuse (exit 2) a manifest scanned without ``--xattrs``: its attributes are unknown, not absent."""
+    for side in sides:
+        if not side.manifest.has_xattrs:
+            raise PfsError(
+                f"{side.manifest.url}: scanned without --xattrs, so its attributes are unknown "
+                "(scan it again with pfs scan --xattrs, or compare the tree itself)"
+            )
 
 
 def with_checksums(
@@ -120,5 +134,6 @@ def _checksummed(client: Client, side: Side, sel: Selection, algorithm: str, out
             sub.drain()
     finally:
         progress.stop()
-    write_marker(out, {"root": side.root, "derived_from": side.manifest.url, "where": sel.where, "checksum": algorithm})
+    info = {"root": side.root, "derived_from": side.manifest.url, "where": sel.where, "checksum": algorithm}
+    write_marker(out, {**info, "options": {"xattrs": side.manifest.has_xattrs}})  # the rows keep their attributes
     return Side(open_manifest(out), side.root, side.storage_options, side.scanned_errors + done["errors"])

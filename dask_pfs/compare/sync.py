@@ -22,6 +22,8 @@ it, so the next sync of a tree with few changes costs one scan of the source.
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 import shutil
 import time
@@ -122,6 +124,7 @@ def sync(
     split_size: int | None = None,
     prune: Prune | None = None,
     allow_other_root: bool = False,
+    xattrs: bool = True,
 ) -> SyncResult:
     """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
 
@@ -133,6 +136,9 @@ def sync(
     changed and type-changed destination entries are left as they are.  ``allow_other_root``: act
     with manifests whose roots are not the trees they were scanned from (``dask_pfs.manifests.root``).
     ``limits``: job-wide caps on operations and bytes per second (else the cluster's).
+    ``xattrs`` (local and mounted trees): both sides are scanned with their extended attributes and ACL
+    presence, and an entry whose attributes differ is changed (copied again); given manifests scanned
+    without ``--xattrs`` leave attributes uncompared (logged).
 
     After a run (not a dry run) without failures only the plan stays in the default work directory
     (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
@@ -143,6 +149,7 @@ def sync(
     s_loc = resolve(os.fspath(src), storage_options)
     d_loc = resolve(os.fspath(dst), dst_storage_options)
     algorithm = check_checksum(DEFAULT if checksum is True else str(checksum)) if checksum else None
+    xattrs = xattrs and s_loc.is_local and d_loc.is_local  # object stores: no attributes to compare
     cap = Cap.parse(max_delete, "--max-delete")
     work = default_work_dir(s_loc.url, d_loc.url)
     src_m = os.fspath(src_manifest) if src_manifest else os.path.join(work, "src-manifest")
@@ -153,7 +160,8 @@ def sync(
     with writer_lock(d_loc, "sync into"), job_client(client, cluster, threads, limits, here=(s_loc, d_loc)) as client:
         p = read_plan(plan_dir) if resume else None
         if p is not None:
-            check_plan(p, s_loc, d_loc, src_m, dst_m, {"algorithm": algorithm, "prune": _pruned(prune)})
+            asked = {"algorithm": algorithm, "prune": _pruned(prune), "preserve_xattrs": xattrs}
+            check_plan(p, s_loc, d_loc, src_m, dst_m, asked)
             sides = [manifest_side(p.info["src_manifest"], s_loc.url, storage_options)]
             sides.append(manifest_side(p.info["dst_manifest"], d_loc.url, dst_storage_options))
             sides[0].scanned_errors = int(p.info.get("src_errors", 0))
@@ -172,6 +180,7 @@ def sync(
                 storage_options,
                 dst_storage_options,
                 prune,
+                xattrs,
             )
             if algorithm:
                 sides = [
@@ -186,6 +195,7 @@ def sync(
                 "src_errors": sides[0].scanned_errors,
                 "algorithm": algorithm,
                 "prune": _pruned(prune),
+                "preserve_xattrs": xattrs,
             }
             p = write_plan(
                 sides[0].manifest,
@@ -194,6 +204,7 @@ def sync(
                 checksum=bool(algorithm),
                 compare_mtime=not sides[1].flat,
                 info=info,
+                xattrs=xattrs and _attributes_known(sides),
             )
         result = _act(
             client, p, sides, s_loc, d_loc, delete=delete, cap=cap, dry_run=dry_run,
@@ -231,8 +242,10 @@ def _sides(
     so: dict | None,
     dso: dict | None,
     prune: Prune | None = None,
+    xattrs: bool = False,
 ) -> list[Side]:
-    """Both manifests: complete ones given by the user are used as they are, the rest are scanned."""
+    """Both manifests: complete ones given by the user are used as they are, the rest are scanned
+    (with their attributes when ``xattrs``)."""
     if not is_dir(s_loc):
         raise PfsError(f"{s_loc.url}: no such directory")
     sides: list[Side | None] = [None, None]
@@ -246,7 +259,24 @@ def _sides(
             sides[i] = manifest_side(m, loc.url, opts)
         else:
             jobs[i] = (loc.url, m, opts)
-    return scan_sides(client, sides, jobs, algorithm, threads, prune=prune)
+    return scan_sides(client, sides, jobs, algorithm, threads, prune=prune, xattrs=xattrs)
+
+
+# the copy engine keeps attributes (issue 31's preservation): only then are the copied rows' attributes the
+# destination's, for an updated destination manifest
+_COPY_KEEPS_XATTRS = "xattrs" in inspect.signature(copy).parameters
+
+
+def _attributes_known(sides: list[Side]) -> bool:
+    """Whether both sides recorded attributes (an empty destination has none to compare)."""
+    unknown = [
+        s.manifest.url
+        for s in sides
+        if not s.manifest.has_xattrs and (s.manifest.info.get("counts") or {}).get("entries")
+    ]
+    if unknown:
+        logging.getLogger("pfs").warning("%s: scanned without --xattrs: attributes not compared", ", ".join(unknown))
+    return not unknown
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,
@@ -343,7 +373,14 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         if failures:
             warnings.warn("the destination manifest was not updated: the sync had failures", stacklevel=3)
         else:
-            update_manifest(p, sides[0].manifest.url, dst_m, d_loc.url, deleted=result.delete)
+            update_manifest(
+                p,
+                sides[0].manifest.url,
+                dst_m,
+                d_loc.url,
+                deleted=result.delete,
+                xattrs=bool(p.info.get("xattrs")) and _COPY_KEEPS_XATTRS,
+            )
             c["dst_manifest_updated"] = True
     result.seconds = round(time.monotonic() - t0, 3)
     return result

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from dask_pfs.clusters.client import ClusterOptions
-from dask_pfs.compare.sides import Side, manifest_side, scan_sides, with_checksums
+from dask_pfs.compare.sides import Side, manifest_side, require_xattrs, scan_sides, with_checksums
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY, takes_selection
 from dask_pfs.manifests.sql import Filter, where_filter, write_parquet
@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 
     from operators.ratelimit import Limits
 
-STATUSES = ("missing", "extra", "different", "error")
+STATUSES = ("missing", "extra", "different", "xattrs", "error")
+# ``--xattrs``: attribute names and value digests (or ACL presence) differ while contents are the same
+XATTRS_DIFFER = "(s.xattrs IS DISTINCT FROM d.xattrs OR s.has_acl IS DISTINCT FROM d.has_acl)"
 
 
 @dataclass(kw_only=True)
@@ -59,12 +61,19 @@ class VerifyResult(JobResult):
         return {**super().summary(), "report": self.log}
 
 
-def compare_sql(src: Side, dst: Side, where: Filter | None) -> str:
-    """One row per path on either side with its status (missing/extra/different/error/same)."""
+def compare_sql(src: Side, dst: Side, where: Filter | None, xattrs: bool = False) -> str:
+    """One row per path on either side with its status (missing/extra/different/xattrs/error/same)."""
     cond = f"({where})" if where else "TRUE"
     if src.flat or dst.flat:
         cond += " AND type <> 'directory'"  # object stores have no empty directories to compare
-    cols = f"{KEY} AS k, path, path_raw, type, size, mtime, checksum, link_target, error"
+    cols = f"{KEY} AS k, path, path_raw, type, size, mtime, checksum, link_target, error, xattrs, has_acl"
+    attrs = (
+        "list_transform(s.xattrs, lambda x: x.name) AS src_xattrs, "
+        "list_transform(d.xattrs, lambda x: x.name) AS dst_xattrs, "
+        "s.has_acl AS src_acl, d.has_acl AS dst_acl, "
+        if xattrs
+        else ""
+    )
     return (
         f"WITH s AS (SELECT {cols} FROM {src.manifest.relation_sql()} AS m WHERE {cond}), "
         f"d AS (SELECT {cols} FROM {dst.manifest.relation_sql()} AS m WHERE {cond}) "
@@ -75,10 +84,11 @@ def compare_sql(src: Side, dst: Side, where: Filter | None) -> str:
         "WHEN s.type = 'file' AND (s.size IS DISTINCT FROM d.size OR s.checksum IS DISTINCT FROM d.checksum) "
         "THEN 'different' "
         "WHEN s.type = 'symlink' AND s.link_target IS DISTINCT FROM d.link_target THEN 'different' "
-        "ELSE 'same' END AS status, "
+        + (f"WHEN {XATTRS_DIFFER} THEN 'xattrs' " if xattrs else "")
+        + "ELSE 'same' END AS status, "
         "s.type AS src_type, d.type AS dst_type, s.size AS src_size, d.size AS dst_size, "
         "s.mtime AS src_mtime, d.mtime AS dst_mtime, s.checksum AS src_checksum, d.checksum AS dst_checksum, "
-        "coalesce(s.error, d.error) AS error "
+        f"{attrs}coalesce(s.error, d.error) AS error "
         "FROM s FULL OUTER JOIN d ON s.k = d.k"
     )
 
@@ -101,6 +111,7 @@ def verify(
     storage_options: dict | None = None,
     dst_storage_options: dict | None = None,
     samples: int = 20,
+    xattrs: bool = False,
 ) -> VerifyResult:
     """Compare ``src`` and ``dst`` by content (``checksum``: the algorithm); a side may be given as
     a manifest instead.
@@ -109,6 +120,8 @@ def verify(
     manifest rows, ``dask_pfs.manifests.frames``) select rows on both sides.  With a
     manifest and a URL for the same side, the manifest's rows are read below the URL.  Rows
     that are not the same go to the Parquet ``report`` (default: a file in the temp dir).
+    ``xattrs`` also compares each entry's extended attributes (names and value digests) and ACL
+    presence (status ``xattrs``); trees are scanned with them, manifests must have them.
     """
     t0 = time.monotonic()
     algorithm = check_checksum(checksum) or DEFAULT
@@ -135,31 +148,35 @@ def verify(
         ]
         s_side, d_side = (
             with_checksums(client, side, selected, algorithm, os.path.join(work, f"{label}-sums"), progress)
-            for side, label in zip(scan_sides(client, sides, jobs, algorithm, threads), ("src", "dst"), strict=True)
+            for side, label in zip(
+                scan_sides(client, sides, jobs, algorithm, threads, xattrs=xattrs), ("src", "dst"), strict=True
+            )
         )
-        counts, wrote, sample_rows = _compare(s_side, d_side, selected, report, samples)
+        if xattrs:
+            require_xattrs([s_side, d_side])
+        counts, wrote, sample_rows = _compare(s_side, d_side, selected, report, samples, xattrs)
     return VerifyResult(
         source=s_side.root,
         destination=d_side.root,
         counts=counts,
-        failed=sum(counts[s] for s in STATUSES),
+        failed=sum(counts.get(s, 0) for s in STATUSES),
         log=wrote,
         seconds=round(time.monotonic() - t0, 3),
         samples=[(p, s) for p, s in sample_rows],
     )
 
 
-def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samples: int):
+def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samples: int, xattrs: bool = False):
     """Counts per status, the report written (None when everything is the same), the first differences."""
     # the where-clause runs only on a locked connection (which may read a selection's file too)
     con = locked(s_side.manifest, d_side.manifest, reads=where.reads if where else ())
-    sql = compare_sql(s_side, d_side, where)
+    sql = compare_sql(s_side, d_side, where, xattrs)
     ms = (s_side.manifest, d_side.manifest)
     if where is not None and where.user and all(m.is_local for m in ms):  # first in a bounded child
         probe(f"SELECT count(*) FROM ({sql})", [m.local_dir for m in ms], where.reads)
     try:
         rows = con.execute(f"SELECT status, count(*), sum(src_size) FROM ({sql}) GROUP BY status").fetchall()
-        counts = {s: 0 for s in ("same", *STATUSES)}
+        counts = {s: 0 for s in ("same", *STATUSES) if xattrs or s != "xattrs"}  # asked for: counted
         for status, n, _ in rows:
             counts[status] = int(n)
         counts["files"] = int(con.execute(f"SELECT count(*) FROM ({sql}) WHERE src_type = 'file'").fetchall()[0][0])
@@ -167,7 +184,7 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
             con.execute(f"SELECT coalesce(sum(src_size), 0) FROM ({sql}) WHERE src_type = 'file'").fetchall()[0][0]
         )
         wrote = None
-        if sum(counts[s] for s in STATUSES):
+        if sum(counts.get(s, 0) for s in STATUSES):
             write_parquet(con, f"SELECT * FROM ({sql}) WHERE status <> 'same' ORDER BY path", report)
             wrote = report
         sample_rows = con.execute(

@@ -31,7 +31,15 @@ from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
 from dask_pfs.version import __version__
-from operators.schema import MARKER_NAME, PART_PREFIX, PART_SUFFIX, SCHEMA, SCHEMA_VERSION
+from operators.schema import (
+    MARKER_NAME,
+    PART_PREFIX,
+    PART_SUFFIX,
+    READABLE_VERSIONS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    XATTR_COLUMNS,
+)
 
 if TYPE_CHECKING:
     pass
@@ -115,8 +123,18 @@ class Manifest:
             return self.table_name
         extra = ", filename = true" if filename else ""
         if any(c in self.local_dir for c in "*?[{"):  # a glob character in the directory's name: list the parts
-            return f"read_parquet([{', '.join(sql_str(f) for f in files)}]{extra})"
-        return f"read_parquet({sql_str(self.parts_glob)}{extra})"
+            parts = f"read_parquet([{', '.join(sql_str(f) for f in files)}]{extra})"
+        else:
+            parts = f"read_parquet({sql_str(self.parts_glob)}{extra})"
+        if self.info.get("schema_version") == 1:  # written before the xattrs columns: they read as nulls
+            cols = ", ".join(f'NULL::{_duck_type(SCHEMA.field(c))} AS "{c}"' for c in XATTR_COLUMNS)
+            return f"(SELECT *, {cols} FROM {parts})"
+        return parts
+
+    @property
+    def has_xattrs(self) -> bool:
+        """Whether the scan recorded attributes (``scan --xattrs``): else its xattrs columns are null."""
+        return bool((self.info.get("options") or {}).get("xattrs"))
 
     # As frames (``dask_pfs.manifests.frames``): filter with Dask, pandas or pyarrow, then pass the result to
     # copy/remove/verify as ``selection=``.
@@ -273,6 +291,10 @@ def _duck_type(field: pa.Field) -> str:
         return "BLOB"
     if pa.types.is_timestamp(t):
         return "TIMESTAMPTZ"
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_list(t):  # the xattrs column
+        return "STRUCT(name VARCHAR, digest VARCHAR, value BLOB)[]"
     if pa.types.is_unsigned_integer(t):
         return "UBIGINT"
     return "BIGINT"
@@ -307,7 +329,7 @@ def open_manifest(
         warnings.warn(f"{url}: incomplete manifest (no {MARKER_NAME})", stacklevel=2)
         return Manifest(url, {"root": None, "complete": False}, False, storage_options)
     version = info.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise PfsError(f"{url}: manifest schema version {version}, this pfs reads version {SCHEMA_VERSION}")
     return Manifest(url, info, True, storage_options)
 

@@ -39,6 +39,7 @@ def scan(
     resume: bool = False,
     on_parts: Callable[[list[str]], None] | None = None,
     prune: Prune | None = None,
+    xattrs: bool = False,
 ) -> ScanResult:
     """Scan ``url`` into a manifest directory ``out``; return counts and timings.
 
@@ -46,7 +47,8 @@ def scan(
     ``PFS_SCHEDULER``), else an embedded LocalCluster.
     Raises :class:`PfsError` (nothing written) when the root is missing or ``out`` already
     holds a manifest and ``overwrite`` is false.  ``checksum`` (``xxh3``, ``sha256``, ``md5``)
-    fills the checksum column of every file (``operators.checksum``).
+    fills the checksum column of every file (``operators.checksum``).  ``xattrs`` fills the
+    ``xattrs`` and ``has_acl`` columns of every entry (``operators.xattrs``; local and mounted trees).
 
     ``resume`` finishes the interrupted scan of ``url`` into ``out`` that the journal describes
     (walking only what its finished tasks left), returns a complete manifest's summary as it is,
@@ -79,6 +81,7 @@ def scan(
             checksum=checksum,
             resume=resume,
             prune=prune,
+            xattrs=xattrs,
         )
         if job.done is not None:
             return job.done

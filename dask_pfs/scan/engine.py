@@ -53,6 +53,7 @@ from operators.scan.prune import Prune
 from operators.scan.root_guard import root_id
 from operators.scan.task import ChunkResult, ScanSpec, scan_chunk
 from operators.scan.walk import Budget, DirItem, Tally
+from operators.xattrs import XATTRS_LOCAL, file_xattrs
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -103,8 +104,9 @@ class TreeScan:
         checksum: str | None = None,
         resume: bool = False,
         prune: Prune | None = None,
+        xattrs: bool = False,
     ) -> None:
-        checksum = check_checksum(checksum)
+        checksum, self.xattrs = check_checksum(checksum), xattrs
         if resume and overwrite:
             raise PfsError("--resume and --overwrite exclude each other")
         self.started = datetime.now(UTC)
@@ -117,8 +119,8 @@ class TreeScan:
         self.head: HereResult | None = None  # what start_here walked in this process
         self.shown: Reporter | None = None  # the progress start_here began (run goes on with it)
         root = probe(loc, follow=True)  # the root may be a symlink (like find -H); nothing below is followed
-        if not root.exists:
-            raise PfsError(f"{loc.url}: no such file or directory")
+        if not root.exists or (xattrs and not loc.is_local):
+            raise PfsError(f"{loc.url}: " + ("no such file or directory" if not root.exists else XATTRS_LOCAL))
         self.prune = prune = pruned_at(loc, prune)
         pruning = prune.describe() if prune is not None else None
         self.journal = sj.scan_journal(loc.url, out, out_storage_options) if root.kind == "directory" else None
@@ -144,6 +146,7 @@ class TreeScan:
             threads=threads,
             checksum=checksum,
             prune=prune,
+            xattrs=xattrs,
             root_id=root_id(loc.path) if loc.is_local else None,  # a task on an unmounted root fails
         )
 
@@ -193,6 +196,7 @@ class TreeScan:
             "task_slots": slots,
             "run_id": run_id,
             "checksum": spec.checksum,
+            "xattrs": spec.xattrs,
             "prune": spec.prune.describe() if spec.prune else None,
             "concurrency": {},
             "limits": asdict(limits) if limits else None,
@@ -280,12 +284,13 @@ class TreeScan:
                 fs = loc.filesystem()
                 fill_rows(one, lambda todo: checksum_many(todo, lambda _: checksum_remote(fs, loc.path, checksum)))
             row = one[0]
-        part = write_part(rows_to_table([row]), self.out, part_name("0000000", 0), self.out_options)
+        table, row = file_xattrs(row, loc.path) if self.xattrs else (rows_to_table([row]), row)
+        part = write_part(table, self.out, part_name("0000000", 0), self.out_options)
         tally = Tally()
         tally.count(row)
         parent = os.path.dirname(loc.path.rstrip("/")) or "/"
         root_url = parent if loc.is_local else f"{loc.protocol}://{parent}"
-        return self._finish(root_url, tally, [part], 0, {"threads": threads})
+        return self._finish(root_url, tally, [part], 0, {"threads": threads, "xattrs": self.xattrs})
 
     def _complete(self, checksum: str | None, pruning: dict | None) -> ScanResult:
         """``resume`` over a finished scan: its summary, nothing scanned (a leftover journal is dropped);

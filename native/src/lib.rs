@@ -12,6 +12,7 @@ mod checksum;
 mod copy;
 mod remove;
 mod scan;
+mod xattrs;
 
 /// A Python list of `bytes` (names or paths, exact) as owned byte strings.
 /// A root's `(device, inode)` from Python as the core's `Identity`.
@@ -66,5 +67,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     copy::register(m)?;
     checksum::register(m)?;
     scan::register(m)?;
+    xattrs::register(m)?;
     Ok(())
 }

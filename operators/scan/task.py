@@ -21,6 +21,7 @@ from operators.scan.prune import Prune
 from operators.scan.remote import FsspecLister
 from operators.scan.root_guard import RootId, check_root
 from operators.scan.walk import Budget, DirItem, Tally, walk
+from operators.xattrs import fill_xattrs
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class ScanSpec:
     flush_rows: int = 200_000
     checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
     prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
+    xattrs: bool = False  # fill the xattrs/has_acl columns (operators.xattrs; local trees only)
     root_id: RootId | None = None  # a local root's (device, inode) when the scan began (operators.scan.root_guard)
 
     def lister(self):
@@ -77,6 +79,9 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
             table = buf.take_table()
             if spec.checksum:
                 table, failed = fill_table(table, sums_of)
+                sum_failures.extend(failed)
+            if spec.xattrs and isinstance(lister, LocalLister):
+                table, failed = fill_xattrs(table, lister.root, spec.threads)
                 sum_failures.extend(failed)
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
             del table

@@ -6,7 +6,7 @@
 //!   overflow-free times, Arrow buffers with checked offsets;
 //! - `pool`: the core's I/O threads (sound for borrowed work, panics and forks);
 //! - `parents`: a job's pinned root and the chain of open parents below it;
-//! - the jobs: `scan`, `remove`, `copy`, `checksum`.
+//! - the jobs: `scan`, `remove`, `copy`, `checksum`, `xattrs`.
 //!
 //! `native/src` binds it for Python (`operators._native`); nothing here knows Python.
 
@@ -21,3 +21,4 @@ pub mod remove;
 pub mod scan;
 pub mod sys;
 pub mod time;
+pub mod xattrs;

@@ -455,3 +455,46 @@ pub fn open_regular(
     retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, status) })?;
     Ok((fd, st))
 }
+
+/// `llistxattr(path)`: the NUL-separated attribute names of `path` itself (a symlink's own, never
+/// its target's), growing the buffer while the list grows (ERANGE).
+pub fn llistxattr(path: &CStr) -> Result<Vec<u8>, Errno> {
+    let mut buf = vec![0u8; 256];
+    loop {
+        // SAFETY: `path` is NUL-terminated; the kernel writes at most `buf.len()` bytes into `buf`.
+        match retry(|| unsafe {
+            libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        }) {
+            Ok(n) => {
+                buf.truncate(n.unsigned_abs());
+                return Ok(buf);
+            }
+            Err(libc::ERANGE) => buf.resize(buf.len() * 4, 0),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `lgetxattr(path, name)`: one attribute's value (of `path` itself, never a symlink's target).
+pub fn lgetxattr(path: &CStr, name: &CStr) -> Result<Vec<u8>, Errno> {
+    let mut buf = vec![0u8; 256];
+    loop {
+        // SAFETY: both strings are NUL-terminated; the kernel writes at most `buf.len()` bytes.
+        let got = retry(|| unsafe {
+            libc::lgetxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        });
+        match got {
+            Ok(n) => {
+                buf.truncate(n.unsigned_abs());
+                return Ok(buf);
+            }
+            Err(libc::ERANGE) if buf.len() < (1 << 26) => buf.resize(buf.len() * 16, 0),
+            Err(e) => return Err(e),
+        }
+    }
+}
