@@ -228,3 +228,60 @@ def test_mapped_removes_and_verifies_run_at_once(tmp_path, scheduler_address):
     assert sorted(p.relative_to(src) for p in src.rglob("*")) == sorted(  # the directories stay
         p.relative_to(dst) for p in dst.rglob("*") if p.is_dir()
     )
+
+
+def test_killed_part_then_late_part(tmp_path):
+    """A part killed mid-copy (workers and all) leaves a temp file; the other parts, started after, remove
+    it when the last of them settles; the killed part's retry comes after the group settled (read-only
+    directories, as a user's job): it is not refused, writes its files, settles again, and leaves nothing."""
+    src = _tree(tmp_path)
+    big = src / "d000" / "sub" / "big.dat"  # sorts first: part 0's
+    big.write_bytes(os.urandom(1 << 20) * 8)
+    os.utime(big.parent, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    m, dst = tmp_path / "m", tmp_path / "dst"
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PFS_LOCK_DIR": str(tmp_path / "locks")}
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    run_pfs("scan", src, "-o", m, "--no-progress", check=True, env=env, drop_dac=True)
+    parts = _parts(src, PARTS)
+
+    def cp(where: str, *more: str) -> list[str]:
+        return [*DROP_DAC, *PFS, "cp", "--manifest", str(m), "--where", where, str(dst), "--no-progress", *more]
+
+    # part 0 on its own embedded cluster, paced: killed (its process group: driver and workers) mid-file
+    slow = cp(parts[0], "--split-size", "1M", "--max-bandwidth", "2M", "--workers", "1")
+    killed = subprocess.Popen(
+        slow, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while killed.poll() is None and not _temps(dst):
+            assert time.monotonic() < deadline, "no temp file appeared"
+            time.sleep(0.02)
+        assert killed.poll() is None, killed.communicate()[0]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(killed.pid, signal.SIGKILL)
+        killed.communicate(timeout=60)
+    assert _temps(dst), "the kill left a temp file"
+
+    with _cluster_without_dac(tmp_path) as address:
+        others = [
+            subprocess.Popen(
+                cp(w, "--scheduler", address), env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+            for w in parts[1:]
+        ]
+        outs = [p.communicate(timeout=300)[0] for p in others]
+        failed = [o.decode() for p, o in zip(others, outs, strict=True) if p.returncode]
+        assert not failed, failed[0]
+        assert not _temps(dst), "the group's last part removes a killed part's temp files"
+        assert not big.with_name("big.dat").relative_to(src).as_posix() in tree_digest(dst)  # noqa: E713 (part 0's)
+        late = run_pfs(*cp(parts[0], "--scheduler", address)[len(DROP_DAC) + len(PFS) :], env=env, drop_dac=True)
+    assert late.returncode == 0, late.stdout + late.stderr
+    assert tree_digest(dst) == tree_digest(src)
+    assert _dir_meta(dst) == _dir_meta(src)
+    assert not _temps(dst) and not glob.glob(f"{tmp_path}/locks/*.parts/*")
+
+
+def _temps(root) -> list[str]:
+    return glob.glob(f"{root}/**/.*.pfs-tmp-*", recursive=True)

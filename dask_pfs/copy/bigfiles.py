@@ -60,8 +60,10 @@ class BigFiles:
         parts: list[Future | str] = []
         for i, (off, length) in enumerate(item.ranges):
             rid = f"{cid}.r{i}"
-            if self.job.skip(rid):
-                parts.append("copied")  # already in this run's temp file (same token)
+            # already in this run's temp file (same token); never for a part of a group, whose last part
+            # removes every temp file a killed part left (``copy.group``): its retry copies the file again
+            if self.job.group is None and self.job.skip(rid):
+                parts.append("copied")
             else:
                 parts.append(self._range(copy_part, e, off, length, rid=rid, part=i))
         self.job.submit(finish_file, e, *parts, entries=[e], cid=cid, weight=len(parts) + 1, kind="finish")

@@ -7,13 +7,19 @@ of a group share the destination's lock (``dask_pfs.runtime.locking``) and one t
 part's directory phase never removes another part's files in flight); a copy of another manifest,
 of a live tree or of a selection frame is still refused with exit code 2.
 
-Directory modes and times are settled once, after every write into them: each part that finishes
-its files records its selection in the group's ledger (beside the lock file); the part that finds
-itself the only holder of the lock (``Held.sole``) sets the directories of every selection in the
-ledger, then clears it.  A directory's last write is by some part, and the last part of that busy
-spell settles it after; a part that joins later settles again when it ends (idempotent: the values
-come from the manifest).  A part killed before it recorded its selection leaves its rows' parents
-to its retry (or to a later part whose ledger holds it).
+Directory modes and times are settled once, after every write into them: each part records its
+selection in the group's ledger (beside the lock file) before it writes; the part that finds itself
+the only holder of the lock (``Held.alone``) sets the directories of every selection in the ledger,
+then clears it, holding the lock's gate meanwhile: a part that comes then waits a moment and is not
+refused.  A part that joins after the group settled (a late or retried mapped task) makes the settled
+directories it writes into owner-writable again (``operators.copy.pinned``) and settles them again
+when it ends (idempotent: the values come from the manifest).
+
+Temp files: the last part, before it settles, removes every ``.*.pfs-tmp-*`` file in those
+directories (no writer of the destination is left running, so they are a killed part's).  A killed
+part's selection is in the ledger from its start, so its leftovers go with the group's last part, or
+with its own retry; a part of a group therefore never resumes a big file's byte ranges from a temp
+file (it copies such a file again), since the group's last part may have removed it meanwhile.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -34,6 +35,7 @@ from dask_pfs.runtime.results import ProblemLog
 from dask_pfs.runtime.submitter import Submitter
 from dask_pfs.urls import make_root
 from operators.copy.multipart import has_multipart
+from operators.copy.pinned import PinnedRoot
 from operators.copy.plan import BigFile, Chunk, ChunkLimits, Planner, entries_from_batch, link_firsts
 from operators.copy.tasks import CopySpec, Entry, Outcome, copy_files, link_files, make_dirs, set_dir_meta
 from operators.journal import Journal
@@ -85,14 +87,21 @@ class CopyJob:
     # submitting -----------------------------------------------------------
 
     def submit(
-        self, fn: Callable, *args, entries: list[Entry], cid: str | None = None, weight: int = 1, kind: str = "files"
+        self,
+        fn: Callable,
+        *args,
+        entries: list[Entry],
+        cid: str | None = None,
+        weight: int = 1,
+        kind: str = "files",
+        spec: CopySpec | None = None,
     ) -> None:
         """``fn(spec, *args)`` for ``entries``; a task lost after its retries fails each of them."""
         sig = chunk_sig(entries) if cid is not None else None
         self.sub.poll()  # fold in (and journal) every chunk that finished meanwhile, not only one that frees a slot
         self.sub.submit(
             fn,
-            self.spec,
+            spec or self.spec,
             *args,
             then=lambda out: self.took(out, cid, sig, kind),
             failed=lambda exc: self.took(_lost(entries, exc), cid, sig, kind),
@@ -101,7 +110,12 @@ class CopyJob:
         )
 
     def took(self, out: Outcome, cid: str | None, sig: str | None = None, kind: str = "files") -> None:
-        if kind == "dirs":  # a directory not made (a planted link there) fails once, not again for its metadata
+        if kind == "cleanup":  # the last part's pass over every part's directories: counted by their parts
+            out.dirs = 0
+        if kind in (
+            "dirs",
+            "cleanup",
+        ):  # a directory not made (a planted link there) fails once, not again for its metadata
             self.dirs_failed.update(path for path, _ in out.failures)
         elif kind == "dirmeta":
             out.failures = [f for f in out.failures if f[0] not in self.dirs_failed]
@@ -199,24 +213,29 @@ class CopyJob:
             paths, errors = batch.column(0).to_pylist(), batch.column(1).to_pylist()
             self.fail([(path, "failed", f"scan: {error}") for path, error in zip(paths, errors, strict=True)])
 
-    def in_chunks(self, kind: str, fn: Callable, sql: str, size: int) -> None:
-        """``fn(spec, entries)`` over the rows of ``sql`` in chunks of ``size``; wait for all of them."""
+    def in_chunks(
+        self, kind: str, fn: Callable, sql: str, size: int, rows: CopyRows | None = None, spec: CopySpec | None = None
+    ) -> None:
+        """``fn(spec, entries)`` over the rows of ``sql`` (of ``rows``, else the job's) in chunks of
+        ``size``; wait for all of them."""
         buf: list[Entry] = []
         last = None
-        for batch in self.batches(sql):
+        for batch in (rows or self.rows).batches(sql):  # type: ignore[union-attr]
             for e in entries_from_batch(batch):
                 if e.out_rel == last:  # a repeated row (in path order: adjacent): made and counted once
                     continue
                 last = e.out_rel
                 buf.append(e)
                 if len(buf) >= size:
-                    self.submit(fn, buf, entries=buf, kind=kind)
+                    self.submit(fn, buf, entries=buf, kind=kind, spec=spec)
                     buf = []
         if buf:
-            self.submit(fn, buf, entries=buf, kind=kind)
+            self.submit(fn, buf, entries=buf, kind=kind, spec=spec)
         self.sub.drain()
 
     def phase_dirs(self) -> None:
+        if self.group is not None:  # before anything is written: the last part settles (and cleans) its directories
+            Ledger(self.group).add(self.where)
         if self.spec.dst_has_dirs:
             assert self.rows is not None
             self.in_chunks("dirs", make_dirs, self.rows.dirs_sql(), DIR_CHUNK)
@@ -270,28 +289,42 @@ class CopyJob:
     def phase_dir_meta(self) -> None:
         if not self.spec.dst_local:
             return
-        assert self.rows is not None
-        rows, ledger = self.rows, None
-        settled: list[str] = []
-        if self.group is not None:
-            ledger = Ledger(self.group)
-            ledger.add(self.where)
-            if not self.group.sole():
+        if self.group is None:
+            self.settle(self.rows)
+            return
+        # a part of a group: the last one still running settles every part's directories, holding
+        # the gate meanwhile so that no part joins (and writes) while they turn read-only
+        with self.group.alone() as alone:
+            if not alone:
                 return  # other parts still write below these directories: the last one settles them
+            ledger = Ledger(self.group)
             settled, union = ledger.union()
-            if settled:
-                rows = CopyRows(rows.m, union, self.limits.split_size, self.spec.dst_local, ())
-        try:
-            self.in_chunks("dirmeta", set_dir_meta, rows.dirs_sql(descending=True), DIR_CHUNK)
-        finally:
-            if rows is not self.rows:
+            assert self.rows is not None
+            where = union if settled else self.where  # (our own record is there, unless removed by hand)
+            rows = CopyRows(self.rows.m, where, self.limits.split_size, self.spec.dst_local, ())
+            try:
+                # no writer of this destination is left running: every temp file there is stale (a
+                # killed part's), ours included (``CopySpec.token`` empty: none kept)
+                cleanup = replace(self.spec, token="", check_existing=True)
+                self.in_chunks("cleanup", make_dirs, rows.dirs_sql(), DIR_CHUNK, rows, cleanup)
+                pinned = PinnedRoot(self.spec.dst_root)  # and in the root itself (no manifest row)
+                try:
+                    pinned.remove_stale_temps(b"")
+                finally:
+                    pinned.close()
+                self.settle(rows)
+            finally:
                 rows.close()
+            ledger.clear(settled)
+
+    def settle(self, rows: CopyRows | None) -> None:
+        """Modes and times of the directories of ``rows`` (deepest first), then the destination root's."""
+        assert rows is not None
+        self.in_chunks("dirmeta", set_dir_meta, rows.dirs_sql(descending=True), DIR_CHUNK, rows)
         if self.target.make_root and self.spec.src_local and os.path.isdir(self.target.src.path):
             s = os.stat(self.target.src.path)
             root = Entry(b"", "directory", 0, s.st_mtime_ns, s.st_atime_ns, s.st_mode, s.st_uid, s.st_gid)
             self.took(set_dir_meta(self.spec, [root]), None)
-        if ledger is not None:
-            ledger.clear(settled)
 
 
 def chunk_sig(entries: list[Entry]) -> str:

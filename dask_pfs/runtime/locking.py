@@ -20,8 +20,9 @@ jobs of the same group can all hold, while a job of another group, or one withou
 as before.  The mapped copies of an Airflow fan-out (``pfs cp --manifest M --where <part>``, one per
 part) thus run at once.  Every taking of the lock goes through a short-held gate file, so that the
 first holder of a group can name its group in the lock file and turn its lock into a shared one
-without another job slipping in; :meth:`Held.sole` tells a group member whether it is the last one
-still running (it then settles what the parts share: ``dask_pfs.copy.group``).
+without another job slipping in; :meth:`Held.alone` tells a group member whose writes are over whether
+it is the last one still running (the others give the lock up then), and keeps the gate while it
+settles what the parts share (``dask_pfs.copy.group``).
 """
 
 from __future__ import annotations
@@ -84,25 +85,37 @@ class Held:
         self.group = group
 
     def sole(self) -> bool:
-        """Whether no other process holds this lock now (always True for an exclusive one): the last
-        part of a group to finish settles what the parts share.  Asked under the gate, so no part can
-        join meanwhile; the lock stays shared."""
+        """Whether no other process holds this lock now (always True for an exclusive one); see :meth:`alone`."""
+        with self.alone() as alone:
+            return alone
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[bool]:
+        """Whether no other process holds this lock now: asked once by each part of a group as its
+        writes end.  Not alone, the part gives the lock up there and then (its writes are over), so
+        the last of parts ending together finds itself alone; alone, it keeps the gate for the block,
+        so that no part joins (and writes) while it settles what the parts share.  A part that comes
+        then waits for the gate (it is not refused), finds those directories settled, and settles
+        again after its own writes."""
         with _guard:
             if _held.get(self.path, 0) > 1:
-                return False  # another block of this process (a thread) still holds it
+                yield False  # another block of this process (a thread) still holds it
+                return
             fd = _fds.get(self.path)
         if fd is None or self.group is None:
-            return True
+            yield True
+            return
         with _gate(self.path):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                alone = True
             except BlockingIOError:
+                # Linux drops the shared lock when the conversion fails: left so (see above)
+                fcntl.flock(fd, fcntl.LOCK_UN)
                 alone = False
-            # Linux drops the shared lock when the conversion fails: take it back (nobody can hold
-            # more than a shared one while we hold the gate, so this does not wait)
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        return alone
+            else:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # shared again: the next part may join once the gate opens
+                alone = True
+            yield alone
 
 
 @contextlib.contextmanager

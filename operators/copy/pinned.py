@@ -37,6 +37,18 @@ def _explain(rel: bytes, exc: OSError, itself: bool = False) -> OSError:
     return exc
 
 
+def _writable(parent: int, name: bytes, s: os.stat_result) -> None:
+    """An existing directory of ours that we may not write (a read-only one an earlier run settled):
+    owner-writable for now, like one this run makes; its real mode comes last."""
+    if s.st_uid != os.geteuid() or os.access(name, os.W_OK | os.X_OK, dir_fd=parent, effective_ids=True):
+        return
+    fd = os.open(name, DIR_NOFOLLOW, dir_fd=parent)
+    try:
+        os.fchmod(fd, st.S_IMODE(s.st_mode) | 0o700)
+    finally:
+        os.close(fd)
+
+
 class PinnedRoot:
     """A destination root opened once; everything below it reached through :class:`OpenDirs`."""
 
@@ -104,6 +116,7 @@ class PinnedRoot:
                         raise FileExistsError(
                             errno.EEXIST, f"exists and is not a directory: {os.fsdecode(rel)}"
                         ) from None
+                    _writable(fd, name, s)
                     return False
         except FileNotFoundError:
             parent_rel = rel.rpartition(b"/")[0]

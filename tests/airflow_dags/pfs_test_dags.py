@@ -91,3 +91,9 @@ with DAG("pfs_remote", schedule=None, params=PARAMS) as pfs_remote:
         path=ObjectStoragePath(f"file://{os.environ.get('PFS_TEST_SRC', '/nonexistent')}"),
         manifest="{{ params.out }}/osp",
     )
+
+
+with DAG("pfs_local_clean", schedule=None, params=PARAMS) as pfs_local_clean:
+    # each task starts and closes its own embedded LocalCluster: its log must end clean (test_task_logs)
+    clean_scan = PfsScanOperator(task_id="scan", path="{{ params.src }}", manifest="{{ params.out }}/scan", **LOCAL)
+    PfsCopyOperator(task_id="copy", manifest=clean_scan.output, dst="{{ params.out }}/copy", **LOCAL)

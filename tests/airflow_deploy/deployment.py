@@ -252,6 +252,7 @@ def deploy_env(home: Path, db_url: str, api_port: int, dask_address: str, extra:
             "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "10",
             "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": "100",
             "AIRFLOW_CONN_PFS_DASK_DEFAULT": json.dumps({"conn_type": "pfs_dask", "host": host, "port": int(port)}),
+            "AIRFLOW_CONN_PFS_LOCAL": json.dumps({"conn_type": "pfs_dask", "host": "local", "extra": {"workers": 1}}),
             "PFS_LOCK_DIR": str(home / "locks"),
             "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
                 {"type": "file", "log_file_path": str(home / "openlineage.jsonl"), "append": True}

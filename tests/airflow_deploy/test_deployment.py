@@ -226,6 +226,27 @@ def test_task_killed_mid_copy_is_retried_and_resumes(deployment: Deployment):
     assert not glob.glob(f"{dst}/.pfs-journal-*") and not glob.glob(f"{dst}/**/.*.pfs-tmp-*", recursive=True)
 
 
+NOISE = ("Traceback", "error_detail", "CommClosedError", "nanobind: leaked", "Stream is closed")
+
+
+def test_embedded_cluster_tasks_log_clean(deployment: Deployment):
+    """A scan and a copy on the embedded LocalCluster (connection ``pfs_local``) as LocalExecutor runs
+    them: each task's log, to its process's exit, holds no traceback, CommClosedError or leak report."""
+    dep, data = deployment, deployment.data  # type: ignore[attr-defined]
+    src, dst = data / "local-src", data / "local-dst"
+    make_balanced(src, dirs=3, files_per_dir=20)
+    dep.wait_dag("pfs_deploy_local")
+    run_id = dep.trigger("pfs_deploy_local", {"src": str(src), "dst": str(dst)})
+    run = dep.wait_run("pfs_deploy_local", run_id)
+    assert run["state"] == "success", (dep.states("pfs_deploy_local", run_id), dep.log_tail())
+    assert tree_digest(dst) == tree_digest(src)
+    for task_id in ("scan", "copy"):
+        log = dep.log("pfs_deploy_local", run_id, task_id)
+        assert "embedded LocalCluster" in log, log[-4000:]
+        noisy = [line for line in log.splitlines() if any(n in line for n in NOISE) or '"level": "error"' in line]
+        assert not noisy, "\n".join(noisy[:40])
+
+
 def test_dag_from_the_readme_runs_unchanged(deployment: Deployment):
     """examples/README.md's fan-out DAG (imports and all), only its paths pointed at this test's tree."""
     dep, data = deployment, deployment.data  # type: ignore[attr-defined]

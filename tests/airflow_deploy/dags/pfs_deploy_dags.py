@@ -1,5 +1,6 @@
 """DAGs of the deployment test (tests/airflow_deploy/): a deferrable copy resumed by the triggerer,
-and a copy with retries that the test kills mid-copy (the retry resumes from the journal)."""
+a copy with retries that the test kills mid-copy (the retry resumes from the journal), and a scan and
+a copy on an embedded LocalCluster, whose logs must end clean."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_pfs.operators import PfsCopyOperator
+from airflow_pfs.operators import PfsCopyOperator, PfsScanOperator
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 PARAMS = {"src": Param("/nonexistent", type="string"), "dst": Param("/nonexistent", type="string")}
@@ -34,3 +35,10 @@ with DAG("pfs_deploy_retry", schedule=None, start_date=START, catchup=False, par
         retry_delay=timedelta(seconds=1),  # a retry resumes from the copy's journal
         progress_interval=1,
     )
+
+with DAG("pfs_deploy_local", schedule=None, start_date=START, catchup=False, params=PARAMS):
+    # each task starts and closes an embedded LocalCluster (connection pfs_local): its log must end clean
+    scan = PfsScanOperator(
+        task_id="scan", path="{{ params.src }}", manifest="{{ params.dst }}-manifest", pfs_dask_conn_id="pfs_local"
+    )
+    PfsCopyOperator(task_id="copy", manifest=scan.output, dst="{{ params.dst }}", pfs_dask_conn_id="pfs_local")
