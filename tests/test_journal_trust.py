@@ -204,6 +204,7 @@ def test_rm_selection_signed_but_not_a_subset_is_refused(tmp_path, dask_client):
 def test_forged_scan_frontier_is_refused(tmp_path, dask_client, signed):
     """A done.jsonl record with ``frontier: [["../../../../etc", null]]`` added 1,397 rows of /etc."""
     from dask_pfs.scan import journal as sj
+
     tree = make_tree(tmp_path / "tree", {"a/f": "1"})
     m = tmp_path / "M"
     m.mkdir()
