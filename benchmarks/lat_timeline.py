@@ -85,6 +85,7 @@ def main() -> None:
         "wall": round(wall, 3),
         "cpu": round(usage.ru_utime + usage.ru_stime, 3),
         "ops": last.get("ops", 0) - first.get("ops", 0),
+        "by_op": {k[3:]: last[k] - first.get(k, 0) for k in last if k.startswith("op_") and last[k] != first.get(k, 0)},
         "inflight_mean": round(sum(s["inflight"] for s in samples) / max(1, len(samples)), 1),
         "latfs_cpu": round(sum(last.get(k, 0) - first.get(k, 0) for k in ("cpu_user_s", "cpu_sys_s")), 3),
     }
