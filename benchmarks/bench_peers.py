@@ -111,6 +111,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--no-remount",
+        action="store_true",
+        help="on latfs, wait out its 1 s attribute and entry timeouts instead of `nas.sh lat-remount` "
+        "(others' runs on the shared mount survive; the backing's page cache stays warm)",
+    )
     args = ap.parse_args()
     local = Path(args.local)
     local.mkdir(parents=True, exist_ok=True)
@@ -138,7 +144,9 @@ def main() -> None:
                     shutil.rmtree(copy, ignore_errors=True)
                     subprocess.run(["cp", "-a", args.backing, str(copy)], check=True)
                     rmme = str(Path(args.tree).parent / "peers-rmme")
-                if on_lat:
+                if on_lat and args.no_remount:
+                    time.sleep(1.5)
+                elif on_lat:
                     subprocess.run([NAS, "lat-remount"], capture_output=True, check=True)
                 cmd = tools(args.tree, str(dst), rmme or "", args.threads)[action][name]
                 before = lat_stats()

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import Manifest, Selection, sql_str
+from dask_pfs.manifests.spread import spread_order
 from dask_pfs.manifests.sql import Filter
 from operators.names import UnsafePathError, check_relative, to_bytes
 
@@ -85,7 +86,7 @@ class CopyRows:
         return (
             f"WITH {self.cte()}, {self.hl()} SELECT {META}, link_target, link_target_raw FROM sel "
             "LEFT JOIN hl USING (dev, ino) WHERE type <> 'directory' AND error IS NULL "
-            "AND (hl.link_first IS NULL OR path = hl.link_first) ORDER BY path"
+            f"AND (hl.link_first IS NULL OR path = hl.link_first) ORDER BY {spread_order()}"
         )
 
     def links_sql(self) -> str:

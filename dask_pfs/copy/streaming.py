@@ -16,6 +16,7 @@ import os
 from dask_pfs.copy.phases import CopyJob
 from dask_pfs.copy.rows import META, streamable
 from dask_pfs.manifests.manifest import BATCH_ROWS, Manifest
+from dask_pfs.manifests.spread import spread_order
 from dask_pfs.manifests.sql import connect
 from operators.copy.plan import Chunk, Planner, entries_from_batch
 
@@ -36,9 +37,9 @@ class Streamer:
     def on_parts(self, parts: list[str]) -> None:
         """``parts``: names of part files in the manifest directory."""
         for name in parts:
-            sql = (  # one file (a parameter): rows in stored order
+            sql = (  # one file (a parameter): a few rows of every directory at a time (manifests.spread)
                 f"SELECT {META}, link_target, link_target_raw FROM read_parquet(?) "
-                f"WHERE {streamable(self.job.limits.split_size)}"
+                f"WHERE {streamable(self.job.limits.split_size)} ORDER BY {spread_order()}"
             )
             planner = Planner(self.job.limits, split=False)
             cur = self.con.cursor()

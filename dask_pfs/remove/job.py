@@ -345,8 +345,7 @@ class Removal:
         self._ask(lambda: f"Remove {t['entries']:,} entries ({human_bytes(t['bytes'])}) and {t['dirs']:,} directories "
                   f"under {self.target}?")  # fmt: skip
         # 2. non-directories, in chunks all over the cluster (the frozen selection's order: chunk ids are stable)
-        cols = "path, path_raw, type, size, epoch_ns(mtime) AS mtime"
-        files = sel.batches(sel.sql(cols, also="error IS NULL AND type <> 'directory'"), self.chunk)
+        files = sel.batches(rm_journal.files_sql(sel), self.chunk)
         self._chunks(
             sub, unlink_batch, ((f"f{n}", batch) for n, batch in enumerate(rm_journal.exact(files, self.chunk)))
         )

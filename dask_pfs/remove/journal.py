@@ -23,6 +23,7 @@ import pyarrow as pa
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.manifest import Selection, locked
+from dask_pfs.manifests.spread import spread_order
 from dask_pfs.runtime.journals import cache_dir, ident, journal_dir, open_journal, read_job, records, same_job
 from dask_pfs.urls import Location, resolve
 from operators.journal import Journal, file_digest
@@ -30,7 +31,8 @@ from operators.remove.tasks import batch_rels
 
 SELECTION = "selection.parquet"
 # the order chunks are cut in: non-directories by path, then directories deepest level first
-SELECTION_ORDER = "type = 'directory', CASE WHEN type = 'directory' THEN -depth ELSE 0 END, path, path_raw"
+# files first, a few of every directory at a time (``manifests.spread``), then directories deepest first
+SELECTION_ORDER = f"type = 'directory', CASE WHEN type = 'directory' THEN -depth ELSE 0 END, {spread_order()}"
 
 
 def tree_journal(loc: Location, journal: str | os.PathLike | bool | None) -> Journal | None:
@@ -87,6 +89,15 @@ def manifest_job(
     new, digest = freeze(sel, jr)
     jr.rewrite_job({**job, "chunk_files": chunk, "selection": digest})
     return jr, new, {}, chunk, True
+
+
+def files_sql(sel: Selection) -> str:
+    """The selection's files to unlink, a few of every directory at a time (``manifests.spread``); a frozen
+    selection is stored in that order already (and has no ``parent`` column)."""
+    order = spread_order() if sel.manifest is not None else None
+    return sel.sql(
+        "path, path_raw, type, size, epoch_ns(mtime) AS mtime", "error IS NULL AND type <> 'directory'", order
+    )
 
 
 def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:

@@ -8,7 +8,8 @@
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::errors::{Cause, Error};
 use crate::names::{check_component, split};
@@ -30,13 +31,23 @@ impl Identity {
     }
 }
 
-/// A job's root directory, open for the whole call.
+/// A job's root directory, open for the whole call, and the directories below it that the call
+/// opened (shared by all its fan-out slices: see [`Parents`]).
 pub struct Root {
     path: Vec<u8>,
     fd: OwnedFd,
     id: Identity,
     nonblock: Nonblock,
+    dirs: Mutex<HashMap<Vec<u8>, Slot>>,
 }
+
+/// One directory below the root, opened once by whichever slice needs it first (the others wait
+/// for that open instead of making their own); a failed open is not kept.
+type Slot = Arc<OnceLock<Result<Arc<OwnedFd>, Error>>>;
+
+/// Most directories a call keeps open for its slices; past it, a directory not open yet is opened
+/// for the slice that needs it (from its deepest open ancestor) and closed when the slice moves on.
+const MAX_SHARED: usize = 256;
 
 impl Root {
     /// Opens the directory `path`; ESTALE if it is not the directory `expect` names (replaced since
@@ -55,6 +66,7 @@ impl Root {
             fd,
             id,
             nonblock,
+            dirs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -100,31 +112,64 @@ impl Root {
         }
         Ok((parent, cname))
     }
+
+    /// The directory `rel` (`ends[level]` ends its last component; every component checked), opened
+    /// relative to its parent without following symlinks, once per call: the slices of a fan-out cut
+    /// one sorted batch, so they share its directories and always its ancestors, and on network
+    /// storage every open is a lookup and an open on the server.
+    fn shared_dir(&self, rel: &[u8], ends: &[usize], level: usize) -> Result<Arc<OwnedFd>, Error> {
+        let path = &rel[..ends[level]];
+        let slot = {
+            let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            match dirs.get(path) {
+                Some(slot) => Some(slot.clone()),
+                None if dirs.len() < MAX_SHARED => {
+                    let slot = Slot::default();
+                    dirs.insert(path.to_vec(), slot.clone());
+                    Some(slot)
+                }
+                None => None,
+            }
+        };
+        let open = || -> Result<Arc<OwnedFd>, Error> {
+            let parent = match level {
+                0 => None,
+                _ => Some(self.shared_dir(rel, ends, level - 1)?),
+            };
+            let start = if level == 0 { 0 } else { ends[level - 1] + 1 };
+            let err = |e: i32| Error::new(e, path);
+            let name = cstring(&rel[start..ends[level]]).map_err(err)?;
+            let at = parent.as_ref().map_or(self.fd(), |fd| fd.as_fd());
+            let fd = sys::open_at(Some(at), &name, OPEN_DIR | libc::O_NOFOLLOW, 0).map_err(err)?;
+            Ok(Arc::new(fd))
+        };
+        let Some(slot) = slot else {
+            return open(); // past MAX_SHARED: this slice's own
+        };
+        let got = slot.get_or_init(open).clone();
+        if got.is_err() {
+            // not kept: a later item retries (the waiters of this open share its error)
+            let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            if dirs.get(path).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                dirs.remove(path);
+            }
+        }
+        got
+    }
 }
 
-/// How many levels below the root a `Parents` keeps open (a deeper parent is opened from the
-/// deepest of them, and only it is kept): bounds the descriptors a batch holds per core thread.
-const MAX_CHAIN: usize = 32;
-
-/// The parent directory of each path of a batch.  The directories from the root down to the last
-/// parent stay open, so the next parent opens only the components it does not share with it:
-/// manifest chunks are sorted by path, so siblings and cousins come together, and on network
-/// storage every component opened is a lookup and an open on the server.
+/// The parent directory of each path of a batch, for one fan-out slice.  Directories come from the
+/// call's [`Root`], which opens each once for all slices; the slice keeps the last one it used, so
+/// consecutive items of one directory (manifest chunks are sorted by path) take no lock.
 pub struct Parents<'r> {
     root: &'r Root,
-    /// Open directories below the root, outermost first: (the path up to it, its descriptor).
-    chain: Vec<(Vec<u8>, OwnedFd)>,
-    /// A parent deeper than `MAX_CHAIN` levels (its path, its descriptor).
-    deep: Option<(Vec<u8>, OwnedFd)>,
+    /// The last directory used: (its path below the root, its descriptor).
+    last: Option<(Vec<u8>, Arc<OwnedFd>)>,
 }
 
 impl<'r> Parents<'r> {
     pub fn new(root: &'r Root) -> Self {
-        Parents {
-            root,
-            chain: Vec::new(),
-            deep: None,
-        }
+        Parents { root, last: None }
     }
 
     pub fn root(&self) -> &'r Root {
@@ -137,60 +182,24 @@ impl<'r> Parents<'r> {
         if rel_dir.is_empty() {
             return Ok(self.root.fd());
         }
-        let cached = match self.deep.as_ref().or(self.chain.last()) {
-            Some((path, _)) => path.as_slice() == rel_dir,
-            None => false,
-        };
-        if !cached {
-            self.open(rel_dir)?;
+        if !matches!(&self.last, Some((path, _)) if path.as_slice() == rel_dir) {
+            self.last = None;
+            // (end of each component in rel_dir): the path of level i is rel_dir[..ends[i]]
+            let mut ends = Vec::new();
+            let mut at = 0usize;
+            for part in rel_dir.split(|&b| b == b'/') {
+                check_component(part).map_err(|c| Error::new(c, &rel_dir[..at + part.len()]))?;
+                at += part.len();
+                ends.push(at);
+                at += 1;
+            }
+            let fd = self.root.shared_dir(rel_dir, &ends, ends.len() - 1)?;
+            self.last = Some((rel_dir.to_vec(), fd));
         }
-        Ok(match self.deep.as_ref().or(self.chain.last()) {
+        Ok(match &self.last {
             Some((_, fd)) => fd.as_fd(),
             None => self.root.fd(),
         })
-    }
-
-    fn open(&mut self, rel_dir: &[u8]) -> Result<(), Error> {
-        self.deep = None;
-        // (end of each component in rel_dir): the path of level i is rel_dir[..ends[i]]
-        let mut ends = Vec::new();
-        let mut at = 0usize;
-        for part in rel_dir.split(|&b| b == b'/') {
-            check_component(part).map_err(|c| Error::new(c, &rel_dir[..at + part.len()]))?;
-            at += part.len();
-            ends.push(at);
-            at += 1;
-        }
-        let held = ends.len().min(MAX_CHAIN);
-        let shared = self
-            .chain
-            .iter()
-            .zip(&ends[..held])
-            .take_while(|((path, _), &end)| path.as_slice() == &rel_dir[..end])
-            .count();
-        self.chain.truncate(shared);
-        let mut opened: Option<OwnedFd> = None;
-        for (level, &end) in ends.iter().enumerate().skip(shared) {
-            let start = if level == 0 { 0 } else { ends[level - 1] + 1 };
-            let parent = match (&opened, self.chain.last()) {
-                (Some(fd), _) => fd.as_fd(),
-                (None, Some((_, fd))) => fd.as_fd(),
-                (None, None) => self.root.fd(),
-            };
-            let err = |e: i32| Error::new(e, &rel_dir[..end]);
-            let name = cstring(&rel_dir[start..end]).map_err(err)?;
-            let fd =
-                sys::open_at(Some(parent), &name, OPEN_DIR | libc::O_NOFOLLOW, 0).map_err(err)?;
-            if level < held {
-                self.chain.push((rel_dir[..end].to_vec(), fd));
-            } else {
-                opened = Some(fd); // below the kept levels: only the last one is kept
-            }
-        }
-        if let Some(fd) = opened {
-            self.deep = Some((rel_dir.to_vec(), fd));
-        }
-        Ok(())
     }
 }
 
