@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System tools the test suite uses besides Python packages: OpenSSH server (SFTP tests),
 # setpriv (util-linux, permission tests), strace (counting the system calls of a pruned scan)
+# setfacl/getfacl (acl) and setfattr/getfattr (attr) (cp's xattr and ACL tests),
 # helm (chart tests), and gcc + libfuse3-dev + fuse3 (latfs, for the fault suite). Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +9,8 @@ missing=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
+command -v setfacl >/dev/null 2>&1 || missing+=(acl)
+command -v setfattr >/dev/null 2>&1 || missing+=(attr)
 # latfs (benchmarks/latfs), the FUSE file system the fault suite stops and unmounts mid-job (tests/faults/)
 command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 [ -f /usr/include/fuse3/fuse.h ] || missing+=(libfuse3-dev)

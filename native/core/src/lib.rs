@@ -21,3 +21,4 @@ pub mod remove;
 pub mod scan;
 pub mod sys;
 pub mod time;
+pub mod xattr;

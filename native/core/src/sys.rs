@@ -401,3 +401,91 @@ pub fn open_regular(
     retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, status) })?;
     Ok((fd, st))
 }
+
+/// Where an entry's extended attributes are read or written: an open descriptor (`f*xattr`), or a
+/// path whose last component is never followed (`l*xattr`).  A symlink needs the path: `f*xattr`
+/// refuses the `O_PATH` descriptor that is the only one a symlink can have, and the `*xattrat`
+/// calls are Linux 6.13+; callers make the path `/proc/self/fd/<parent>/<name>`, so no component
+/// above the name is resolved again.
+#[derive(Clone, Copy, Debug)]
+pub enum At<'a> {
+    Fd(BorrowedFd<'a>),
+    Path(&'a CStr),
+}
+
+/// `flistxattr`/`llistxattr`: the NUL-separated names into `buf` (len 0: the size needed).
+pub fn listxattr(at: At<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
+    let (p, n) = (buf.as_mut_ptr().cast(), buf.len());
+    // SAFETY: `buf` has `n` writable bytes; the descriptor is live or the path NUL-terminated.
+    let r = retry(|| unsafe {
+        match at {
+            At::Fd(fd) => libc::flistxattr(fd.as_raw_fd(), p, n),
+            At::Path(path) => libc::llistxattr(path.as_ptr(), p, n),
+        }
+    })?;
+    Ok(r.unsigned_abs())
+}
+
+/// `fgetxattr`/`lgetxattr`: the value's length in `buf`.
+pub fn getxattr(at: At<'_>, name: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
+    let (p, n) = (buf.as_mut_ptr().cast(), buf.len());
+    // SAFETY: as listxattr; `name` is NUL-terminated.
+    let r = retry(|| unsafe {
+        match at {
+            At::Fd(fd) => libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), p, n),
+            At::Path(path) => libc::lgetxattr(path.as_ptr(), name.as_ptr(), p, n),
+        }
+    })?;
+    Ok(r.unsigned_abs())
+}
+
+/// `fsetxattr`/`lsetxattr` (created or replaced).
+pub fn setxattr(at: At<'_>, name: &CStr, value: &[u8]) -> Result<(), Errno> {
+    let (p, n) = (value.as_ptr().cast(), value.len());
+    // SAFETY: `value` has `n` readable bytes; `name` is NUL-terminated.
+    retry(|| unsafe {
+        match at {
+            At::Fd(fd) => libc::fsetxattr(fd.as_raw_fd(), name.as_ptr(), p, n, 0),
+            At::Path(path) => libc::lsetxattr(path.as_ptr(), name.as_ptr(), p, n, 0),
+        }
+    })
+    .map(drop)
+}
+
+/// `fremovexattr`/`lremovexattr`.
+pub fn removexattr(at: At<'_>, name: &CStr) -> Result<(), Errno> {
+    // SAFETY: `name` is NUL-terminated; the descriptor is live or the path NUL-terminated.
+    retry(|| unsafe {
+        match at {
+            At::Fd(fd) => libc::fremovexattr(fd.as_raw_fd(), name.as_ptr()),
+            At::Path(path) => libc::lremovexattr(path.as_ptr(), name.as_ptr()),
+        }
+    })
+    .map(drop)
+}
+
+/// The file-system type (`statfs.f_type`) of an open descriptor; None for a path (a symlink,
+/// which never carries a layout) or when `fstatfs` fails.
+pub fn fs_type(at: At<'_>) -> Option<i64> {
+    let At::Fd(fd) = at else { return None };
+    // SAFETY: `libc::statfs` is plain integers; all-zero is a valid value for the kernel to fill.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `s` is a writable statfs, `fd` a live descriptor.
+    retry(|| unsafe { libc::fstatfs(fd.as_raw_fd(), &mut s) }).ok()?;
+    #[allow(clippy::unnecessary_cast)] // __fsword_t is i64 on 64-bit glibc, i32 elsewhere
+    Some(s.f_type as i64)
+}
+
+/// The process may write `security.*` and `trusted.*` attributes: CAP_SYS_ADMIN is in its
+/// effective set (read once from `/proc/self/status`; root without it, as under `setpriv`, may not).
+pub fn has_cap_sys_admin() -> bool {
+    static CAP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << 21) != 0) // CAP_SYS_ADMIN
+    })
+}
