@@ -122,6 +122,10 @@ def sync(
     split_size: int | None = None,
     prune: Prune | None = None,
     allow_other_root: bool = False,
+    xattrs: bool = True,
+    owner: bool | None = None,
+    chown: str | None = None,
+    numeric_ids: bool = False,
 ) -> SyncResult:
     """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
 
@@ -133,6 +137,7 @@ def sync(
     changed and type-changed destination entries are left as they are.  ``allow_other_root``: act
     with manifests whose roots are not the trees they were scanned from (``dask_pfs.manifests.root``).
     ``limits``: job-wide caps on operations and bytes per second (else the cluster's).
+    ``xattrs``, ``owner``, ``chown``, ``numeric_ids``: what the copy keeps (``dask_pfs.copy.copy``).
 
     After a run (not a dry run) without failures only the plan stays in the default work directory
     (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
@@ -328,6 +333,10 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             dst_storage_options=sides[1].storage_options or None,
             resume=resume,
             allow_other_root=other_root,
+            xattrs=xattrs,
+            owner=owner,
+            chown=chown,
+            numeric_ids=numeric_ids,
         )
         result.copy = copied.summary()
         result.failed += copied.failed

@@ -48,12 +48,30 @@ class CopySpec:
     on_exist: str = "error"  # error | skip (--update) | overwrite | ignore (--ignore-existing); dask_pfs.copy
     check_existing: bool = True  # False when the destination root did not exist before the run
     follow_symlinks: bool = False
-    preserve: bool = False  # ownership (needs root)
+    owner: bool | None = None  # keep the source's owner and group; None: when root (``cp -a``, ``rsync -a``)
+    chown: tuple[int | None, int | None] = (None, None)  # --chown: these ids instead (None: that part not given)
+    xattrs: bool = True  # extended attributes and ACLs (operators.copy.attrs)
     inplace: bool = False  # small files straight to their names: no rename (costly on GlusterFS), no atomicity
     make_parents: bool = False  # a file's destination directory may not exist yet: create it (streamed copies)
     threads: int | None = None
     src_options: dict = field(default_factory=dict)
     dst_options: dict = field(default_factory=dict)
+
+    @property
+    def keeps_owner(self) -> bool:
+        return self.owner if self.owner is not None else os.geteuid() == 0
+
+    def owner_ids(self, e: Entry) -> tuple[int, int] | None:
+        """The ``chown`` of a copy of ``e`` (-1: that id left alone), or None: nothing to change."""
+        keep = self.keeps_owner
+        uid = self.chown[0] if self.chown[0] is not None else (e.uid if keep and e.uid is not None else -1)
+        gid = self.chown[1] if self.chown[1] is not None else (e.gid if keep and e.gid is not None else -1)
+        return None if uid == gid == -1 else (uid, gid)
+
+    def core_ids(self) -> tuple[int, int]:
+        """``cp_files``'s ``uid``/``gid``: -1 leave the copier's, -2 the source's, else that id."""
+        keep = -2 if self.keeps_owner else -1
+        return tuple(i if i is not None else keep for i in self.chown)  # type: ignore[return-value]
 
     @property
     def src_local(self) -> bool:
