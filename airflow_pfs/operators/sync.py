@@ -24,8 +24,9 @@ class PfsSyncOperator(PfsBaseOperator):
     before anything changes.  ``dry_run=True`` only writes the plan.  Changed files are replaced
     (``update=True``, the default); ``ignore_existing=True`` (or ``update=False``) copies only what
     the destination lacks.  ``xattrs`` (default True) copies extended attributes and ACLs, ``owner``
-    ownership (None, the default: when the worker runs as root).  ``skip_existing`` is the deprecated name of ``update``.  Returns the plan's counts
-    per action, ``copied_files``/``copied_bytes``/``deleted`` and the plan directory.
+    ownership (None, the default: when the worker runs as root).  ``skip_existing`` is the deprecated
+    name of ``update``.  Returns the plan's counts per action, ``copied_files``/``copied_bytes``/``deleted``
+    and the plan directory.
     """
 
     engine = "sync"

@@ -205,6 +205,7 @@ def sync(
             update=update_dst_manifest, resume=resume, confirm=confirm, threads=threads, progress=progress,
             limits=(chunk_files, chunk_bytes, split_size), t0=t0, other_root=allow_other_root,
             ignore_existing=ignore_existing,
+            keep={"xattrs": xattrs, "owner": owner, "chown": chown, "numeric_ids": numeric_ids},
         )  # fmt: skip
     if not result.failed and not dry_run:  # a dry run's plan stays resumable (--resume reads its manifests)
         _drop_scans(result, None if src_manifest else src_m, None if dst_manifest or update_dst_manifest else dst_m)
@@ -255,7 +256,8 @@ def _sides(
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,
-         limits, t0, other_root, ignore_existing=False) -> SyncResult:  # fmt: skip
+         limits, t0, other_root, ignore_existing=False, keep=None) -> SyncResult:  # fmt: skip
+    """``keep``: what the copy keeps besides contents (``xattrs``, ``owner``, ... of ``dask_pfs.copy.copy``)."""
     c = dict(p.counts)
     if ignore_existing:  # changed and type-changed entries stay as they are
         c["remove_first"] = 0  # a type-changed directory stays, with what is below it
@@ -333,10 +335,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             dst_storage_options=sides[1].storage_options or None,
             resume=resume,
             allow_other_root=other_root,
-            xattrs=xattrs,
-            owner=owner,
-            chown=chown,
-            numeric_ids=numeric_ids,
+            **(keep or {}),
         )
         result.copy = copied.summary()
         result.failed += copied.failed
