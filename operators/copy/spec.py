@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class CopySpec:
 
     @property
     def keeps_owner(self) -> bool:
-        return self.owner if self.owner is not None else os.geteuid() == 0
+        return self.owner if self.owner is not None else may_chown()
 
     def owner_ids(self, e: Entry) -> tuple[int, int] | None:
         """The ``chown`` of a copy of ``e`` (-1: that id left alone), or None: nothing to change."""
@@ -115,6 +116,18 @@ class Outcome:
 
     def counts(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.COUNTERS} | {"failed": len(self.failures)}
+
+
+@functools.cache
+def may_chown() -> bool:
+    """The process may give files away: CAP_CHOWN in its effective set (root, unless dropped as with
+    ``setpriv``); the default of ``owner`` (``cp -a`` and ``rsync -a`` keep owners only as root)."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(line for line in f if line.startswith("CapEff:")).split()[1]
+        return bool(int(caps, 16) & 1)  # CAP_CHOWN
+    except (OSError, StopIteration, ValueError, IndexError):
+        return os.geteuid() == 0
 
 
 def with_stat(e: Entry, s: os.stat_result) -> Entry:
