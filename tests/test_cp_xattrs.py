@@ -173,3 +173,18 @@ def test_without_chown_capability_keeps_what_it_may_and_counts_what_was_asked(sh
     assert "owner 1234:5678: Operation not permitted" in failed["sub/deep/owned"]
     assert "owner 1234:5678: Operation not permitted" in failed["link"]
     assert "a" not in failed  # root's own file: chown to 0:0 is allowed
+
+
+def test_sync_copies_keep_attributes_unless_told_not_to(shm):
+    """sync's copy gets the same options (which entries sync copies is h31b's: attribute changes)."""
+    src = make_tree(shm / "src")
+    run_pfs("sync", src, shm / "d1", "--plan", shm / "p1", check=True)
+    assert attrs(shm / "d1") == attrs(src) and acls(shm / "d1") == acls(src)
+    run_pfs("sync", src, shm / "d2", "--plan", shm / "p2", "--no-xattrs", "--no-owner", check=True)
+    assert "user." not in attrs(shm / "d2") and set(owners(shm / "d2").values()) == {(0, 0)}
+
+
+def test_cp_r_is_accepted(shm):
+    src = make_tree(shm / "src")
+    run_pfs("cp", "-r", f"{src}/", shm / "dst", check=True)
+    assert attrs(shm / "dst") == attrs(src)

@@ -28,8 +28,8 @@ class PfsCopyOperator(PfsBaseOperator):
     ``max_entries`` (a count or ``"5%"`` of the manifest's rows) makes the engine refuse a larger
     selection before anything is written.  Returns the counts (``files``, ``bytes``, ``dirs``,
     ``skipped``, ``failed``..., and ``selected`` with a manifest).  ``xattrs`` (default True) copies
-    extended attributes and ACLs, ``owner`` ownership (None, the default: when the worker runs as root;
-    ``preserve=True`` is ``owner=True``).
+    extended attributes and ACLs, ``keep_owner`` ownership (None, the default: when the worker runs as root;
+    ``preserve=True`` is ``keep_owner=True``; not ``owner``: that is Airflow's task owner).
     """
 
     engine = "copy"
@@ -61,11 +61,11 @@ class PfsCopyOperator(PfsBaseOperator):
         storage_options: dict | None = None,
         dst_storage_options: dict | None = None,
         xattrs: bool = True,
-        owner: bool | None = None,
+        keep_owner: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.xattrs, self.owner = xattrs, owner
+        self.xattrs, self.keep_owner = xattrs, keep_owner  # not `owner`: BaseOperator.owner is the task's owner
         self.src = src
         self.dst = dst
         self.manifest = manifest
@@ -86,8 +86,8 @@ class PfsCopyOperator(PfsBaseOperator):
     def job_spec(self, context: Context) -> JobSpec:
         if self.src is None and self.manifest is None:
             raise AirflowException("give src (a tree to copy) or manifest (rows to copy)")
-        if self.owner not in (None, True, False):
-            raise AirflowException(f"owner must be True, False or None, got {self.owner!r}")
+        if self.keep_owner not in (None, True, False):
+            raise AirflowException(f"keep_owner must be True, False or None, got {self.keep_owner!r}")
         for flag in ("overwrite", "update", "ignore_existing", "preserve", "xattrs"):
             if not isinstance(getattr(self, flag), bool):
                 raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
@@ -109,7 +109,7 @@ class PfsCopyOperator(PfsBaseOperator):
             "preserve": self.preserve,
             "threads": self.threads,
             "xattrs": self.xattrs,
-            "owner": self.owner,
+            "owner": self.keep_owner,
             "storage_options": merge_options(src_options, self.storage_options),
             "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }

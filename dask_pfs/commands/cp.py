@@ -94,6 +94,7 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Changes a dry run prints.")
 @click.option("-L", "--dereference", "follow", is_flag=True, help="Copy what symlinks to files point at.")
 @click.option("--preserve", is_flag=True, help="Same as --owner (kept for scripts).")
+@click.option("-r", "--recursive", is_flag=True, help="Accepted as cp's; pfs cp always copies whole trees.")
 @attr_options
 @click.option(
     "--inplace",
@@ -137,6 +138,7 @@ def cp_cmd(
     show,
     follow,
     preserve,
+    recursive,
     xattrs,
     owner,
     chown,
