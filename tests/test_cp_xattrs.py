@@ -53,6 +53,7 @@ def make_tree(root: Path) -> Path:
     (root / "a").write_bytes(b"alpha")
     os.setxattr(root / "a", "user.bin", b"\x00\xff\x01\n")
     os.setxattr(root / "a", "user.big", BIG)
+    os.setxattr(root / "a", "trusted.h31a", b"root only")  # copied with CAP_SYS_ADMIN
     subprocess.run(["setfacl", "-m", "u:1234:rw,g:5678:r", str(root / "a")], check=True)
     os.link(root / "a", root / "sub" / "a-link")
     with open(root / "sparse", "wb") as f:
@@ -60,6 +61,7 @@ def make_tree(root: Path) -> Path:
         f.seek(2 << 20)
         f.write(b"middle")
     os.setxattr(root / "sparse", "user.kind", b"holes")
+    os.setxattr(root / "sparse", "security.h31a", b"admin")  # listed to all, written with CAP_SYS_ADMIN
     subprocess.run(["setfacl", "-d", "-m", "u:1234:rwx", str(root / "sub")], check=True)
     os.setxattr(root / "sub", "user.dir", b"d")
     (root / "sub" / "deep" / "owned").write_text("x")
@@ -188,3 +190,18 @@ def test_cp_r_is_accepted(shm):
     src = make_tree(shm / "src")
     run_pfs("cp", "-r", f"{src}/", shm / "dst", check=True)
     assert attrs(shm / "dst") == attrs(src)
+
+
+def test_trusted_attributes_need_cap_sys_admin(shm):
+    """Without CAP_SYS_ADMIN ``trusted.*`` is not listed and ``security.*`` not written: neither is
+    copied, and that is no failure (``cp -a`` as a user does the same)."""
+    src = make_tree(shm / "src")
+    run_pfs("cp", f"{src}/", shm / "d1", check=True)
+    assert os.getxattr(shm / "d1" / "a", "trusted.h31a") == b"root only"
+    assert os.getxattr(shm / "d1" / "sparse", "security.h31a") == b"admin"
+    drop = ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    got = subprocess.run([*drop, *PFS, "cp", f"{src}/", str(shm / "d2")], capture_output=True, text=True, env=env)
+    assert got.returncode == 0, got.stderr
+    assert "trusted.h31a" not in os.listxattr(shm / "d2" / "a") and os.getxattr(shm / "d2" / "a", "user.big") == BIG
+    assert "security.h31a" not in os.listxattr(shm / "d2" / "sparse")
