@@ -148,6 +148,9 @@ def test_a_destination_refusing_attributes_counts_each_failure(shm):
         assert "xattr user.dir: Operation not supported" in failed["sub"]
         assert "fifo" not in failed and "link" not in failed  # nothing of theirs to refuse
         assert (dst / "d" / "a").read_bytes() == b"alpha"  # copied all the same
+        # the failed run kept its journal: resuming it with other attribute options is refused
+        other = run_pfs("cp", "--no-owner", "--no-xattrs", "--resume", f"{src}/", dst / "d")
+        assert other.returncode == 2 and "--no-xattrs" in other.stderr and "Traceback" not in other.stderr
         ok = run_pfs("cp", "--no-xattrs", "--no-owner", f"{src}/", dst / "e")
         assert ok.returncode == 0, ok.stderr
     finally:

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.copy import owners
 from dask_pfs.copy.group import group_of
-from dask_pfs.copy.owners import parse_chown
 from dask_pfs.copy.phases import CopyJob
 from dask_pfs.copy.streaming import Streamer
 from dask_pfs.copy.target import Target, live_target, manifest_target
@@ -164,9 +164,8 @@ def copy(
     (``operators.scan.prune``: excludes, includes, a maximum depth, one file system).
     ``allow_other_root``: copy a manifest's rows from a root that is not the tree it was scanned
     from (``dask_pfs.manifests.root``; refused, exit 2, otherwise).
-    ``xattrs`` copies extended attributes and ACLs (``operators.copy.attrs``); ``owner`` keeps the
-    source's owner and group (None: when root; ``preserve`` is its old name), ``chown`` gives copies
-    ``"USER:GROUP"`` instead (``dask_pfs.copy.owners``); ``numeric_ids`` is rsync's, a no-op here.
+    ``xattrs``: extended attributes and ACLs (``operators.copy.attrs``); ``owner``, ``chown``, ``numeric_ids``
+    (``preserve``: ``owner=True``): ownership as ``dask_pfs.copy.owners`` says.
     """
     t0 = time.monotonic()
     kept_manifest = os.fspath(manifest_out or manifest or "") or None  # what outlives the call (not a temp scan)
@@ -174,9 +173,7 @@ def copy(
         warnings.warn("copy(skip_existing=...) is deprecated: use update=...", DeprecationWarning, stacklevel=3)
         update = update or skip_existing
     on_exist = _on_exist(overwrite, update, ignore_existing)
-    if preserve and owner is None:
-        owner = True
-    chown_ids = parse_chown(chown)
+    owner, chown_ids = owners.resolve(preserve, owner, chown)
     if src is None and manifest is None:
         raise PfsError("give a source or --manifest")
     selection, cap = selection_options(manifest, where, max_entries)
@@ -228,11 +225,7 @@ def copy(
             "--update": update,
             "--ignore-existing": ignore_existing,
             "--preserve": preserve,
-            # recorded as None when at their defaults: a journal from before these options resumes
-            "--no-xattrs": None if xattrs else True,
-            "--owner/--no-owner": owner,
-            "--chown": chown,
-            "--numeric-ids": numeric_ids or None,
+            **owners.bound(xattrs, owner, chown, numeric_ids),
             "--inplace": inplace,
             "--stream": stream,
         }

@@ -41,4 +41,21 @@ def parse_chown(spec: str | None) -> tuple[int | None, int | None]:
     return uid, gid
 
 
-__all__ = ["parse_chown"]
+def resolve(preserve: bool, owner: bool | None, chown: str | None) -> tuple[bool | None, tuple[int | None, int | None]]:
+    """``owner`` (None: keep owners when the copier may give files away, ``operators.copy.spec.may_chown``;
+    ``preserve``, its old name, is True) and the ids of ``chown``."""
+    return (True if preserve and owner is None else owner), parse_chown(chown)
+
+
+def bound(xattrs: bool, owner: bool | None, chown: str | None, numeric_ids: bool) -> dict[str, object]:
+    """These options as the copy's job record holds them (``--resume`` refuses others); None at their
+    defaults, so a journal from before they existed still resumes."""
+    return {
+        "--no-xattrs": None if xattrs else True,
+        "--owner/--no-owner": owner,
+        "--chown": chown,
+        "--numeric-ids": numeric_ids or None,
+    }
+
+
+__all__ = ["bound", "parse_chown", "resolve"]
