@@ -208,3 +208,11 @@ def test_trusted_attributes_need_cap_sys_admin(shm):
     assert got.returncode == 0, got.stderr
     assert "trusted.h31a" not in os.listxattr(shm / "d2" / "a") and os.getxattr(shm / "d2" / "a", "user.big") == BIG
     assert "security.h31a" not in os.listxattr(shm / "d2" / "sparse")
+
+
+def test_big_files_copied_in_ranges_keep_attributes(shm):
+    """Files over --split-size are written by range tasks and finished apart (``finish``): same result."""
+    src = make_tree(shm / "src")
+    run_pfs("cp", "--split-size", "1MiB", f"{src}/", shm / "dst", check=True)
+    assert os.getxattr(shm / "dst" / "sparse", "user.kind") == b"holes"
+    assert attrs(shm / "dst") == attrs(src) and acls(shm / "dst") == acls(src)
