@@ -2,7 +2,7 @@
 
 use pfs_core::copy::{self, Copied, CopyJob, CopyOptions, Existing, Id, OnExist, Owners, Write};
 use pfs_core::sys::{cstring, At, Follow};
-use pfs_core::xattr::{self, Plan, Refused};
+use pfs_core::xattr::{self, Phase, Plan, Refused};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -145,21 +145,35 @@ fn at<'a>(p: &Place, c: &'a Option<std::ffi::CString>) -> PyResult<At<'a>> {
 /// of one type; `security.*`/`trusted.*` with CAP_SYS_ADMIN); `clean` also removes those of the
 /// copied kinds `dst` has and `src` lacks.  Each an open descriptor, or a path whose last component
 /// is not followed (a symlink: `/proc/self/fd/<parent>/<name>`, see `pfs_core::sys::At`).
+/// `phase`: `all`, `layouts` (onto a file before its data) or `rest` (all but layouts).
 /// Returns what the destination refused, `(what, errno)`.
 #[pyfunction]
+#[pyo3(signature = (src, dst, clean, phase="all"))]
 fn copy_xattrs(
     py: Python<'_>,
     src: Place,
     dst: Place,
     clean: bool,
+    phase: &str,
 ) -> PyResult<Vec<(Vec<u8>, i32)>> {
+    let phase = match phase {
+        "all" => Phase::All,
+        "layouts" => Phase::Layouts,
+        "rest" => Phase::Rest,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "phase is all, layouts or rest, not {phase:?}"
+            )))
+        }
+    };
     let path = |p: &Place| match p {
         Place::Path(b) => cstring(b).map(Some).map_err(crate::os_error),
         Place::Fd(_) => Ok(None),
     };
     let (sp, dp) = (path(&src)?, path(&dst)?);
     let (s, d) = (at(&src, &sp)?, at(&dst, &dp)?);
-    let refused: Vec<Refused> = py.allow_threads(|| xattr::copy_attrs(s, d, Plan::here(), clean));
+    let refused: Vec<Refused> =
+        py.allow_threads(|| xattr::copy_attrs(s, d, Plan::here(), clean, phase));
     Ok(refused.into_iter().map(|r| (r.what, r.errno)).collect())
 }
 

@@ -41,12 +41,15 @@ def chown(spec: CopySpec, e: Entry, do_chown) -> list[tuple[bytes, int]]:
     return []
 
 
-def copy_xattrs(spec: CopySpec, src: int | bytes | None, dst: int | bytes, clean: bool) -> list[tuple[bytes, int]]:
+def copy_xattrs(
+    spec: CopySpec, src: int | bytes | None, dst: int | bytes, clean: bool, phase: str = "all"
+) -> list[tuple[bytes, int]]:
     """Extended attributes and ACLs of ``src`` (a descriptor, or a path not followed; None: a source
-    without them, as fsspec's) onto ``dst``: what was refused."""
+    without them, as fsspec's) onto ``dst``: what was refused.  ``phase``: ``layouts`` onto a file
+    before its data, ``rest`` after it, ``all``."""
     if not spec.xattrs or src is None:
         return []
-    return _native.copy_xattrs(src, dst, clean)
+    return _native.copy_xattrs(src, dst, clean, phase)
 
 
 __all__ = ["MetadataRefused", "chown", "copy_xattrs", "refusals"]

@@ -312,10 +312,16 @@ class LocalDestination(Destination):
         whichever range runs first and extended to the full size (a hole), so ranges land in any order."""
         with self.root.parent(check_relative(e.out_rel)) as (pfd, name):
             flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            dfd = os.open(temp_name(name, self.spec.token), flags, 0o600, dir_fd=pfd)
+            tmp = temp_name(name, self.spec.token)
+            try:
+                dfd, made = os.open(tmp, flags | os.O_EXCL, 0o600, dir_fd=pfd), True
+            except FileExistsError:
+                dfd, made = os.open(tmp, flags, 0o600, dir_fd=pfd), False
         try:
             if not st.S_ISREG(os.fstat(dfd).st_mode):
                 raise OSError(errno.EINVAL, "the temp file is not a regular file")
+            if made:  # still empty: Lustre takes a layout (lustre.lov) only before any data or size
+                refusals(self._source_xattrs(src, e, dfd, "layouts"))
             if os.fstat(dfd).st_size < (e.size or 0):
                 os.ftruncate(dfd, e.size or 0)  # only ever grows: bytes already written stay below the old size
             src.read_range(e, dfd, offset, length)
@@ -331,19 +337,24 @@ class LocalDestination(Destination):
             try:
                 os.ftruncate(fd, e.size or 0)
                 refused = self.fd_meta(fd, e)
-                if isinstance(src, LocalSource):  # layouts too late for Lustre here: refused, reported
-                    flags = os.O_RDONLY | os.O_CLOEXEC | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW)
-                    sfd = os.open(src.path(e.rel), flags)
-                    try:
-                        refused += copy_xattrs(self.spec, sfd, fd, clean=False)
-                    finally:
-                        os.close(sfd)
+                refused += self._source_xattrs(src, e, fd, "rest")  # the layout came with the first range
             finally:
                 os.close(fd)
             if e.mtime_ns is not None:
                 os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns), dir_fd=pfd, follow_symlinks=False)
             os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
         refusals(refused)
+
+    def _source_xattrs(self, src: Source, e: Entry, fd: int, phase: str) -> list[tuple[bytes, int]]:
+        """The attributes of ``phase`` (``operators._native.copy_xattrs``) of the source file of ``e``
+        onto the open file ``fd``."""
+        if not isinstance(src, LocalSource) or not self.spec.xattrs:
+            return []
+        sfd = os.open(src.path(e.rel), os.O_RDONLY | os.O_CLOEXEC | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW))
+        try:
+            return copy_xattrs(self.spec, sfd, fd, clean=False, phase=phase)
+        finally:
+            os.close(sfd)
 
     def link(self, e: Entry, first: bytes) -> str:
         """Hard-link ``e`` to the already copied ``first``; ``skip`` when it already is."""

@@ -192,15 +192,29 @@ fn remove(name: &[u8], dst: At<'_>, refused: &mut Vec<Refused>) {
     }
 }
 
-/// Copies the attributes of `src` onto `dst` (both of one entry, the destination complete but for
-/// its times): layouts first, then the rest.  For directories, symlinks and files written outside
-/// [`crate::copy::cp_files`].
-pub fn copy_attrs(src: At<'_>, dst: At<'_>, plan: Plan, clean: bool) -> Vec<Refused> {
+/// Which attributes a call of [`copy_attrs`] copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Layouts, then the rest.
+    All,
+    /// Layouts only: onto a file before any of its data (a big file's first byte range).
+    Layouts,
+    /// All but layouts: the file's data is written.
+    Rest,
+}
+
+/// Copies the attributes of `src` onto `dst` (both of one entry): those of `phase`.  For
+/// directories, symlinks and files written outside [`crate::copy::cp_files`].
+pub fn copy_attrs(src: At<'_>, dst: At<'_>, plan: Plan, clean: bool, phase: Phase) -> Vec<Refused> {
     let mut refused = Vec::new();
     let mut attrs = Attrs::default();
     if attrs.read(src, &mut refused) || clean {
-        attrs.layouts(src, dst, &mut refused);
-        attrs.rest(src, dst, plan, clean, &mut refused);
+        if phase != Phase::Rest {
+            attrs.layouts(src, dst, &mut refused);
+        }
+        if phase != Phase::Layouts {
+            attrs.rest(src, dst, plan, clean, &mut refused);
+        }
     }
     refused
 }
