@@ -216,3 +216,22 @@ def test_big_files_copied_in_ranges_keep_attributes(shm):
     run_pfs("cp", "--split-size", "1MiB", f"{src}/", shm / "dst", check=True)
     assert os.getxattr(shm / "dst" / "sparse", "user.kind") == b"holes"
     assert attrs(shm / "dst") == attrs(src) and acls(shm / "dst") == acls(src)
+
+
+def test_copy_xattrs_phases_split_layouts_from_the_rest(shm):
+    """``layouts`` (before a range's data) copies no ordinary attribute; ``rest`` copies them and no
+    layout; a bad phase is a ValueError.  (Layout names themselves need Lustre or CephFS.)"""
+    import operators._native as native
+
+    (shm / "s").write_bytes(b"x")
+    os.setxattr(shm / "s", "user.a", b"1")
+    for phase, want in (("layouts", []), ("rest", ["user.a"]), ("all", ["user.a"])):
+        (shm / phase).write_bytes(b"")
+        fd = os.open(shm / phase, os.O_WRONLY)
+        try:
+            assert native.copy_xattrs(os.fsencode(shm / "s"), fd, False, phase) == []
+        finally:
+            os.close(fd)
+        assert os.listxattr(shm / phase) == want, phase
+    with pytest.raises(ValueError, match="phase is all, layouts or rest"):
+        native.copy_xattrs(os.fsencode(shm / "s"), os.fsencode(shm / "all"), False, "data")
