@@ -77,14 +77,17 @@ def cp_files(
     sizes: list[int | None],
     mtimes: list[int | None],
     follow: bool,
-    preserve: bool,
+    uid: int,
+    gid: int,
+    xattrs: bool,
     inplace: bool,
     check_existing: bool,
     on_exist: int,
     umask: int,
     fanout: int,
     src_root_id: tuple[int, int] | None = None,
-) -> tuple[bytes, list[int]]: ...
+) -> tuple[bytes, list[int], list[tuple[int, bytes, int]]]: ...
+def copy_xattrs(src: int | bytes, dst: int | bytes, clean: bool, phase: str = ...) -> list[tuple[bytes, int]]: ...
 def checksum_files(
     root: bytes, rels: list[bytes], algorithm: str, fanout: int, root_id: tuple[int, int] | None = None
 ) -> list[tuple[bool, str]]: ...

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System tools the test suite uses besides Python packages: OpenSSH server (SFTP tests),
 # setpriv (util-linux, permission tests), strace (counting the system calls of a pruned scan)
+# setfacl/getfacl (acl) and setfattr/getfattr (attr) (cp's xattr and ACL tests),
 # helm (chart tests), and gcc + libfuse3-dev + fuse3 (latfs, for the fault suite). Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

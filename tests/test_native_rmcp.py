@@ -345,8 +345,8 @@ rels = [f"f{i}".encode() for i in range(60)]
 # source file too, its temp file never, so EMFILE comes mid-file whether or not the batch fans out
 free = 2 + len(os.listdir("/proc/self/fd"))
 resource.setrlimit(resource.RLIMIT_NOFILE, (free, free))
-status, errnos = native.cp_files(src, dst, rels, rels, [b".t" + r for r in rels], [4096] * 60, [None] * 60,
-                                 False, False, False, False, 0, 0o022, 8)
+status, errnos, _ = native.cp_files(src, dst, rels, rels, [b".t" + r for r in rels], [4096] * 60, [None] * 60,
+                                    False, -1, -1, True, False, False, 0, 0o022, 8)
 print(json.dumps({"status": list(status), "errnos": list(errnos)}))
 """
 

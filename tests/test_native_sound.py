@@ -47,9 +47,9 @@ def test_checksums_and_cp_refuse_a_fifo_at_once(tmp_path):
 from operators import _native
 sums = _native.checksum_files({bytes(src)!r}, [b"fifo"], "xxh3", 1)
 assert sums[0][0] is False and "not a regular file" in sums[0][1], sums
-status, errnos = _native.cp_files({bytes(src)!r}, {bytes(dst)!r}, [b"fifo"], [b"fifo"], [b".t"], [None], [None],
-                                  False, False, False, True, 2, 0o022, 1)
-assert status == bytes([2]) and errnos == [22], (status, errnos)
+status, errnos, refused = _native.cp_files({bytes(src)!r}, {bytes(dst)!r}, [b"fifo"], [b"fifo"], [b".t"], [None],
+                                           [None], False, -1, -1, True, False, True, 2, 0o022, 1)
+assert status == bytes([2]) and errnos == [22] and refused == [], (status, errnos, refused)
 print("ok")
 """
     try:
@@ -152,8 +152,8 @@ def test_far_future_mtime_of_a_copied_file_is_kept(tmp_path: Path):
     dst.mkdir()
     (src / "f").write_bytes(b"data")
     os.utime(src / "f", ns=(Y2300_NS, Y2300_NS))
-    status, errnos = _native.cp_files(
-        bytes(src), bytes(dst), [b"f"], [b"f"], [b".t"], [4], [Y2300_NS], False, False, False, True, 2, 0o022, 1
+    status, errnos, refused = _native.cp_files(
+        bytes(src), bytes(dst), [b"f"], [b"f"], [b".t"], [4], [Y2300_NS], False, -1, -1, True, False, True, 2, 0o022, 1
     )
-    assert status == bytes([0]), errnos
+    assert status == bytes([0]) and not refused, errnos
     assert os.lstat(dst / "f").st_mtime_ns == Y2300_NS

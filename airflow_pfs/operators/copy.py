@@ -27,7 +27,9 @@ class PfsCopyOperator(PfsBaseOperator):
     (never a statement);
     ``max_entries`` (a count or ``"5%"`` of the manifest's rows) makes the engine refuse a larger
     selection before anything is written.  Returns the counts (``files``, ``bytes``, ``dirs``,
-    ``skipped``, ``failed``..., and ``selected`` with a manifest).
+    ``skipped``, ``failed``..., and ``selected`` with a manifest).  ``xattrs`` (default True) copies
+    extended attributes and ACLs, ``keep_owner`` ownership (None, the default: when the worker runs as root;
+    ``preserve=True`` is ``keep_owner=True``; not ``owner``: that is Airflow's task owner).
     """
 
     engine = "copy"
@@ -58,9 +60,12 @@ class PfsCopyOperator(PfsBaseOperator):
         manifest_out: Any = None,
         storage_options: dict | None = None,
         dst_storage_options: dict | None = None,
+        xattrs: bool = True,
+        keep_owner: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.xattrs, self.keep_owner = xattrs, keep_owner  # not `owner`: BaseOperator.owner is the task's owner
         self.src = src
         self.dst = dst
         self.manifest = manifest
@@ -81,7 +86,9 @@ class PfsCopyOperator(PfsBaseOperator):
     def job_spec(self, context: Context) -> JobSpec:
         if self.src is None and self.manifest is None:
             raise AirflowException("give src (a tree to copy) or manifest (rows to copy)")
-        for flag in ("overwrite", "update", "ignore_existing", "preserve"):
+        if self.keep_owner not in (None, True, False):
+            raise AirflowException(f"keep_owner must be True, False or None, got {self.keep_owner!r}")
+        for flag in ("overwrite", "update", "ignore_existing", "preserve", "xattrs"):
             if not isinstance(getattr(self, flag), bool):
                 raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         chosen = [flag for flag in ("overwrite", "update", "ignore_existing") if getattr(self, flag)]
@@ -101,6 +108,8 @@ class PfsCopyOperator(PfsBaseOperator):
             "ignore_existing": self.ignore_existing,
             "preserve": self.preserve,
             "threads": self.threads,
+            "xattrs": self.xattrs,
+            "owner": self.keep_owner,
             "storage_options": merge_options(src_options, self.storage_options),
             "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }

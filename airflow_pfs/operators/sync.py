@@ -23,8 +23,10 @@ class PfsSyncOperator(PfsBaseOperator):
     off and ``delete_suppressed`` says why); ``max_delete`` (a count or ``"5%"``) fails the task
     before anything changes.  ``dry_run=True`` only writes the plan.  Changed files are replaced
     (``update=True``, the default); ``ignore_existing=True`` (or ``update=False``) copies only what
-    the destination lacks.  ``skip_existing`` is the deprecated name of ``update``.  Returns the plan's counts
-    per action, ``copied_files``/``copied_bytes``/``deleted`` and the plan directory.
+    the destination lacks.  ``xattrs`` (default True) copies extended attributes and ACLs, ``keep_owner``
+    ownership (None, the default: when the worker runs as root).  ``skip_existing`` is the deprecated
+    name of ``update``.  Returns the plan's counts per action, ``copied_files``/``copied_bytes``/``deleted``
+    and the plan directory.
     """
 
     engine = "sync"
@@ -57,9 +59,12 @@ class PfsSyncOperator(PfsBaseOperator):
         skip_existing: bool | None = None,
         storage_options: dict | None = None,
         dst_storage_options: dict | None = None,
+        xattrs: bool = True,
+        keep_owner: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.xattrs, self.keep_owner = xattrs, keep_owner  # not `owner`: BaseOperator.owner is the task's owner
         self.src, self.dst = src, dst
         self.src_manifest, self.dst_manifest, self.plan = src_manifest, dst_manifest, plan
         self.checksum = checksum
@@ -74,7 +79,9 @@ class PfsSyncOperator(PfsBaseOperator):
         self.storage_options, self.dst_storage_options = storage_options, dst_storage_options
 
     def job_spec(self, context: Context) -> JobSpec:
-        for flag in ("delete", "dry_run", "update_dst_manifest", "update", "ignore_existing"):
+        if self.keep_owner not in (None, True, False):
+            raise AirflowException(f"keep_owner must be True, False or None, got {self.keep_owner!r}")
+        for flag in ("delete", "dry_run", "update_dst_manifest", "update", "ignore_existing", "xattrs"):
             if not isinstance(getattr(self, flag), bool):
                 raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         src, src_options = to_url(self.src, "src")
@@ -87,6 +94,8 @@ class PfsSyncOperator(PfsBaseOperator):
             "update_dst_manifest": self.update_dst_manifest,
             "ignore_existing": self.ignore_existing or not self.update,
             "threads": self.threads,
+            "xattrs": self.xattrs,
+            "owner": self.keep_owner,
             "storage_options": merge_options(src_options, self.storage_options),
             "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }

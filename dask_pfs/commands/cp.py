@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from dask_pfs.cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
+from dask_pfs.commands.attrs import attr_options
 from dask_pfs.commands.existing import existing_options
 from dask_pfs.compare.itemize import HELP as ITEMIZE_HELP
 from dask_pfs.copy import CopyResult
@@ -92,7 +93,9 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
 @click.option("-i", "--itemize", is_flag=True, help=ITEMIZE_HELP + " Plans first (scans DST too).")
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Changes a dry run prints.")
 @click.option("-L", "--dereference", "follow", is_flag=True, help="Copy what symlinks to files point at.")
-@click.option("--preserve", is_flag=True, help="Also copy ownership (uid/gid; needs root).")
+@click.option("--preserve", is_flag=True, help="Same as --owner (kept for scripts).")
+@click.option("-r", "--recursive", is_flag=True, help="Accepted as cp's; pfs cp always copies whole trees.")
+@attr_options
 @click.option(
     "--inplace",
     is_flag=True,
@@ -135,6 +138,11 @@ def cp_cmd(
     show,
     follow,
     preserve,
+    recursive,
+    xattrs,
+    owner,
+    chown,
+    numeric_ids,
     inplace,
     stream,
     chunk_files,
@@ -161,7 +169,8 @@ def cp_cmd(
     destination, files are copied as the scan lists them (--no-stream: after it). Files land under a
     temporary name (.NAME.pfs-tmp-*) and are renamed when complete; a rerun removes leftovers.
     Symlinks stay symlinks (-L copies what they point at), hard links within the tree stay
-    linked, sparse files stay sparse, mode and mtime are kept (ownership with --preserve).
+    linked, sparse files stay sparse, mode and mtime are kept, and so are extended attributes
+    and ACLs (--no-xattrs: not) and, as root, ownership (--no-owner: not; --chown sets it).
     Existing files: identical ones (size and mtime) are skipped; one that differs is an
     error unless --update (replace it), --ignore-existing (leave every existing file alone)
     or --overwrite (rewrite all). -n shows what would happen; -i lists each change.
@@ -202,7 +211,10 @@ def cp_cmd(
             "update": on_exist == "skip",
             "ignore_existing": on_exist == "ignore",
             "follow_symlinks": follow,
-            "preserve": preserve,
+            "owner": True if preserve and owner is None else owner,
+            "xattrs": xattrs,
+            "chown": chown,
+            "numeric_ids": numeric_ids,
             "inplace": inplace,
             "stream": stream,
             "threads": threads,

@@ -8,6 +8,7 @@ import warnings
 import click
 
 from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
+from dask_pfs.commands.attrs import attr_options
 from dask_pfs.compare.itemize import HELP as ITEMIZE_HELP
 from dask_pfs.runtime.progress import ask, human_bytes, make_reporter
 from dask_pfs.runtime.results import shown
@@ -45,6 +46,7 @@ from dask_pfs.runtime.results import shown
     "differ, or its marker records none).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@attr_options
 @prune_options
 @cluster_options
 def sync_cmd(
@@ -66,6 +68,10 @@ def sync_cmd(
     chunk_files,
     as_json,
     allow_other_root,
+    xattrs,
+    owner,
+    chown,
+    numeric_ids,
     cluster,
     threads,
     progress,
@@ -124,6 +130,10 @@ def sync_cmd(
             "chunk_bytes": 256 * MiB,
             "prune": prune,
             "allow_other_root": allow_other_root,
+            "xattrs": xattrs,
+            "owner": owner,
+            "chown": chown,
+            "numeric_ids": numeric_ids,
         },
     )
     paths = [dst, src_manifest, dst_manifest, plan]

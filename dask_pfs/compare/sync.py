@@ -125,6 +125,9 @@ def sync(
     prune: Prune | None = None,
     allow_other_root: bool = False,
     xattrs: bool = True,
+    owner: bool | None = None,
+    chown: str | None = None,
+    numeric_ids: bool = False,
 ) -> SyncResult:
     """Make ``dst`` hold exactly the contents of ``src`` (see the module docstring).
 
@@ -139,6 +142,7 @@ def sync(
     ``xattrs`` (local and mounted trees): both sides are scanned with their extended attributes and ACL
     presence, and an entry whose attributes differ is changed (copied again); given manifests scanned
     without ``--xattrs`` leave attributes uncompared (logged).
+    ``xattrs``, ``owner``, ``chown``, ``numeric_ids``: what the copy keeps (``dask_pfs.copy.copy``).
 
     After a run (not a dry run) without failures only the plan stays in the default work directory
     (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
@@ -211,6 +215,7 @@ def sync(
             update=update_dst_manifest, resume=resume, confirm=confirm, threads=threads, progress=progress,
             limits=(chunk_files, chunk_bytes, split_size), t0=t0, other_root=allow_other_root,
             ignore_existing=ignore_existing,
+            keep={"xattrs": xattrs, "owner": owner, "chown": chown, "numeric_ids": numeric_ids},
         )  # fmt: skip
     if not result.failed and not dry_run:  # a dry run's plan stays resumable (--resume reads its manifests)
         _drop_scans(result, None if src_manifest else src_m, None if dst_manifest or update_dst_manifest else dst_m)
@@ -280,7 +285,8 @@ def _attributes_known(sides: list[Side]) -> bool:
 
 
 def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, resume, confirm, threads, progress,
-         limits, t0, other_root, ignore_existing=False) -> SyncResult:  # fmt: skip
+         limits, t0, other_root, ignore_existing=False, keep=None) -> SyncResult:  # fmt: skip
+    """``keep``: what the copy keeps besides contents (``xattrs``, ``owner``, ... of ``dask_pfs.copy.copy``)."""
     c = dict(p.counts)
     if ignore_existing:  # changed and type-changed entries stay as they are
         c["remove_first"] = 0  # a type-changed directory stays, with what is below it
@@ -358,6 +364,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             dst_storage_options=sides[1].storage_options or None,
             resume=resume,
             allow_other_root=other_root,
+            **(keep or {}),
         )
         result.copy = copied.summary()
         result.failed += copied.failed

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.copy import owners
 from dask_pfs.copy.group import group_of
 from dask_pfs.copy.phases import CopyJob
 from dask_pfs.copy.streaming import Streamer
@@ -116,6 +117,10 @@ def copy(
     skip_existing: bool | None = None,
     follow_symlinks: bool = False,
     preserve: bool = False,
+    xattrs: bool = True,
+    owner: bool | None = None,
+    chown: str | None = None,
+    numeric_ids: bool = False,
     inplace: bool = False,
     threads: int | None = None,
     progress: Reporter | None = None,
@@ -159,6 +164,8 @@ def copy(
     (``operators.scan.prune``: excludes, includes, a maximum depth, one file system).
     ``allow_other_root``: copy a manifest's rows from a root that is not the tree it was scanned
     from (``dask_pfs.manifests.root``; refused, exit 2, otherwise).
+    ``xattrs``: extended attributes and ACLs (``operators.copy.attrs``); ``owner``, ``chown``, ``numeric_ids``
+    (``preserve``: ``owner=True``): ownership as ``dask_pfs.copy.owners`` says.
     """
     t0 = time.monotonic()
     kept_manifest = os.fspath(manifest_out or manifest or "") or None  # what outlives the call (not a temp scan)
@@ -166,6 +173,7 @@ def copy(
         warnings.warn("copy(skip_existing=...) is deprecated: use update=...", DeprecationWarning, stacklevel=3)
         update = update or skip_existing
     on_exist = _on_exist(overwrite, update, ignore_existing)
+    owner, chown_ids = owners.resolve(preserve, owner, chown)
     if src is None and manifest is None:
         raise PfsError("give a source or --manifest")
     selection, cap = selection_options(manifest, where, max_entries)
@@ -217,6 +225,7 @@ def copy(
             "--update": update,
             "--ignore-existing": ignore_existing,
             "--preserve": preserve,
+            **owners.bound(xattrs, owner, chown, numeric_ids),
             "--inplace": inplace,
             "--stream": stream,
         }
@@ -266,7 +275,9 @@ def copy(
                     on_exist=on_exist,
                     check_existing=not target.fresh,
                     follow_symlinks=follow_symlinks,
-                    preserve=preserve,
+                    owner=owner,
+                    chown=chown_ids,
+                    xattrs=xattrs,
                     inplace=inplace,
                     make_parents=streamed,
                     threads=threads,

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 
 import operators._native as _native
+from operators.copy.attrs import MetadataRefused, chown, copy_xattrs, refusals
 from operators.copy.destination import Destination
 from operators.copy.pinned import PinnedRoot
 from operators.copy.sources import LocalSource, Source
@@ -84,11 +85,14 @@ class LocalDestination(Destination):
         directory's own descriptor opened ``O_NOFOLLOW`` below the pinned root."""
         if e.rel:
             e = src.fresh(e)
-        owner = None
-        if self.spec.preserve and e.uid is not None and os.geteuid() == 0:
-            owner = (e.uid, e.gid if e.gid is not None else -1)
         times = (e.atime_ns or e.mtime_ns, e.mtime_ns) if e.mtime_ns is not None else None
-        self.root.dir_meta(e.out_rel, mode=e.mode, times_ns=times, owner=owner)
+        from_path = src.path(e.rel) if isinstance(src, LocalSource) else None
+
+        def xattrs(fd: int) -> list[tuple[bytes, int]]:
+            return copy_xattrs(self.spec, from_path, fd, clean=self.spec.check_existing)
+
+        owner = self.spec.owner_ids(e)
+        refusals(self.root.dir_meta(e.out_rel, mode=e.mode, times_ns=times, owner=owner, attrs=xattrs))
 
     def make_parent(self, e: Entry) -> bool:
         """Make sure the destination directory of ``e`` exists (owner-writable: its real mode comes
@@ -141,13 +145,14 @@ class LocalDestination(Destination):
         on_exist = {"error": 0, "skip": 1, "overwrite": 2, "ignore": 3}[spec.on_exist]
         src_root, dst_root = os.fsencode(spec.src_root), os.fsencode(spec.dst_root)
         step = CORE_BATCH if ops_capped() or bytes_capped() else max(1, len(entries))
+        uid, gid = spec.core_ids()
         results: list[str | BaseException] = []
         for lo in range(0, len(entries), step):
             hi = min(len(entries), lo + step)
             take_ops(hi - lo)
             take_bytes(sum(size or 0 for size in sizes[lo:hi]))
 
-            def call(fan: int, lo: int = lo, hi: int = hi) -> tuple[bytes, list[int]]:
+            def call(fan: int, lo: int = lo, hi: int = hi) -> tuple[bytes, list[int], list[tuple[int, bytes, int]]]:
                 return _native.cp_files(
                     src_root,
                     dst_root,
@@ -157,7 +162,9 @@ class LocalDestination(Destination):
                     sizes[lo:hi],
                     mtimes[lo:hi],
                     spec.follow_symlinks,
-                    spec.preserve,
+                    uid,
+                    gid,
+                    spec.xattrs,
                     spec.inplace,
                     spec.check_existing,
                     on_exist,
@@ -166,9 +173,14 @@ class LocalDestination(Destination):
                     src_root_id=spec.src_root_id,
                 )
 
-            status, errnos = fanned(spec.threads, hi - lo, call)
-            for e, code, err in zip(entries[lo:hi], status, errnos, strict=True):
-                results.append(self._result(e, code, err))
+            status, errnos, refused = fanned(spec.threads, hi - lo, call)
+            here = [self._result(e, code, err) for e, code, err in zip(entries[lo:hi], status, errnos, strict=True)]
+            by_file: dict[int, list[tuple[bytes, int]]] = {}
+            for i, what, err in refused:  # copied, but some of its metadata refused: a failure of its own
+                by_file.setdefault(i, []).append((what, err))
+            for i, items in by_file.items():
+                here[i] = MetadataRefused(items)
+            results += here
         again = [i for i, r in enumerate(results) if r is _NO_PARENT]
         if again and retry and spec.make_parents:
             for i in again:
@@ -220,7 +232,7 @@ class LocalDestination(Destination):
             tmp = temp_name(name, self.spec.token)
             _unlink_at(pfd, tmp)
             os.symlink(e.link_target or b"", tmp, dir_fd=pfd)
-            self._into_place(pfd, tmp, name, e, lambda: self._own(pfd, tmp, e))
+            self._into_place(pfd, tmp, name, e, lambda: self._own(pfd, tmp, e) + self._xattrs(src, e, pfd, tmp))
         return "symlink"
 
     def special(self, src: Source, e: Entry) -> str | BaseException:
@@ -229,7 +241,7 @@ class LocalDestination(Destination):
             return "skip"
         e = src.fresh(e)
         mode = e.mode or 0
-        root = self.spec.preserve and os.geteuid() == 0
+        root = self.spec.keeps_owner and os.geteuid() == 0
         device = src.device(e) if (st.S_ISCHR(mode) or st.S_ISBLK(mode)) and root else None
         if not st.S_ISFIFO(mode) and device is None:
             return "skip"
@@ -241,27 +253,38 @@ class LocalDestination(Destination):
             else:
                 os.mkfifo(tmp, 0o600, dir_fd=pfd)
 
-            def meta() -> None:
-                self._own(pfd, tmp, e)
+            def meta() -> list[tuple[bytes, int]]:
+                refused = self._own(pfd, tmp, e)
                 os.chmod(tmp, st.S_IMODE(mode), dir_fd=pfd)  # a FIFO or device node just made: not a link
+                return refused + self._xattrs(src, e, pfd, tmp)
 
             self._into_place(pfd, tmp, name, e, meta)
         return "file"
 
-    def _into_place(self, pfd: int, tmp: bytes, name: bytes, e: Entry, meta: Callable[[], None]) -> None:
-        """Metadata and times on ``tmp`` (never following it), then the rename to ``name``."""
+    def _into_place(
+        self, pfd: int, tmp: bytes, name: bytes, e: Entry, meta: Callable[[], list[tuple[bytes, int]]]
+    ) -> None:
+        """Metadata and times on ``tmp`` (never following it), then the rename to ``name``; metadata the
+        destination refused is raised (:class:`MetadataRefused`) once the entry is in place."""
         try:
-            meta()
+            refused = meta()
             if e.mtime_ns is not None:
                 os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns), dir_fd=pfd, follow_symlinks=False)
             os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
         except BaseException:
             _unlink_at(pfd, tmp)
             raise
+        refusals(refused)
 
-    def _own(self, pfd: int, name: bytes, e: Entry) -> None:
-        if self.spec.preserve and e.uid is not None and os.geteuid() == 0:
-            os.chown(name, e.uid, e.gid if e.gid is not None else -1, dir_fd=pfd, follow_symlinks=False)
+    def _own(self, pfd: int, name: bytes, e: Entry) -> list[tuple[bytes, int]]:
+        return chown(self.spec, e, lambda u, g: os.chown(name, u, g, dir_fd=pfd, follow_symlinks=False))
+
+    def _xattrs(self, src: Source, e: Entry, pfd: int, name: bytes) -> list[tuple[bytes, int]]:
+        """Attributes of the source entry onto ``name`` in ``pfd``, by path (a symlink has no descriptor
+        ``f*xattr`` takes): ``/proc/self/fd/<pfd>/<name>``, so nothing above ``name`` is resolved again."""
+        if not isinstance(src, LocalSource):
+            return []
+        return copy_xattrs(self.spec, src.path(e.rel), b"/proc/self/fd/%d/%s" % (pfd, name), clean=False)
 
     def create_at(self, pfd: int, name: bytes, mode: int) -> tuple[int, int]:
         """A new file ``name`` in the directory ``pfd`` (a leftover of an earlier attempt is replaced),
@@ -274,14 +297,14 @@ class LocalDestination(Destination):
             fd = os.open(name, flags, mode & 0o777, dir_fd=pfd)
         return fd, mode & 0o777 & ~umask()
 
-    def fd_meta(self, fd: int, e: Entry, created_mode: int | None = None) -> None:
-        """Ownership and mode; the chmod is skipped when creating the file already gave that mode."""
-        chown = self.spec.preserve and e.uid is not None and os.geteuid() == 0
-        if chown:
-            os.fchown(fd, e.uid or 0, e.gid if e.gid is not None else -1)  # before chmod: chown clears set-id bits
+    def fd_meta(self, fd: int, e: Entry, created_mode: int | None = None) -> list[tuple[bytes, int]]:
+        """Ownership and mode; the chmod is skipped when creating the file already gave that mode.
+        Returns a refused chown (the caller reports it)."""
+        refused = chown(self.spec, e, lambda u, g: os.fchown(fd, u, g))  # before chmod: chown clears set-id bits
         mode = st.S_IMODE(e.mode) if e.mode is not None else 0o644
-        if chown or mode != created_mode:
+        if self.spec.owner_ids(e) is not None or mode != created_mode:
             os.fchmod(fd, mode)
+        return refused
 
     # big files in ranges, and hard links --------------------------------------
 
@@ -290,10 +313,16 @@ class LocalDestination(Destination):
         whichever range runs first and extended to the full size (a hole), so ranges land in any order."""
         with self.root.parent(check_relative(e.out_rel)) as (pfd, name):
             flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            dfd = os.open(temp_name(name, self.spec.token), flags, 0o600, dir_fd=pfd)
+            tmp = temp_name(name, self.spec.token)
+            try:
+                dfd, made = os.open(tmp, flags | os.O_EXCL, 0o600, dir_fd=pfd), True
+            except FileExistsError:
+                dfd, made = os.open(tmp, flags, 0o600, dir_fd=pfd), False
         try:
             if not st.S_ISREG(os.fstat(dfd).st_mode):
                 raise OSError(errno.EINVAL, "the temp file is not a regular file")
+            if made:  # still empty: Lustre takes a layout (lustre.lov) only before any data or size
+                refusals(self._source_xattrs(src, e, dfd, "layouts"))
             if os.fstat(dfd).st_size < (e.size or 0):
                 os.ftruncate(dfd, e.size or 0)  # only ever grows: bytes already written stay below the old size
             src.read_range(e, dfd, offset, length)
@@ -308,12 +337,25 @@ class LocalDestination(Destination):
             fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
             try:
                 os.ftruncate(fd, e.size or 0)
-                self.fd_meta(fd, e)
+                refused = self.fd_meta(fd, e)
+                refused += self._source_xattrs(src, e, fd, "rest")  # the layout came with the first range
             finally:
                 os.close(fd)
             if e.mtime_ns is not None:
                 os.utime(tmp, ns=(e.atime_ns or e.mtime_ns, e.mtime_ns), dir_fd=pfd, follow_symlinks=False)
             os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        refusals(refused)
+
+    def _source_xattrs(self, src: Source, e: Entry, fd: int, phase: str) -> list[tuple[bytes, int]]:
+        """The attributes of ``phase`` (``operators._native.copy_xattrs``) of the source file of ``e``
+        onto the open file ``fd``."""
+        if not isinstance(src, LocalSource) or not self.spec.xattrs:
+            return []
+        sfd = os.open(src.path(e.rel), os.O_RDONLY | os.O_CLOEXEC | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW))
+        try:
+            return copy_xattrs(self.spec, sfd, fd, clean=False, phase=phase)
+        finally:
+            os.close(sfd)
 
     def link(self, e: Entry, first: bytes) -> str:
         """Hard-link ``e`` to the already copied ``first``; ``skip`` when it already is."""

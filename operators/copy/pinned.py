@@ -16,7 +16,7 @@ import contextlib
 import errno
 import os
 import stat as st
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from operators.copy.spec import TEMP_MARK, is_temp_name
 from operators.core.dirfd import OPEN_DIR, OpenDirs
@@ -138,15 +138,24 @@ class PinnedRoot:
         mode: int | None,
         times_ns: tuple[int, int] | None,
         owner: tuple[int, int] | None = None,
-    ) -> None:
-        """Ownership, mode and times of the directory ``rel``, on its own descriptor."""
+        attrs: Callable[[int], list[tuple[bytes, int]]] | None = None,
+    ) -> list[tuple[bytes, int]]:
+        """Ownership, mode, extended attributes (``attrs(fd)``) and times of the directory ``rel``, on
+        its own descriptor; returns what the destination refused of the owner and the attributes."""
+        refused: list[tuple[bytes, int]] = []
         with self.directory(rel) as fd:
             if owner is not None:
-                os.fchown(fd, *owner)  # before chmod: chown clears set-id bits
+                try:
+                    os.fchown(fd, *owner)  # before chmod: chown clears set-id bits
+                except OSError as exc:
+                    refused.append((b"owner %d:%d" % owner, exc.errno or 0))
             if mode is not None:
                 os.fchmod(fd, st.S_IMODE(mode))
+            if attrs is not None:
+                refused += attrs(fd)
             if times_ns is not None:
                 os.utime(fd, ns=times_ns)
+        return refused
 
     def remove_stale_temps(self, rel: bytes, keep: str | None = None) -> int:
         """Delete ``.*.pfs-tmp-*`` files that killed or interrupted runs left in the directory ``rel``.

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import fsspec
 
+from operators.copy.attrs import refusals
 from operators.copy.kernel import copy_range, is_sparse
 from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
 
@@ -105,7 +106,7 @@ class FsspecSource:
         its held parent, never through a link), with its mode."""
         with self.fs.open(self.path(e.rel), "rb") as f, os.fdopen(os.dup(fd), "wb") as g:
             shutil.copyfileobj(f, g, STREAM_BLOCK)
-        dst.fd_meta(fd, e)
+        refusals(dst.fd_meta(fd, e))  # a refused chown fails the file (its temp file is removed)
         return e
 
     def read_range(self, e: Entry, dfd: int, offset: int, length: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field, replace
@@ -49,7 +50,9 @@ class CopySpec:
     on_exist: str = "error"  # error | skip (--update) | overwrite | ignore (--ignore-existing); dask_pfs.copy
     check_existing: bool = True  # False when the destination root did not exist before the run
     follow_symlinks: bool = False
-    preserve: bool = False  # ownership (needs root)
+    owner: bool | None = None  # keep the source's owner and group; None: when root (``cp -a``, ``rsync -a``)
+    chown: tuple[int | None, int | None] = (None, None)  # --chown: these ids instead (None: that part not given)
+    xattrs: bool = True  # extended attributes and ACLs (operators.copy.attrs)
     inplace: bool = False  # small files straight to their names: no rename (costly on GlusterFS), no atomicity
     make_parents: bool = False  # a file's destination directory may not exist yet: create it (streamed copies)
     threads: int | None = None
@@ -61,6 +64,22 @@ class CopySpec:
         """This spec with the source root's identity now (the job starting): from then on the core
         refuses another directory renamed into its place."""
         return replace(self, src_root_id=pin(self.src_root, self.src_local))
+
+    @property
+    def keeps_owner(self) -> bool:
+        return self.owner if self.owner is not None else may_chown()
+
+    def owner_ids(self, e: Entry) -> tuple[int, int] | None:
+        """The ``chown`` of a copy of ``e`` (-1: that id left alone), or None: nothing to change."""
+        keep = self.keeps_owner
+        uid = self.chown[0] if self.chown[0] is not None else (e.uid if keep and e.uid is not None else -1)
+        gid = self.chown[1] if self.chown[1] is not None else (e.gid if keep and e.gid is not None else -1)
+        return None if uid == gid == -1 else (uid, gid)
+
+    def core_ids(self) -> tuple[int, int]:
+        """``cp_files``'s ``uid``/``gid``: -1 leave the copier's, -2 the source's, else that id."""
+        keep = -2 if self.keeps_owner else -1
+        return tuple(i if i is not None else keep for i in self.chown)  # type: ignore[return-value]
 
     @property
     def src_local(self) -> bool:
@@ -104,6 +123,18 @@ class Outcome:
 
     def counts(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.COUNTERS} | {"failed": len(self.failures)}
+
+
+@functools.cache
+def may_chown() -> bool:
+    """The process may give files away: CAP_CHOWN in its effective set (root, unless dropped as with
+    ``setpriv``); the default of ``owner`` (``cp -a`` and ``rsync -a`` keep owners only as root)."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(line for line in f if line.startswith("CapEff:")).split()[1]
+        return bool(int(caps, 16) & 1)  # CAP_CHOWN
+    except (OSError, StopIteration, ValueError, IndexError):
+        return os.geteuid() == 0
 
 
 def with_stat(e: Entry, s: os.stat_result) -> Entry:

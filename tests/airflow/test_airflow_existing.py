@@ -31,3 +31,20 @@ def test_sync_operator_ignore_existing_and_the_old_name(tmp_path):
     with pytest.warns(DeprecationWarning, match="use update"):
         old = PfsSyncOperator(task_id="old", skip_existing=False, **where)
     assert old.job_spec({}).kwargs["ignore_existing"] is True  # update=False: changed files stay
+
+
+def test_copy_and_sync_operators_pass_xattrs_and_keep_owner(tmp_path):
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_pfs.operators.copy import PfsCopyOperator
+    from airflow_pfs.operators.sync import PfsSyncOperator
+
+    where = {"src": str(tmp_path / "a"), "dst": str(tmp_path / "b")}
+    for cls in (PfsCopyOperator, PfsSyncOperator):
+        default = cls(task_id="d", **where)
+        assert (default.job_spec({}).kwargs["xattrs"], default.job_spec({}).kwargs["owner"]) == (True, None)
+        off = cls(task_id="off", xattrs=False, keep_owner=False, **where)
+        assert (off.job_spec({}).kwargs["xattrs"], off.job_spec({}).kwargs["owner"]) == (False, False)
+        assert off.owner == "airflow"  # Airflow's own task owner is untouched
+        with pytest.raises(AirflowException, match="keep_owner must be"):
+            cls(task_id="bad", keep_owner="yes", **where).job_spec({})

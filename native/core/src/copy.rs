@@ -4,8 +4,8 @@
 //! and refused unless it is a regular file (a FIFO never blocks: `sys::open_regular`), its data moved
 //! by the kernel (`copy_file_range`, else `sendfile`, else `pread`/`pwrite`; holes of big sparse
 //! files kept), into a new temp file in the destination directory created with the source's mode,
-//! ownership (root with `Owners::Keep`), times (`futimens` before close), then `renameat` to its
-//! final name.  Whatever fails, the temp file is removed: a final name never holds a partial file.
+//! ownership ([`Owners`]), extended attributes and ACLs (`crate::xattr`), times (`futimens` before
+//! close), then `renameat` to its final name.  Whatever fails, the temp file is removed: a final name never holds a partial file.
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -13,8 +13,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use crate::errors::{Cause, Error};
 use crate::names::{check_component, check_relative, split};
 use crate::parents::{fan_out, Identity, Parents, Root};
-use crate::sys::{self, cstring, Follow};
+use crate::sys::{self, cstring, At, Follow};
 use crate::time::Time;
+use crate::xattr::{Attrs, Plan, Refused};
 
 const SPARSE_MIN: i64 = 1 << 20;
 const BLOCK: usize = 8 << 20;
@@ -41,11 +42,63 @@ pub enum Write {
     InPlace,
 }
 
-/// Whether owners are kept (`--preserve`, and only when running as root).
+/// One id of a copy's owner: left as created, the source's, or a given one (`--chown`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Owners {
-    Keep,
-    Mine,
+pub enum Id {
+    Leave,
+    Source,
+    Set(u32),
+}
+
+impl Id {
+    fn pick(self, source: u32) -> Option<u32> {
+        match self {
+            Id::Leave => None,
+            Id::Source => Some(source),
+            Id::Set(id) => Some(id),
+        }
+    }
+}
+
+/// The owner and group a copy gets (`fchown` before `fchmod`, so set-id bits survive as with `cp -a`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owners {
+    pub uid: Id,
+    pub gid: Id,
+}
+
+impl Owners {
+    /// The ids to `fchown` to (`u32::MAX`: unchanged), or None when nothing is to change.
+    pub fn ids(&self, st: &libc::stat) -> Option<(u32, u32)> {
+        match (self.uid.pick(st.st_uid), self.gid.pick(st.st_gid)) {
+            (None, None) => None,
+            (u, g) => Some((u.unwrap_or(u32::MAX), g.unwrap_or(u32::MAX))),
+        }
+    }
+
+    pub const MINE: Owners = Owners {
+        uid: Id::Leave,
+        gid: Id::Leave,
+    };
+    pub const KEEP: Owners = Owners {
+        uid: Id::Source,
+        gid: Id::Source,
+    };
+}
+
+/// A refused `fchown` as the failure log names it (`owner 1234:5678`, `-1` for an id left alone).
+pub fn owner_refused(uid: u32, gid: u32, errno: i32) -> Refused {
+    let id = |i: u32| {
+        if i == u32::MAX {
+            "-1".to_string()
+        } else {
+            i.to_string()
+        }
+    };
+    Refused {
+        what: format!("owner {}:{}", id(uid), id(gid)).into_bytes(),
+        errno,
+    }
 }
 
 /// Whether the destination is looked at before copying.
@@ -63,6 +116,8 @@ pub struct CopyOptions {
     pub existing: Existing,
     pub on_exist: OnExist,
     pub umask: u32,
+    /// Extended attributes and ACLs copied (None: `--no-xattrs`).
+    pub xattrs: Option<Plan>,
 }
 
 /// One file to copy: source and destination paths and temp name (relative, exact bytes) and the
@@ -239,25 +294,51 @@ fn create(dfd: BorrowedFd<'_>, tmp: &CStr, mode: u32) -> Result<OwnedFd, i32> {
     }
 }
 
-/// Writes the file `tmp` in `dfd` from `src`: data, owner, mode, times, then close.
+/// What one file's copy needs besides its two ends: the method that last worked, the buffers.
+struct Worker {
+    method: Method,
+    buf: Vec<u8>,
+    attrs: Attrs,
+}
+
+/// Writes the file `tmp` in `dfd` from `src`: layout attributes (before any data: Lustre refuses a
+/// layout after), data, owner, mode, the other attributes (after the owner: `fchown` clears
+/// `security.capability`), times, then close.  A refused owner or attribute leaves the file copied
+/// and is pushed to `refused`.
+#[allow(clippy::too_many_arguments)]
 fn fill(
-    method: &mut Method,
+    w: &mut Worker,
     src: BorrowedFd<'_>,
     st: &libc::stat,
     dfd: BorrowedFd<'_>,
     tmp: &CStr,
     o: &CopyOptions,
-    buf: &mut Vec<u8>,
+    clean: bool,
+    refused: &mut Vec<Refused>,
 ) -> Result<(), Cause> {
     let mode = st.st_mode & 0o7777;
     let out = create(dfd, tmp, mode)?;
-    copy_data(method, src, out.as_fd(), st, buf)?;
-    let chown = o.owners == Owners::Keep;
-    if chown {
-        sys::fchown(out.as_fd(), st.st_uid, st.st_gid)?; // before chmod: chown clears set-id bits
+    let (from, to) = (At::Fd(src), At::Fd(out.as_fd()));
+    let attrs = match o.xattrs {
+        Some(plan) if w.attrs.read(from, refused) || clean => Some(plan),
+        _ => None,
+    };
+    if attrs.is_some() {
+        w.attrs.layouts(from, to, refused);
+    }
+    copy_data(&mut w.method, src, out.as_fd(), st, &mut w.buf)?;
+    let mut chown = false;
+    if let Some((uid, gid)) = o.owners.ids(st) {
+        match sys::fchown(out.as_fd(), uid, gid) {
+            Ok(()) => chown = true, // before chmod: chown clears set-id bits
+            Err(e) => refused.push(owner_refused(uid, gid, e)),
+        }
     }
     if chown || mode != (mode & 0o777 & !o.umask) {
         sys::fchmod(out.as_fd(), mode)?;
+    }
+    if let Some(plan) = attrs {
+        w.attrs.rest(from, to, plan, clean, refused);
     }
     sys::futimens(
         out.as_fd(),
@@ -268,12 +349,12 @@ fn fill(
 }
 
 fn copy_one(
-    method: &mut Method,
+    w: &mut Worker,
     src: &mut Parents<'_>,
     dst: &mut Parents<'_>,
     job: &CopyJob,
     o: &CopyOptions,
-    buf: &mut Vec<u8>,
+    refused: &mut Vec<Refused>,
 ) -> Copied {
     if let Err(c) = check_relative(&job.rel)
         .and(check_relative(&job.out))
@@ -312,14 +393,17 @@ fn copy_one(
         Write::InPlace => &dname,
         Write::Temp => &tmp,
     };
-    let done = fill(method, input.as_fd(), &st, dfd, tmp, o, buf).and_then(|()| match o.write {
-        Write::InPlace => Ok(()),
-        Write::Temp => sys::rename_at(dfd, tmp, &dname).map_err(Cause::Os),
-    });
+    let clean = o.existing == Existing::Check; // inherited default ACLs, or attributes of a file overwritten in place
+    let done =
+        fill(w, input.as_fd(), &st, dfd, tmp, o, clean, refused).and_then(|()| match o.write {
+            Write::InPlace => Ok(()),
+            Write::Temp => sys::rename_at(dfd, tmp, &dname).map_err(Cause::Os),
+        });
     match done {
         Ok(()) => Copied::Copied,
         Err(e) => {
             let _ = sys::unlink_at(dfd, tmp, 0);
+            refused.clear(); // the file failed: that is its one failure
             Copied::Failed(e)
         }
     }
@@ -333,14 +417,15 @@ fn root_failure(e: &Error, destination: bool) -> Copied {
     }
 }
 
-/// Copies regular files from `src_root` to `dst_root`, one outcome per job, in order.
+/// Copies regular files from `src_root` to `dst_root`, one outcome per job, in order, with what of
+/// a copied file's metadata the destination refused (empty for most: no allocation).
 pub fn cp_files(
     src_root: &[u8],
     dst_root: &[u8],
     jobs: &[CopyJob],
     o: &CopyOptions,
     fanout: usize,
-) -> Vec<Copied> {
+) -> Vec<(Copied, Vec<Refused>)> {
     cp_files_at(src_root, None, dst_root, jobs, o, fanout)
 }
 
@@ -353,23 +438,40 @@ pub fn cp_files_at(
     jobs: &[CopyJob],
     o: &CopyOptions,
     fanout: usize,
-) -> Vec<Copied> {
+) -> Vec<(Copied, Vec<Refused>)> {
     let src = match Root::open(src_root, src_id) {
         Ok(r) => r,
-        Err(e) => return jobs.iter().map(|_| root_failure(&e, false)).collect(),
+        Err(e) => {
+            return jobs
+                .iter()
+                .map(|_| (root_failure(&e, false), Vec::new()))
+                .collect()
+        }
     };
     let dst = match Root::open(dst_root, None) {
         Ok(r) => r,
-        Err(e) => return jobs.iter().map(|_| root_failure(&e, true)).collect(),
+        Err(e) => {
+            return jobs
+                .iter()
+                .map(|_| (root_failure(&e, true), Vec::new()))
+                .collect()
+        }
     };
     let (src, dst) = (&src, &dst);
     fan_out(jobs, fanout, |chunk, _| {
         let (mut s, mut d) = (Parents::new(src), Parents::new(dst));
-        let mut method = Method::CopyFileRange;
-        let mut buf = Vec::new();
+        let mut w = Worker {
+            method: Method::CopyFileRange,
+            buf: Vec::new(),
+            attrs: Attrs::default(),
+        };
         chunk
             .iter()
-            .map(|j| copy_one(&mut method, &mut s, &mut d, j, o, &mut buf))
+            .map(|j| {
+                let mut refused = Vec::new();
+                let c = copy_one(&mut w, &mut s, &mut d, j, o, &mut refused);
+                (c, refused)
+            })
             .collect()
     })
 }

@@ -22,3 +22,4 @@ pub mod scan;
 pub mod sys;
 pub mod time;
 pub mod xattrs;
+pub mod xattr;

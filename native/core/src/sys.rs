@@ -456,45 +456,113 @@ pub fn open_regular(
     Ok((fd, st))
 }
 
-/// `llistxattr(path)`: the NUL-separated attribute names of `path` itself (a symlink's own, never
-/// its target's), growing the buffer while the list grows (ERANGE).
-pub fn llistxattr(path: &CStr) -> Result<Vec<u8>, Errno> {
-    let mut buf = vec![0u8; 256];
-    loop {
-        // SAFETY: `path` is NUL-terminated; the kernel writes at most `buf.len()` bytes into `buf`.
-        match retry(|| unsafe {
-            libc::llistxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-        }) {
-            Ok(n) => {
-                buf.truncate(n.unsigned_abs());
-                return Ok(buf);
-            }
-            Err(libc::ERANGE) => buf.resize(buf.len() * 4, 0),
-            Err(e) => return Err(e),
+/// Where an entry's extended attributes are read or written: an open descriptor (`f*xattr`), or a
+/// path whose last component is never followed (`l*xattr`).  A symlink needs the path: `f*xattr`
+/// refuses the `O_PATH` descriptor that is the only one a symlink can have, and the `*xattrat`
+/// calls are Linux 6.13+; callers make the path `/proc/self/fd/<parent>/<name>`, so no component
+/// above the name is resolved again.
+#[derive(Clone, Copy, Debug)]
+pub enum At<'a> {
+    Fd(BorrowedFd<'a>),
+    Path(&'a CStr),
+}
+
+/// `flistxattr`/`llistxattr`: the NUL-separated names into `buf` (len 0: the size needed).
+pub fn listxattr(at: At<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
+    let (p, n) = (buf.as_mut_ptr().cast(), buf.len());
+    // SAFETY: `buf` has `n` writable bytes; the descriptor is live or the path NUL-terminated.
+    let r = retry(|| unsafe {
+        match at {
+            At::Fd(fd) => libc::flistxattr(fd.as_raw_fd(), p, n),
+            At::Path(path) => libc::llistxattr(path.as_ptr(), p, n),
         }
-    }
+    })?;
+    Ok(r.unsigned_abs())
+}
+
+/// `fgetxattr`/`lgetxattr`: the value's length in `buf`.
+pub fn getxattr(at: At<'_>, name: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
+    let (p, n) = (buf.as_mut_ptr().cast(), buf.len());
+    // SAFETY: as listxattr; `name` is NUL-terminated.
+    let r = retry(|| unsafe {
+        match at {
+            At::Fd(fd) => libc::fgetxattr(fd.as_raw_fd(), name.as_ptr(), p, n),
+            At::Path(path) => libc::lgetxattr(path.as_ptr(), name.as_ptr(), p, n),
+        }
+    })?;
+    Ok(r.unsigned_abs())
+}
+
+/// `llistxattr(path)`: the NUL-separated attribute names of `path` itself (a symlink's own, never
+/// its target's), the buffer grown while the list grows (ERANGE).
+pub fn llistxattr(path: &CStr) -> Result<Vec<u8>, Errno> {
+    grown(|buf| listxattr(At::Path(path), buf))
 }
 
 /// `lgetxattr(path, name)`: one attribute's value (of `path` itself, never a symlink's target).
 pub fn lgetxattr(path: &CStr, name: &CStr) -> Result<Vec<u8>, Errno> {
+    grown(|buf| getxattr(At::Path(path), name, buf))
+}
+
+/// The bytes `call` writes, in a buffer grown from 256 bytes while it answers ERANGE (up to 64 MiB).
+fn grown(mut call: impl FnMut(&mut [u8]) -> Result<usize, Errno>) -> Result<Vec<u8>, Errno> {
     let mut buf = vec![0u8; 256];
     loop {
-        // SAFETY: both strings are NUL-terminated; the kernel writes at most `buf.len()` bytes.
-        let got = retry(|| unsafe {
-            libc::lgetxattr(
-                path.as_ptr(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        });
-        match got {
+        match call(&mut buf) {
             Ok(n) => {
-                buf.truncate(n.unsigned_abs());
+                buf.truncate(n);
                 return Ok(buf);
             }
             Err(libc::ERANGE) if buf.len() < (1 << 26) => buf.resize(buf.len() * 16, 0),
             Err(e) => return Err(e),
         }
     }
+}
+
+/// `fsetxattr`/`lsetxattr` (created or replaced).
+pub fn setxattr(at: At<'_>, name: &CStr, value: &[u8]) -> Result<(), Errno> {
+    let (p, n) = (value.as_ptr().cast(), value.len());
+    // SAFETY: `value` has `n` readable bytes; `name` is NUL-terminated.
+    retry(|| unsafe {
+        match at {
+            At::Fd(fd) => libc::fsetxattr(fd.as_raw_fd(), name.as_ptr(), p, n, 0),
+            At::Path(path) => libc::lsetxattr(path.as_ptr(), name.as_ptr(), p, n, 0),
+        }
+    })
+    .map(drop)
+}
+
+/// `fremovexattr`/`lremovexattr`.
+pub fn removexattr(at: At<'_>, name: &CStr) -> Result<(), Errno> {
+    // SAFETY: `name` is NUL-terminated; the descriptor is live or the path NUL-terminated.
+    retry(|| unsafe {
+        match at {
+            At::Fd(fd) => libc::fremovexattr(fd.as_raw_fd(), name.as_ptr()),
+            At::Path(path) => libc::lremovexattr(path.as_ptr(), name.as_ptr()),
+        }
+    })
+    .map(drop)
+}
+
+/// The file-system type of an entry whose attributes are copied ([`fs_type`]); None for a path (a
+/// symlink, which never carries a layout) or when `fstatfs` fails.
+pub fn fs_type_at(at: At<'_>) -> Option<i64> {
+    match at {
+        At::Fd(fd) => fs_type(fd).ok(),
+        At::Path(_) => None,
+    }
+}
+
+/// The process may write `security.*` and `trusted.*` attributes: CAP_SYS_ADMIN is in its
+/// effective set (read once from `/proc/self/status`; root without it, as under `setpriv`, may not).
+pub fn has_cap_sys_admin() -> bool {
+    static CAP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << 21) != 0) // CAP_SYS_ADMIN
+    })
 }

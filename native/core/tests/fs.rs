@@ -22,6 +22,7 @@ use pfs_core::parents::{Parents, Root};
 use pfs_core::remove::{self, Check, Done, Expect, Kind, Mode, RelOptions};
 use pfs_core::scan::{Cols, DirScan, Hooks, StepError, StepOptions};
 use pfs_core::sys::{self, Follow, Nonblock};
+use pfs_core::xattr::{Plan, Refused};
 
 /// 2300-01-01T00:00:00Z plus some nanoseconds: past i64 nanoseconds (2262).
 const Y2300: i64 = 10_413_792_000;
@@ -29,12 +30,23 @@ const Y2300: i64 = 10_413_792_000;
 fn opts() -> CopyOptions {
     CopyOptions {
         follow: Follow::Never,
-        owners: Owners::Mine,
+        owners: Owners::MINE,
         write: Write::Temp,
         existing: Existing::Check,
         on_exist: OnExist::Overwrite,
         umask: 0o022,
+        xattrs: Some(Plan { privileged: false }),
     }
+}
+
+/// What became of each file (asserting nothing of its metadata was refused).
+fn outcomes(done: Vec<(Copied, Vec<Refused>)>) -> Vec<Copied> {
+    done.into_iter()
+        .map(|(c, refused)| {
+            assert!(refused.is_empty(), "{refused:?}");
+            c
+        })
+        .collect()
 }
 
 fn job(rel: &[u8]) -> CopyJob {
@@ -101,7 +113,7 @@ fn a_fifo_is_refused_by_checksums_and_cp_without_blocking() {
             checksum_files(&fifo_root, &[Vec::new()], Algorithm::Md5, 1),
             vec![Err(Cause::NotRegular)]
         );
-        let got = cp_files(&s, &d, &[job(b"fifo")], &opts(), 1);
+        let got = outcomes(cp_files(&s, &d, &[job(b"fifo")], &opts(), 1));
         assert_eq!(got, vec![Copied::Failed(Cause::NotRegular)]);
         0
     });
@@ -127,13 +139,13 @@ fn far_future_times_are_exact_in_the_scan_rm_and_cp() {
     // cp keeps it (futimens on the open file)
     let out = t.path().join("out");
     fs::create_dir(&out).unwrap();
-    let got = cp_files(
+    let got = outcomes(cp_files(
         &t.bytes(),
         out.as_os_str().as_bytes(),
         &[job(b"future")],
         &opts(),
         1,
-    );
+    ));
     assert_eq!(got, vec![Copied::Copied]);
     let st = lstat(&out.join("future"));
     assert_eq!((st.st_mtime, st.st_mtime_nsec), (Y2300, 123_456_789));
@@ -277,7 +289,7 @@ fn dot_dot_and_empty_components_never_leave_the_root() {
     let mut j = job(b"../victim");
     j.out = b"x".to_vec();
     assert_eq!(
-        cp_files(r, out.as_os_str().as_bytes(), &[j], &opts(), 1),
+        outcomes(cp_files(r, out.as_os_str().as_bytes(), &[j], &opts(), 1)),
         vec![Copied::Failed(Cause::UnsafeName)]
     );
     assert!(t.path().join("victim").exists() && t.path().join("victimdir").exists());
@@ -499,6 +511,66 @@ fn o_nonblock_is_kept_only_on_the_roots_device_of_a_filesystem_that_ignores_it()
     }
 }
 
+fn get_attr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let (p, n) = (
+        std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap(),
+        std::ffi::CString::new(name).unwrap(),
+    );
+    let mut buf = vec![0u8; 1 << 16];
+    sys::getxattr(sys::At::Path(&p), &n, &mut buf)
+        .ok()
+        .map(|len| buf[..len].to_vec())
+}
+
+#[test]
+fn cp_copies_user_xattrs_binary_and_64_kib_unless_told_not_to() {
+    let t = TempDir::new();
+    fs::write(t.path().join("f"), b"data").unwrap();
+    let p = std::ffi::CString::new(t.path().join("f").as_os_str().as_bytes()).unwrap();
+    let mut big = vec![7u8; 65536];
+    let set = |name: &str, v: &[u8]| {
+        let n = std::ffi::CString::new(name).unwrap();
+        sys::setxattr(sys::At::Path(&p), &n, v)
+    };
+    if set("user.bin", b"\x00\xff\x01").is_err() {
+        eprintln!("no user.* attributes on this file system: skipped");
+        return;
+    }
+    if set("user.big", &big) == Err(libc::ENOSPC) {
+        big.truncate(3000); // ext4 without ea_inode: a value fits in one block (tmpfs takes 64 KiB)
+        set("user.big", &big).unwrap();
+    }
+    for (dir, plan) in [
+        ("with", Some(Plan { privileged: false })),
+        ("without", None),
+    ] {
+        let out = t.path().join(dir);
+        fs::create_dir(&out).unwrap();
+        let o = CopyOptions {
+            xattrs: plan,
+            ..opts()
+        };
+        let got = outcomes(cp_files(
+            &t.bytes(),
+            out.as_os_str().as_bytes(),
+            &[job(b"f")],
+            &o,
+            1,
+        ));
+        assert_eq!(got, vec![Copied::Copied]);
+        let (bin, long) = (
+            get_attr(&out.join("f"), "user.bin"),
+            get_attr(&out.join("f"), "user.big"),
+        );
+        if plan.is_some() {
+            assert_eq!(bin.as_deref(), Some(&b"\x00\xff\x01"[..]));
+            assert_eq!(long, Some(big.clone()));
+        } else {
+            assert_eq!((bin, long), (None, None), "--no-xattrs copies none");
+        }
+    }
+}
+
 #[test]
 fn checksums_read_every_byte_of_files_around_the_buffer_sizes() {
     use sha2::{Digest, Sha256};
@@ -573,7 +645,7 @@ fn rm_cp_and_checksums_refuse_a_root_replaced_since_the_job_started() {
         &opts(),
         1,
     );
-    assert_eq!(got, vec![Copied::Failed(stale)]);
+    assert_eq!(outcomes(got), vec![Copied::Failed(stale)]);
     assert!(
         fs::read_dir(&out).unwrap().next().is_none(),
         "nothing copied"
@@ -581,4 +653,31 @@ fn rm_cp_and_checksums_refuse_a_root_replaced_since_the_job_started() {
     // the same calls with the live root's identity work
     let live = Some(Root::open(rb, None).unwrap().id());
     assert!(checksum_files_at(rb, live, &[b"f".to_vec()], Algorithm::Xxh3, 1)[0].is_ok());
+}
+
+#[test]
+fn an_attribute_the_destination_has_and_the_source_lacks_is_removed_from_an_existing_tree() {
+    let t = TempDir::new();
+    fs::write(t.path().join("f"), b"data").unwrap();
+    let out = t.path().join("out");
+    fs::create_dir(&out).unwrap();
+    fs::write(out.join("f"), b"old").unwrap();
+    let p = std::ffi::CString::new(out.join("f").as_os_str().as_bytes()).unwrap();
+    let n = std::ffi::CString::new("user.stale").unwrap();
+    if sys::setxattr(sys::At::Path(&p), &n, b"x").is_err() {
+        return; // no user.* attributes here
+    }
+    let o = CopyOptions {
+        write: Write::InPlace,
+        ..opts()
+    };
+    let got = outcomes(cp_files(
+        &t.bytes(),
+        out.as_os_str().as_bytes(),
+        &[job(b"f")],
+        &o,
+        1,
+    ));
+    assert_eq!(got, vec![Copied::Copied]);
+    assert_eq!(get_attr(&out.join("f"), "user.stale"), None);
 }
