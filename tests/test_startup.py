@@ -3,7 +3,7 @@
 Each command runs as the console script does (``dask_pfs.cli.main``, a fresh interpreter); an ``atexit``
 hook (``main`` runs them before ``os._exit``) records which packages were imported.  pandas (0.3-0.5 s
 of CPU, imported by pyarrow's first list conversion), rich (a terminal's progress bars) and distributed
-(a cluster) are not on any 1-file command's path.
+(a cluster) are not on any 1-file command's path, nor is pyarrow.compute (~30-50 ms).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ MAIN = r"""
 import atexit, json, sys
 def _record():
     with open(sys.argv[1], "w") as f:
-        json.dump(sorted({m.split(".")[0] for m in sys.modules}), f)
+        json.dump(sorted({m.split(".")[0] for m in sys.modules} | ({"pyarrow.compute"} & set(sys.modules))), f)
 atexit.register(_record)
 from dask_pfs.cli import main
 main(sys.argv[2:])
 """
 
-HEAVY = {"pandas", "rich", "distributed"}
+HEAVY = {"pandas", "rich", "distributed", "pyarrow.compute"}
 
 
 def _imported(tmp_path, *args: str) -> set[str]:
@@ -103,3 +103,19 @@ def test_the_gate_refuses_pyarrows_import_of_pandas_not_to_pandas(tmp_path):
         "gate": True,
         "later": True,
     }
+
+
+def test_core_columns_with_backward_offsets_are_refused_without_pyarrow_compute():
+    """The check of the core's string offsets (operators.rows) uses Arrow's validation, not pyarrow.compute."""
+    import struct
+
+    import pyarrow as pa
+
+    from operators.rows import _check_offsets
+
+    data = pa.py_buffer(b"abcd")
+    _check_offsets("path", 3, pa.py_buffer(struct.pack("<4i", 0, 1, 2, 4)), data)
+    with pytest.raises(ValueError, match="offsets go backwards"):
+        _check_offsets("path", 3, pa.py_buffer(struct.pack("<4i", 0, 3, 2, 4)), data)
+    with pytest.raises(ValueError, match="do not cover"):
+        _check_offsets("path", 3, pa.py_buffer(struct.pack("<4i", 0, 1, 2, 3)), data)
