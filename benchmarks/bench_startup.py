@@ -8,6 +8,10 @@ command and every process it started (``os.wait4``), so worker processes count.
 
     .venv/bin/python benchmarks/bench_startup.py --dir /tmp/startup            # local disk
     .venv/bin/python benchmarks/bench_startup.py --dir /mnt/lat/startup        # a FUSE mount (latfs)
+
+``--base DIR`` adds a mode "base": the same commands with ``DIR`` (another checkout's ``dask_pfs`` and
+``operators``, e.g. ``git archive`` of main plus the built ``_native`` library) first on ``PYTHONPATH``,
+interleaved with this checkout's, for A/B ratios on a busy host (``--modes alone,base``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ PFS = [sys.executable, "-m", "dask_pfs"]
 def timed(cmd: list[str], env: dict) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds of the whole process tree, exit code."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # cwd "/": ``python -m`` puts the working directory first on sys.path, ahead of PYTHONPATH
+    proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -68,11 +73,14 @@ def main() -> None:
     ap.add_argument("--actions", default="scan,cp,rm,sync,verify")
     ap.add_argument("--modes", default="alone,cluster")
     ap.add_argument("--json", type=Path, help="append raw rows here")
+    ap.add_argument("--base", type=Path, help="another checkout, run as mode 'base' (PYTHONPATH)")
     args = ap.parse_args()
     cmds = prepare(args.dir)
     base = {k: v for k, v in os.environ.items() if k != "PFS_THREADS"}
     base.update({"PFS_DASHBOARD": "0", "XDG_CACHE_HOME": str(args.dir / "cache")})
     modes = {"alone": {}, "cluster": {"PFS_ALONE_SECONDS": "0"}}
+    if args.base:
+        modes["base"] = {"PYTHONPATH": str(args.base.resolve())}
     rows: list[dict] = []
     for run in range(args.runs):
         for action in args.actions.split(","):

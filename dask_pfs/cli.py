@@ -322,6 +322,9 @@ def fail(message: str, code: int = 2) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The ``pfs`` console script; exits the process (see :func:`exit_now`)."""
+    from operators import pandas_gate
+
+    pandas_gate.refuse_implicit()  # no command uses pandas: pyarrow's own import of it is 0.3-0.5 s of CPU
     exit_now(run(argv))
 
 

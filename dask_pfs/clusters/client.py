@@ -79,7 +79,8 @@ def preload_for_fork() -> None:
     """Import what tasks use before forking workers, so each worker has it instead of importing it.
 
     pyarrow imports pandas the first time it converts a Python list (its pandas shim), 0.5 s
-    per process here; done once in the driver, the forked workers start with it.
+    per process here; done once in the driver, the forked workers start with it (in a ``pfs``
+    command's process ``operators.pandas_gate`` refuses that import, and this is a no-op).
     """
     import importlib
 

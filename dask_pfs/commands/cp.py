@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from dask_pfs.cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
 from dask_pfs.commands.attrs import attr_options
@@ -21,15 +20,23 @@ from dask_pfs.runtime.progress import NullProgress, Reporter, describe, human_by
 from dask_pfs.runtime.results import shown
 from dask_pfs.runtime.verbosity import verbosity
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
 
 class CopyProgress:
     """A bar over bytes with files, MB/s and ETA; while the source is scanned, the scan's counters."""
 
     def __init__(self, console: Console | None = None) -> None:
+        from rich.console import Console  # only for a terminal: rich costs ~40 ms to import
+
         self.console = console or Console(stderr=True)
         self.progress: Progress | None = None
 
     def start(self, title: str) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
         self.stop()
         self.t0 = time.monotonic()
         self.progress = Progress(

@@ -85,10 +85,10 @@ def verify_cmd(
     if as_json:
         echo_json(result.summary())
     else:
-        from rich.console import Console
-        from rich.table import Table
+        if result.samples:  # rich only when there is a table to show (~40 ms of imports)
+            from rich.console import Console
+            from rich.table import Table
 
-        if result.samples:
             table = Table(title="differences")
             table.add_column("status")
             table.add_column("path", overflow="fold")

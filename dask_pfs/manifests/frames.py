@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests import sql as pfs_sql
+from operators import pandas_gate
 from operators.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -56,7 +57,14 @@ def to_arrow(m: Manifest, where: str | None = None, columns: list[str] | None = 
     return rel.to_arrow_table()
 
 
+def _import_pandas() -> None:
+    """pandas, even in a ``pfs`` command's process (where ``operators.pandas_gate`` keeps pyarrow from importing it)."""
+    with pandas_gate.wanted():
+        import pandas  # noqa: F401
+
+
 def to_pandas(m: Manifest, where: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+    _import_pandas()
     return to_arrow(m, where, columns).to_pandas(types_mapper=pandas_type)
 
 
@@ -74,6 +82,7 @@ def pandas_type(arrow_type: pa.DataType):
 
 def to_dask(m: Manifest, columns: list[str] | None = None, **read_parquet: Any) -> dd.DataFrame:
     """The manifest as a Dask DataFrame, one partition per part file (or more, per ``read_parquet``)."""
+    _import_pandas()
     import dask.dataframe as dd
     import fsspec
 
