@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 import operators._native as _native
 from operators.checksum import _threads
@@ -33,6 +32,8 @@ def _binary(kind: pa.DataType, n: int, buffers: tuple[bytes, bytes, bytes | None
 def xattrs_local(root: bytes | str, rels: list[bytes], threads: int | None = None) -> tuple[pa.Array, pa.Array, list]:
     """The ``xattrs`` and ``has_acl`` arrays of the entries ``rels`` (relative to ``root``; ``b""``: ``root``
     itself), null where they could not be read, and those entries as ``(index, error text)``."""
+    import pyarrow.compute as pc  # 30-57 ms of imports: only for a job that reads attributes
+
     root_b = os.fsencode(root).rstrip(b"/") or b"/"
     ok, acl, ends, names, digests, values, failed = _native.xattrs_of(root_b, rels, _threads(threads))
     n = len(rels)
@@ -51,6 +52,8 @@ def xattrs_local(root: bytes | str, rels: list[bytes], threads: int | None = Non
 def fill_xattrs(table: pa.Table, root: bytes | str, threads: int | None = None) -> tuple[pa.Table, list[str]]:
     """``table`` with its ``xattrs`` and ``has_acl`` columns read from the tree at ``root`` (rows
     already in error are left null); and "path: error" for the entries that could not be read."""
+    import pyarrow.compute as pc
+
     readable = pc.is_null(table.column("error")).combine_chunks()
     todo = pc.indices_nonzero(readable)
     keys = pc.coalesce(table.column("path_raw"), table.column("path").cast(pa.binary())).combine_chunks()

@@ -62,7 +62,9 @@ def test_a_1_file_command_imports_no_pandas_rich_or_distributed(tmp_path, comman
     }[command]
     modules = _imported(tmp_path, *args)
     assert "pyarrow" in modules  # the check sees the modules of the job it ran
-    assert not modules & HEAVY
+    # sync compares extended attributes by default (issue 31): reading them takes pyarrow.compute
+    allowed = {"pyarrow.compute"} if command == "sync" else set()
+    assert not modules & (HEAVY - allowed)
 
 
 GATED = r"""
