@@ -264,3 +264,11 @@ def test_host_reading_functions_are_refused_by_the_clause_check(clause):
     with pytest.raises(PfsError, match=r"--where refused: getenv\(\) reads outside the manifest"):
         check_where(clause)
     assert check_where("size > 0 AND lower(name) = 'getenv'") is not None  # the name as a value is fine
+
+
+@pytest.mark.parametrize("clause", ["size > ?", "size > $1", "name = $algorithm", "starts_with(checksum, ?)"])
+@pytest.mark.parametrize("check", [check_where, check_select, check_order])
+def test_parameters_are_refused_in_a_users_clause(check, clause):
+    """pfs passes its own values as parameters (a checksum prefix, a LIMIT): a user's ``?`` would take one."""
+    with pytest.raises(PfsError, match=r"refused: parameters \(\$1, \?\) are not allowed"):
+        check(clause)
