@@ -319,6 +319,9 @@ def connect(
     named.update({file_table(p): [p] for p in paths if os.path.isfile(p)})
     for place in allowed + paths:
         utf8(place)
+    # DuckDB checks the pattern it is given (sql.literal's) against these too, then each file it matches
+    allowed += [literal(a) for a in allowed if literal(a) != a]
+    paths += [literal(p) for p in paths if literal(p) != p]
     apply_limits(con)
     if allowed:
         con.execute("SET allowed_directories = ?", [allowed])
