@@ -30,22 +30,20 @@ from __future__ import annotations
 
 import atexit
 import functools
-import hashlib
 import json
 import os
-import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from dask_pfs.errors import PfsError
+from dask_pfs.manifests.relations import Tables, create_views, file_table, literal, utf8
 from dask_pfs.manifests.sql_run import apply as apply_limits
 from dask_pfs.manifests.sql_run import arrow_reader, fetch_all, write_parquet
 
 if TYPE_CHECKING:
     import duckdb
-    import pyarrow as pa
 
     from dask_pfs.manifests.manifest import Manifest
 
@@ -270,23 +268,6 @@ def _first_line(exc: BaseException) -> str:
 # ---------------------------------------------------------------- the locked connection
 
 
-# What a name pfs chose reads: Parquet files (a glob or a list of paths), or None: the manifest
-# schema with no rows (an empty scan).  JSON-able: the probe's child rebuilds the same relations.
-Tables = Mapping[str, "str | list[str] | None"]
-
-
-def literal(path: str) -> str:
-    """The pattern DuckDB's ``read_parquet`` matches to ``path`` alone: it globs every path it is given
-    (a plan under ``p*/`` also read ``pX/plan.parquet``; one under ``a[b]/`` read ``ab/``'s), so each
-    of ``*``, ``?`` and ``[`` is put in a character class of its own."""
-    return re.sub(r"([*?\[])", r"[\1]", utf8(path))
-
-
-def file_table(path: str) -> str:
-    """The name :func:`connect` reads the Parquet file ``path`` (one of its ``reads``) under."""
-    return "pfs_file_" + hashlib.sha1(os.path.abspath(path).encode("utf-8", "surrogateescape")).hexdigest()[:12]
-
-
 def connect(
     *manifests: Manifest, reads: Iterable[str] = (), dirs: Iterable[str] = (), tables: Tables | None = None
 ) -> duckdb.DuckDBPyConnection:
@@ -329,38 +310,8 @@ def connect(
         con.execute("SET allowed_paths = ?", [paths])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-    _create_views(con, named)  # after the lock: each binds under the same access rules as any query
+    create_views(con, named)  # after the lock: each binds under the same access rules as any query
     return cast(duckdb.DuckDBPyConnection, _Registered(con, datasets)) if datasets else con  # it quacks like one
-
-
-def _create_views(con: duckdb.DuckDBPyConnection, tables: Tables) -> None:
-    """One view per name, its files given to DuckDB as Python values (never pasted into SQL text): a
-    list is of paths (each matched as it is, :func:`literal`), a string a pattern (``Manifest.tables``)."""
-    from operators.schema import SCHEMA
-
-    for name, files in tables.items():
-        if files is None:
-            cols = ", ".join(f'NULL::{duck_type(f)} AS "{f.name}"' for f in SCHEMA)
-            rel = con.sql(f"SELECT {cols} WHERE false")
-        else:
-            rel = con.read_parquet([literal(f) for f in files] if isinstance(files, list) else utf8(files))
-        rel.create_view(name)
-
-
-def duck_type(field: pa.Field) -> str:
-    """The DuckDB type of a manifest column (an empty manifest's relation has the schema's columns)."""
-    import pyarrow as pa
-
-    t = field.type
-    if pa.types.is_dictionary(t) or pa.types.is_string(t):
-        return "VARCHAR"
-    if pa.types.is_binary(t):
-        return "BLOB"
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMPTZ"
-    if pa.types.is_unsigned_integer(t):
-        return "UBIGINT"
-    return "BIGINT"
 
 
 class _Registered:
@@ -378,17 +329,6 @@ class _Registered:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
-
-
-def utf8(place: str) -> str:
-    """``place`` if DuckDB can be given it (valid UTF-8), else a one-line PfsError."""
-    try:
-        place.encode("utf-8")
-    except UnicodeEncodeError:
-        raise PfsError(
-            f"{place.encode('utf-8', 'backslashreplace').decode()}: not valid UTF-8 (DuckDB cannot read it)"
-        ) from None
-    return place
 
 
 # ---------------------------------------------------------------- pfs query (and Manifest.query)

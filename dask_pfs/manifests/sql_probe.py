@@ -33,7 +33,7 @@ from dask_pfs.manifests.sql_run import memory_limit, threads, timeout
 
 if TYPE_CHECKING:
     from dask_pfs.manifests.manifest import Manifest
-    from dask_pfs.manifests.sql import Tables
+    from dask_pfs.manifests.relations import Tables
 
 FAILED, BOUNDED = 3, 4  # the child's exit: the clause is wrong; it hit a limit
 _OUT_OF_MEMORY = re.compile(r"out of memory|failed to allocate|bad_alloc", re.IGNORECASE)
@@ -66,7 +66,7 @@ def probe(sql: str, dirs: Iterable[str], reads: Iterable[str] = (), tables: Tabl
     """Run ``sql`` to the end in a limited child process (see the module docstring); PfsError when it
     does not finish there.  The child's connection is ``sql.connect(reads=, dirs=, tables=)``: the
     same relations under the same names (the local manifests' ``Manifest.tables``) and the same locks."""
-    job = {"sql": sql, "dirs": list(dirs), "reads": list(reads), "tables": dict(tables or {})}
+    job: dict[str, object] = {"sql": sql, "dirs": list(dirs), "reads": list(reads), "tables": dict(tables or {})}
     job["as"] = limit_bytes(memory_limit()) + HEADROOM
     limit = timeout()
     env = {**os.environ, "PFS_SQL_TIMEOUT": "0"}  # the parent keeps the time

@@ -213,11 +213,9 @@ class LocalTreeRemover:
             listing.error = exc
 
     def list_dir(self, item: DirItem, pool: Executor) -> Listing:
-        listing, handle = open_listing(self._open, item, self.open_failed)
+        listing, rel, handle = open_listing(self._open, item, self.open_failed)
         if handle is None:
             return listing
-        rel = listing.item[0]
-        assert isinstance(rel, bytes)
         try:
             if self.prune is None and not ops_capped():
                 self._clear(handle.fd, rel, None, listing)

@@ -79,11 +79,11 @@ class LocalLister:
             listing.error = exc
 
     def list_dir(self, item: DirItem, pool: Executor) -> Listing:
-        listing, handle = open_listing(self._open, item, self.open_failed)
+        listing, rel, handle = open_listing(self._open, item, self.open_failed)
         if handle is None:
             return listing
         try:
-            scan = _native.DirScan(handle.fd, listing.item[0])
+            scan = _native.DirScan(handle.fd, rel)
         except OSError as exc:
             listing.error = exc
             return listing

@@ -253,15 +253,15 @@ def walk(
 
 def open_listing(
     dirs: OpenDirs, item: DirItem, failed: Callable[[bytes, OSError, Listing], None]
-) -> tuple[Listing, DirFd | None]:
-    """The listing of a local directory and its descriptor (``OpenDirs``: opened relative to its open
-    parent; the caller releases it), or no descriptor when it could not be opened: ``failed(rel, error,
-    listing)`` then says on the listing what that means to the job (scan and rm read it differently)."""
+) -> tuple[Listing, bytes, DirFd | None]:
+    """The listing of a local directory, its path and its descriptor (``OpenDirs``: opened relative to its
+    open parent; the caller releases it), or no descriptor when it could not be opened: ``failed(rel,
+    error, listing)`` then says on the listing what that means to the job (scan and rm read it differently)."""
     rel = item[0]
     assert isinstance(rel, bytes)
     listing = Listing(item)
     try:
-        return listing, dirs.open(rel)
+        return listing, rel, dirs.open(rel)
     except OSError as exc:
         failed(rel, exc, listing)
-        return listing, None
+        return listing, rel, None

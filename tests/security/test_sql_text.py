@@ -84,10 +84,10 @@ def test_no_sql_is_built_from_paths_or_values():
 @pytest.mark.parametrize(
     "source",
     [
-        "sql = f\"SELECT * FROM read_parquet({sql_str(path)})\"",
-        "sql = f\"(SELECT key FROM read_parquet({files}) WHERE {cond})\"",
+        'sql = f"SELECT * FROM read_parquet({sql_str(path)})"',
+        'sql = f"(SELECT key FROM read_parquet({files}) WHERE {cond})"',
         "missing = f\"type = 'file' AND NOT starts_with(checksum, '{algorithm}:')\"",
-        "w = f\"action IN {ACTIONS!r}\"",
+        'w = f"action IN {ACTIONS!r}"',
         "names = ', '.join(sql_str(n) for n in parts)",
         "q = f\"SELECT path FROM t WHERE path = '{p}'\"",
     ],
@@ -100,7 +100,7 @@ def test_the_guard_sees_each_way_main_built_sql(source):
 @pytest.mark.parametrize(
     "source",
     [
-        "sql = f\"SELECT {cols} FROM {m.relation_sql()} AS m WHERE {cond}\"",
+        'sql = f"SELECT {cols} FROM {m.relation_sql()} AS m WHERE {cond}"',
         "sql = f\"SELECT count(*) FROM {file_table(p)} WHERE action = 'new'\"",
         "raise PfsError(f\"'{path}': not a manifest\")",
         "msg = f\"{option} refused: it is not '{kind}'\"",
