@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from dask_pfs.errors import PfsError
@@ -36,18 +36,27 @@ def file_table(path: str) -> str:
     return "pfs_file_" + hashlib.sha1(os.path.abspath(path).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
-def create_views(con: duckdb.DuckDBPyConnection, tables: Tables) -> None:
+def create_views(con: duckdb.DuckDBPyConnection, tables: Tables, optional: Iterable[str] = ()) -> None:
     """One view per name, its files given to DuckDB as Python values (never pasted into SQL text): a
-    list is of paths (each matched as it is, :func:`literal`), a string a pattern (``Manifest.tables``)."""
+    list is of paths (each matched as it is, :func:`literal`), a string a pattern (``Manifest.tables``).
+    A name in ``optional`` whose file is not readable Parquet (a temp file an earlier run left half
+    written, to be overwritten) gets no view: only a query naming it fails."""
+    import duckdb
+
     from operators.schema import SCHEMA
 
+    skip = set(optional)
     for name, files in tables.items():
-        if files is None:
-            cols = ", ".join(f'NULL::{duck_type(f)} AS "{f.name}"' for f in SCHEMA)
-            rel = con.sql(f"SELECT {cols} WHERE false")
-        else:
-            rel = con.read_parquet([literal(f) for f in files] if isinstance(files, list) else utf8(files))
-        rel.create_view(name)
+        try:
+            if files is None:
+                cols = ", ".join(f'NULL::{duck_type(f)} AS "{f.name}"' for f in SCHEMA)
+                rel = con.sql(f"SELECT {cols} WHERE false")
+            else:
+                rel = con.read_parquet([literal(f) for f in files] if isinstance(files, list) else utf8(files))
+            rel.create_view(name)
+        except duckdb.Error:
+            if name not in skip:
+                raise
 
 
 def duck_type(field: pa.Field) -> str:

@@ -310,7 +310,8 @@ def connect(
         con.execute("SET allowed_paths = ?", [paths])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-    create_views(con, named)  # after the lock: each binds under the same access rules as any query
+    # after the lock: each view binds under the same access rules as any query
+    create_views(con, named, optional=[file_table(p) for p in paths])
     return cast(duckdb.DuckDBPyConnection, _Registered(con, datasets)) if datasets else con  # it quacks like one
 
 
