@@ -21,9 +21,9 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from dask_pfs.errors import IncompleteManifestError, PfsError
-from dask_pfs.manifests.manifest import Manifest, has_marker, open_manifest, sql_str
+from dask_pfs.manifests.manifest import Manifest, has_marker, open_manifest
 from dask_pfs.manifests.query import run_query, select_sql
-from dask_pfs.manifests.sql import connect
+from dask_pfs.manifests.sql import connect, utf8
 
 from .paths import check_where, manifest_url
 
@@ -145,6 +145,12 @@ class PfsManifest:
             raise AirflowException(f"where: {str(exc).removeprefix('query failed: ')}") from None
         except Exception as exc:  # duckdb.Error raised while rows are read (a bad cast in where)
             raise AirflowException(f"where: {str(exc).splitlines()[0]}") from None
+
+
+def sql_str(s: str) -> str:
+    """A DuckDB string literal for a part's path bound.  A part's ``where`` is handed to the task that
+    runs it as text, and checked there like any user's clause (``dask_pfs.manifests.sql.check_where``)."""
+    return "'" + utf8(s).replace("'", "''") + "'"
 
 
 def _one_line(where: str) -> str:

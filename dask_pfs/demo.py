@@ -95,7 +95,7 @@ def main() -> None:
     print(con.sql(sql))
     print(f"try:  .venv/bin/pfs query {out} --where \"size > 1e5 AND name LIKE '%.jpg'\" --limit 5")
     print(f"      .venv/bin/pfs du {out} --depth 1")
-    print(f"      duckdb -c \"SELECT count(*) FROM '{out}/*.parquet'\"")
+    print(f"      .venv/bin/pfs query {out} --select 'count(*)'")
 
 
 if __name__ == "__main__":

@@ -76,13 +76,15 @@ def source_tree(cluster) -> str:
 
 def _rows(manifest: str) -> list[tuple]:
     """Sorted (path, type, size, mtime ns) of a manifest, read with DuckDB."""
-    import duckdb
-
     from dask_pfs.manifests.manifest import open_manifest
+    from dask_pfs.manifests.sql import connect
 
-    rel = open_manifest(manifest).relation_sql()
-    with duckdb.connect() as con:
-        return con.execute(f"SELECT path, type, size, epoch_ns(mtime) FROM {rel} ORDER BY path").fetchall()
+    m = open_manifest(manifest)
+    con = connect(m)  # the manifest is a relation of the connection made for it
+    try:
+        return con.execute(f"SELECT path, type, size, epoch_ns(mtime) FROM {m.relation_sql()} ORDER BY path").fetchall()
+    finally:
+        con.close()
 
 
 def test_each_host_has_its_own_network_and_mount(cluster, source_tree):

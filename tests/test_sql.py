@@ -8,12 +8,14 @@ import os
 import time
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dask_pfs import PfsError, copy, remove, scan, verify
 from dask_pfs.cli import run
 from dask_pfs.manifests.manifest import open_manifest
-from dask_pfs.manifests.sql import check_order, check_select, check_where, connect
+from dask_pfs.manifests.sql import check_order, check_select, check_where, connect, file_table
 from tests.conftest import make_tree, run_pfs, tree_digest
 
 SECRET = "TOP-SECRET-7f3a9"
@@ -264,3 +266,25 @@ def test_host_reading_functions_are_refused_by_the_clause_check(clause):
     with pytest.raises(PfsError, match=r"--where refused: getenv\(\) reads outside the manifest"):
         check_where(clause)
     assert check_where("size > 0 AND lower(name) = 'getenv'") is not None  # the name as a value is fine
+
+
+@pytest.mark.parametrize("clause", ["size > ?", "size > $1", "name = $algorithm", "starts_with(checksum, ?)"])
+@pytest.mark.parametrize("check", [check_where, check_select, check_order])
+def test_parameters_are_refused_in_a_users_clause(check, clause):
+    """pfs passes its own values as parameters (a checksum prefix, a LIMIT): a user's ``?`` would take one."""
+    with pytest.raises(PfsError, match=r"refused: parameters \(\$1, \?\) are not allowed"):
+        check(clause)
+
+
+def test_a_half_written_file_in_reads_gets_no_relation_and_stops_nothing(tmp_path):
+    """A temp file an earlier run left half written (sync's manifest rewrite) is named in ``reads`` to be
+    overwritten: the connection is made anyway, and only a query of that file fails."""
+    bad = tmp_path / "it's [half]*.tmp"
+    bad.write_bytes(b"PAR1 not parquet")
+    con = connect(reads=[str(bad)])
+    assert con.execute("SELECT 1").fetchall() == [(1,)]
+    with pytest.raises(duckdb.Error):
+        con.execute(f"SELECT * FROM {file_table(str(bad))}").fetchall()
+    good = tmp_path / "it's [whole]*.parquet"
+    pq.write_table(pa.table({"key": [b"a"]}), good)
+    assert connect(reads=[str(good)]).execute(f"SELECT key FROM {file_table(str(good))}").fetchall() == [(b"a",)]

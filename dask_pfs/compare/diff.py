@@ -223,7 +223,7 @@ def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: in
             batch = next(pq.ParquetFile(wrote).iter_batches(max(samples, 1), columns=["path", "change"]), None)
             first = [(r["path"], r["change"]) for r in batch.to_pylist()][:samples] if batch is not None else []
         else:
-            first = con.execute(f"SELECT path, change FROM ({differing}) LIMIT {int(samples)}").fetchall()
+            first = con.execute(f"SELECT path, change FROM ({differing}) LIMIT ?", [int(samples)]).fetchall()
     except duckdb.Error as exc:
         raise PfsError(f"diff failed: {str(exc).splitlines()[0]}") from None
     counts = {c: 0 for c in (*CHANGES, "unchanged") if xattrs or c != "xattrs"}  # asked for: counted

@@ -3,7 +3,7 @@
 DuckDB does the FULL OUTER JOIN straight from the part files on a locked connection
 (``dask_pfs.manifests.sql.connect``: it can read the two manifests and write nothing), and pyarrow streams
 the result to ``plan.parquet`` batch by batch, so planning a hundred-million-entry tree needs
-disk, not memory.  Paths reach SQL only as parameters or through ``sql.sql_str``.  Actions:
+disk, not memory.  Paths reach SQL only as parameters or as relations ``sql.connect`` named.  Actions:
 
 * ``new``: only in the source;  ``extra``: only in the destination;
 * ``changed``: a file whose size or mtime differ (``checksum=True``: size or content hash;
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY
 from dask_pfs.manifests.manifest import Manifest, open_manifest, remove_manifest_files, write_marker
-from dask_pfs.manifests.sql import Filter, connect, sql_str, write_parquet
+from dask_pfs.manifests.sql import Filter, connect, file_table, literal, write_parquet
 from dask_pfs.urls import Location
 from operators.journal import write_atomic
 
@@ -34,6 +34,7 @@ PLAN_FILE = "plan.parquet"
 PLAN_INFO = "_plan.json"
 ACTIONS = ("new", "changed", "type-changed", "unchanged", "extra", "error")
 COPY_ACTIONS = ("new", "changed", "type-changed")
+COPY_CONDITION = "action IN ('new', 'changed', 'type-changed')"  # COPY_ACTIONS, as pfs's own SQL
 # never part of a destination's contents: journals and temp files of pfs runs
 IGNORED_DST = "NOT (starts_with(path, '.pfs-journal-') OR contains(name, '.pfs-tmp-'))"
 
@@ -51,8 +52,9 @@ class Plan:
         return os.path.join(self.path, PLAN_FILE)
 
     def keys_sql(self, condition: str) -> str:
-        """A subquery of the exact path bytes of the plan rows matching ``condition``."""
-        return f"(SELECT key FROM read_parquet({sql_str(self.file)}) WHERE {condition})"
+        """A subquery of the exact path bytes of the plan rows matching ``condition`` (the plan file is a
+        relation of the connection, named by ``sql.file_table``: see :meth:`where`)."""
+        return f"(SELECT key FROM {file_table(self.file)} WHERE {condition})"
 
     def where(self, condition: str) -> Filter:
         """A manifest filter selecting the rows of the plan that match ``condition`` (pfs's own SQL:
@@ -125,7 +127,7 @@ def write_plan(
     rows = con.execute(
         "SELECT action, count(*), coalesce(sum(size) FILTER (WHERE src_type = 'file'), 0), "
         "count(*) FILTER (WHERE remove_first) FROM read_parquet(?) GROUP BY action",
-        [target],
+        [literal(target)],  # written after the connection was made: no relation of its own
     ).fetchall()
     counts = {a: 0 for a in ACTIONS} | {"copy_bytes": 0, "remove_first": 0}
     for action, n, nbytes, first in rows:
@@ -141,7 +143,7 @@ def write_plan(
 def count(p: Plan, condition: str) -> int:
     """Rows of the plan matching ``condition`` (pfs's own condition over the plan's columns)."""
     con = connect(reads=[p.file])
-    return int(con.execute(f"SELECT count(*) FROM read_parquet(?) WHERE {condition}", [p.file]).fetchall()[0][0])
+    return int(con.execute(f"SELECT count(*) FROM {file_table(p.file)} WHERE {condition}").fetchall()[0][0])
 
 
 def read_plan(out: str) -> Plan | None:
@@ -158,8 +160,8 @@ def read_plan(out: str) -> Plan | None:
 
 def count_new_bytes(p: Plan) -> int:
     """Bytes the copy of ``new`` files would move (a dry run's summary)."""
-    sql = "SELECT coalesce(sum(size), 0) FROM read_parquet(?) WHERE action = 'new' AND src_type = 'file'"
-    return int(connect(reads=[p.file]).execute(sql, [p.file]).fetchall()[0][0])
+    sql = f"SELECT coalesce(sum(size), 0) FROM {file_table(p.file)} WHERE action = 'new' AND src_type = 'file'"
+    return int(connect(reads=[p.file]).execute(sql).fetchall()[0][0])
 
 
 def check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str, options: dict) -> None:
@@ -202,7 +204,7 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
     sql = (
         f"SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime) "
-        f"FROM {s.relation_sql()} AS m WHERE {p.where(f'action IN {COPY_ACTIONS!r}')} "
+        f"FROM {s.relation_sql()} AS m WHERE {p.where(COPY_CONDITION)} "
         f"UNION ALL SELECT * FROM {d.relation_sql()} AS m "
         f"WHERE {p.where(kept)} ORDER BY path"
     )
@@ -211,7 +213,7 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     counts = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
         "coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet(?)",
-        [tmp],
+        [literal(tmp)],
     ).fetchall()[0]
     remove_manifest_files(dst_m)
     os.replace(tmp, os.path.join(d.local_dir, name))

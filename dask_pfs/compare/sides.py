@@ -109,8 +109,8 @@ def with_checksums(
 
 
 def _checksummed(client: Client, side: Side, sel: Selection, algorithm: str, out: str, progress: Reporter) -> Side:
-    missing = f"type = 'file' AND error IS NULL AND (checksum IS NULL OR NOT starts_with(checksum, '{algorithm}:'))"
-    if sel.count(missing) == 0:
+    missing = "type = 'file' AND error IS NULL AND (checksum IS NULL OR NOT starts_with(checksum, ?))"
+    if sel.count(missing, [f"{algorithm}:"]) == 0:
         return side
     prepare_output(out, True)
     loc = resolve(side.root, side.storage_options)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from dask_pfs.clusters.client import ClusterOptions
 from dask_pfs.compare.plan import (
     COPY_ACTIONS,
+    COPY_CONDITION,
     Plan,
     check_plan,
     count,
@@ -351,7 +352,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             sides[0].root,
             d_loc.url,
             manifest=sides[0].manifest.url,
-            where=p.where("action = 'new'" if ignore_existing else f"action IN {COPY_ACTIONS!r}"),
+            where=p.where("action = 'new'" if ignore_existing else COPY_CONDITION),
             client=client,
             overwrite=not ignore_existing,
             ignore_existing=ignore_existing,

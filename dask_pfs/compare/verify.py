@@ -173,7 +173,8 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
     sql = compare_sql(s_side, d_side, where, xattrs)
     ms = (s_side.manifest, d_side.manifest)
     if where is not None and where.user and all(m.is_local for m in ms):  # first in a bounded child
-        probe(f"SELECT count(*) FROM ({sql})", [m.local_dir for m in ms], where.reads)
+        tables = {name: files for m in ms for name, files in m.tables().items()}
+        probe(f"SELECT count(*) FROM ({sql})", [m.local_dir for m in ms], where.reads, tables)
     try:
         rows = con.execute(f"SELECT status, count(*), sum(src_size) FROM ({sql}) GROUP BY status").fetchall()
         counts = {s: 0 for s in ("same", *STATUSES) if xattrs or s != "xattrs"}  # asked for: counted
@@ -188,7 +189,7 @@ def _compare(s_side: Side, d_side: Side, where: Filter | None, report: str, samp
             write_parquet(con, f"SELECT * FROM ({sql}) WHERE status <> 'same' ORDER BY path", report)
             wrote = report
         sample_rows = con.execute(
-            f"SELECT path, status FROM ({sql}) WHERE status <> 'same' ORDER BY path LIMIT {int(samples)}"
+            f"SELECT path, status FROM ({sql}) WHERE status <> 'same' ORDER BY path LIMIT ?", [int(samples)]
         ).fetchall()
     except duckdb.Error as exc:  # a bad --where
         raise PfsError(f"verify query failed: {str(exc).splitlines()[0]}") from None

@@ -7,19 +7,21 @@ phases after the scan leave those out.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pyarrow as pa
 
 from dask_pfs.errors import PfsError
-from dask_pfs.manifests.manifest import Manifest, Selection, sql_str
+from dask_pfs.manifests.manifest import Manifest, Selection
 from dask_pfs.manifests.spread import spread_order
-from dask_pfs.manifests.sql import Filter
+from dask_pfs.manifests.sql import Filter, literal
 from operators.names import UnsafePathError, check_relative, to_bytes
 
 # the columns operators.copy.plan.entries_from_batch reads
 META = "path, path_raw, type, size, epoch_ns(mtime) AS mtime_ns, epoch_ns(atime) AS atime_ns, mode, uid, gid"
 UNSAFE = r"'(^/|//|(^|/)\.\.?(/|$)|/$|\x00)'"
+REST = "pfs_rest"  # the rows a streamed copy did not take (``CopyRows._name_rest``)
 
 
 class CopyRows:
@@ -34,6 +36,8 @@ class CopyRows:
         self.split_size = split_size
         self.links = links  # hard links are recreated (POSIX destinations)
         self.streamed_parts = streamed_parts  # parts whose streamable rows a streamed copy took
+        if streamed_parts:
+            self._name_rest()
 
     def batches(self, sql: str) -> Iterator[pa.RecordBatch]:
         return self.sel.batches(sql)
@@ -47,10 +51,22 @@ class CopyRows:
         """The selected rows; without ``every_row``, less those a streamed copy already took."""
         if every_row or not self.streamed_parts:
             return f"sel AS ({self.sel.sql()})"
-        names = ", ".join(sql_str(name) for name in self.streamed_parts)
-        taken = f"parse_filename(filename) IN ({names}) AND {streamable(self.split_size)}"
-        rel = self.m.relation_sql(filename=True)
-        return f"sel AS (SELECT * FROM {rel} AS m WHERE {self.sel.condition} AND NOT ({taken}))"
+        return f"sel AS (SELECT * FROM {REST} AS m WHERE {self.sel.condition})"
+
+    def _name_rest(self) -> None:
+        """Name :data:`REST` on the selection's connection: the rows of the parts not streamed, and those
+        of the streamed parts a streamed copy left (part files given to DuckDB as values, not SQL text)."""
+        con, streamed = self.sel.con, set(self.streamed_parts)
+        files = self.m.part_files()
+        taken = [f for f in files if os.path.basename(f) in streamed]
+        others = [f for f in files if os.path.basename(f) not in streamed]
+        rels = []
+        if taken:
+            rels.append(con.read_parquet([literal(f) for f in taken]).filter(f"NOT ({streamable(self.split_size)})"))
+        if others:
+            rels.append(con.read_parquet([literal(f) for f in others]))
+        rest = rels[0].union(rels[1]) if len(rels) == 2 else rels[0] if rels else con.sql(f"FROM {self.sel.relation}")
+        rest.create_view(REST)
 
     def hl(self) -> str:
         if not self.links:

@@ -17,7 +17,7 @@ from dask_pfs.copy.phases import CopyJob
 from dask_pfs.copy.rows import META, streamable
 from dask_pfs.manifests.manifest import BATCH_ROWS, Manifest
 from dask_pfs.manifests.spread import spread_order
-from dask_pfs.manifests.sql import connect
+from dask_pfs.manifests.sql import connect, literal
 from operators.copy.plan import Chunk, Planner, entries_from_batch
 
 
@@ -43,7 +43,7 @@ class Streamer:
             )
             planner = Planner(self.job.limits, split=False)
             cur = self.con.cursor()
-            batches = cur.sql(sql, params=[os.path.join(self.manifest_dir, name)]).to_arrow_reader(BATCH_ROWS)
+            batches = cur.sql(sql, params=[literal(os.path.join(self.manifest_dir, name))]).to_arrow_reader(BATCH_ROWS)
             items = [c for batch in batches for e in entries_from_batch(batch) for c in planner.add(e)]
             chunks = [c for c in [*items, *planner.finish()] if isinstance(c, Chunk)]  # no ranges: split=False
             self.job.stream_part(name, iter(chunks))

@@ -102,10 +102,11 @@ def to_dask(m: Manifest, columns: list[str] | None = None, **read_parquet: Any) 
 
 
 def selection_filter(files: list[str], has_raw: bool) -> pfs_sql.Filter:
-    """The filter picking the manifest rows whose path is in the Parquet ``files``."""
-    source = f"read_parquet([{', '.join(pfs_sql.sql_str(f) for f in files)}])"
+    """The filter picking the manifest rows whose path is in the Parquet ``files`` (each one a relation
+    of the connection the filter runs on, named by ``sql.file_table``: ``sql.connect``'s ``reads``)."""
     key = KEY if has_raw else "path"
-    return pfs_sql.Filter(f"{key} IN (SELECT {key} FROM {source})", tuple(files))
+    source = " UNION ALL ".join(f"SELECT {key} FROM {pfs_sql.file_table(f)}" for f in files)
+    return pfs_sql.Filter(f"{key} IN ({source})", tuple(files))
 
 
 @contextlib.contextmanager

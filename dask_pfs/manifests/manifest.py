@@ -25,8 +25,9 @@ import pyarrow as pa
 
 from dask_pfs.errors import IncompleteManifestError, OutputError, PfsError, QueryError
 from dask_pfs.manifests.caps import Cap
+from dask_pfs.manifests.relations import MANIFEST_PREFIX
 from dask_pfs.manifests.root import root_identity
-from dask_pfs.manifests.sql import Filter, sql_str, utf8, where_filter, write_parquet
+from dask_pfs.manifests.sql import Filter, file_table, literal, utf8, where_filter, write_parquet
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
@@ -38,7 +39,6 @@ from operators.schema import (
     READABLE_VERSIONS,
     SCHEMA,
     SCHEMA_VERSION,
-    XATTR_COLUMNS,
 )
 
 if TYPE_CHECKING:
@@ -79,13 +79,13 @@ class Manifest:
 
     @property
     def table_name(self) -> str:
-        """The name a manifest on an object store is registered under (``dask_pfs.manifests.sql.connect``)."""
-        return "pfs_manifest_" + hashlib.sha1(self.url.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        """The name of the manifest's rows on a connection made for it (``dask_pfs.manifests.sql.connect``)."""
+        return MANIFEST_PREFIX + hashlib.sha1(self.url.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
     @property
     def parts_glob(self) -> str:
-        """What DuckDB's ``read_parquet`` takes (local manifests)."""
-        return f"{self.local_dir}/{PART_PREFIX}*{PART_SUFFIX}"
+        """The pattern DuckDB's ``read_parquet`` takes (local manifests): the directory matched as it is."""
+        return f"{literal(self.local_dir)}/{PART_PREFIX}*{PART_SUFFIX}"
 
     @functools.cached_property
     def _fs_path(self):
@@ -109,27 +109,15 @@ class Manifest:
         fs, _ = self._fs_path
         return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
 
-    def relation_sql(self, filename: bool = False) -> str:
-        """A DuckDB table expression over the parts (works for an empty manifest too); ``filename``
-        adds the column of that name: the part each row is in (local manifests).  A manifest on
-        an object store is a table registered by ``dask_pfs.manifests.sql.connect``."""
-        files = self.part_files()
-        if not files:
-            cols = ", ".join(f'NULL::{_duck_type(f)} AS "{f.name}"' for f in SCHEMA)
-            return f"(SELECT {cols}{', NULL::VARCHAR AS filename' if filename else ''} WHERE false)"
-        if not self.is_local:
-            if filename:
-                raise PfsError(f"{self.url}: the part of each row is known only for local manifests")
-            return self.table_name
-        extra = ", filename = true" if filename else ""
-        if any(c in self.local_dir for c in "*?[{"):  # a glob character in the directory's name: list the parts
-            parts = f"read_parquet([{', '.join(sql_str(f) for f in files)}]{extra})"
-        else:
-            parts = f"read_parquet({sql_str(self.parts_glob)}{extra})"
-        if self.info.get("schema_version") == 1:  # written before the xattrs columns: they read as nulls
-            cols = ", ".join(f'NULL::{_duck_type(SCHEMA.field(c))} AS "{c}"' for c in XATTR_COLUMNS)
-            return f"(SELECT *, {cols} FROM {parts})"
-        return parts
+    def tables(self) -> dict[str, str | list[str] | None]:
+        """What ``dask_pfs.manifests.sql.connect`` reads under :attr:`table_name` (a local manifest): its
+        parts' pattern (matched afresh by each query: a streamed copy reads parts being written), or
+        None when it has no parts."""
+        return {self.table_name: self.parts_glob if self.part_files() else None}
+
+    def relation_sql(self) -> str:
+        """The name of the manifest's rows on a connection ``dask_pfs.manifests.sql.connect`` made for it."""
+        return self.table_name
 
     @property
     def has_xattrs(self) -> bool:
@@ -190,8 +178,8 @@ class Selection:
         """Every row of one Parquet file pfs wrote (a frozen selection), in stored order."""
         sel = cls.__new__(cls)
         sel.manifest, sel.filter, sel.where, sel.option = None, None, None, None
-        sel.relation = f"read_parquet({sql_str(os.path.abspath(path))})"
         sel.con = locked(reads=[path])
+        sel.relation = file_table(path)
         return sel
 
     def close(self) -> None:
@@ -217,17 +205,18 @@ class Selection:
             sql += f" AND ({also})"
         return sql + (f" ORDER BY {order}" if order else "")
 
-    def fetch(self, sql: str) -> list[tuple]:
+    def fetch(self, sql: str, params: list | None = None) -> list[tuple]:
+        """The rows of ``sql``; ``params``: the values of its ``?`` (a user's clause has none: refused)."""
         import duckdb
 
         try:
             with deadline(self.con):
-                return self.con.execute(sql).fetchall()
+                return self.con.execute(sql, params).fetchall()
         except duckdb.Error as exc:
             raise QueryError(str(exc).strip().splitlines()[0], self.option) from None
 
-    def count(self, also: str | None = None) -> int:
-        return int(self.fetch(self.sql("count(*)", also))[0][0])
+    def count(self, also: str | None = None, params: list | None = None) -> int:
+        return int(self.fetch(self.sql("count(*)", also), params)[0][0])
 
     def share(self) -> tuple[int, int]:
         """(rows selected, rows of the whole manifest): what ``--max-entries`` caps."""
@@ -281,23 +270,6 @@ def selection_options(
     if cap is not None and manifest is None:
         raise PfsError("--max-entries needs --manifest")
     return where_filter(where), cap
-
-
-def _duck_type(field: pa.Field) -> str:
-    t = field.type
-    if pa.types.is_dictionary(t) or pa.types.is_string(t):
-        return "VARCHAR"
-    if pa.types.is_binary(t):
-        return "BLOB"
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMPTZ"
-    if pa.types.is_boolean(t):
-        return "BOOLEAN"
-    if pa.types.is_list(t):  # the xattrs column
-        return "STRUCT(name VARCHAR, digest VARCHAR, value BLOB)[]"
-    if pa.types.is_unsigned_integer(t):
-        return "UBIGINT"
-    return "BIGINT"
 
 
 def has_marker(url: str, storage_options: dict | None = None) -> bool:

@@ -19,6 +19,11 @@ Two independent walls:
 
 pfs's own SQL that reads files beyond the manifest (sync's plan) is a :class:`Filter`: built by
 pfs, not checked, and its extra files are named so the connection may read them.
+
+pfs's own SQL never carries a path or a value in its text: :func:`connect` gives every manifest
+and every Parquet file it may read a relation under a name pfs chooses (``Manifest.table_name``,
+:func:`file_table`), made through DuckDB's Python API with the paths as Python values, and values
+are parameters (``?``).  Identifiers from pfs's own schema are the only things pasted.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from dask_pfs.errors import PfsError
+from dask_pfs.manifests.relations import Tables, create_views, file_table, literal, utf8
 from dask_pfs.manifests.sql_run import apply as apply_limits
 from dask_pfs.manifests.sql_run import arrow_reader, fetch_all, write_parquet
 
@@ -131,6 +137,8 @@ def _refusal(text: str, kind: str) -> str | None:
         return "it reaches beyond its clause (LIMIT, OFFSET...)"
     if any(_walk_subqueries([node[c] for c in changes])):
         return "subqueries are not allowed (a filter reads only the manifest's own rows)"
+    if _walk_parameters([node[c] for c in changes]):
+        return "parameters ($1, ?) are not allowed (pfs passes its own values to its own SQL)"
     called = _walk_functions([node[c] for c in changes])
     outside = sorted(called & OUTSIDE_FUNCTIONS)
     if outside:  # refused here, not left to whichever functions a DuckDB build or extension provides
@@ -230,6 +238,15 @@ def _walk_subqueries(value: Any) -> Iterator[dict]:
             yield from _walk_subqueries(v)
 
 
+def _walk_parameters(value: Any) -> bool:
+    """Whether a prepared parameter (``?``, ``$1``, ``$name``) is anywhere below ``value``."""
+    if isinstance(value, dict):
+        return value.get("class") == "PARAMETER" or any(_walk_parameters(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_walk_parameters(v) for v in value)
+    return False
+
+
 def _walk_functions(value: Any) -> set[str]:
     """The (lower-case) names of every function called below ``value``."""
     names: set[str] = set()
@@ -251,13 +268,16 @@ def _first_line(exc: BaseException) -> str:
 # ---------------------------------------------------------------- the locked connection
 
 
-def connect(*manifests: Manifest, reads: Iterable[str] = (), dirs: Iterable[str] = ()) -> duckdb.DuckDBPyConnection:
+def connect(
+    *manifests: Manifest, reads: Iterable[str] = (), dirs: Iterable[str] = (), tables: Tables | None = None
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection that can read these manifests (and the files ``reads``, the directories
     ``dirs``) and nothing else, with bounded memory, threads and time (``dask_pfs.manifests.sql_run``).  Every
     connection pfs opens is one of these, for its own SQL (plans, diffs, counts) too.
 
-    A local manifest is read from its directory (``Manifest.relation_sql``); one on an object
-    store is registered as a pyarrow dataset under the name its ``relation_sql`` gives.
+    Each manifest is a relation named ``Manifest.table_name`` (``Manifest.relation_sql``): a view
+    over its part files for a local one, a registered pyarrow dataset for one on an object store.
+    Each of the ``reads`` that exists is a view named :func:`file_table`; ``tables`` names more.
     """
     import duckdb
 
@@ -265,16 +285,24 @@ def connect(*manifests: Manifest, reads: Iterable[str] = (), dirs: Iterable[str]
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
     allowed = [os.path.abspath(d).rstrip("/") + "/" for d in dirs]
-    tables = {}
+    named = dict(tables or {})
+    datasets = {}
     for m in manifests:
         if m.is_local:
             allowed.append(m.local_dir.rstrip("/") + "/")
+            named.update(m.tables())
+        elif not m.part_files():
+            named[m.table_name] = None
         else:
-            tables[m.table_name] = m.dataset()
-            con.register(m.table_name, tables[m.table_name])
+            datasets[m.table_name] = m.dataset()
+            con.register(m.table_name, datasets[m.table_name])
     paths = [os.path.abspath(p) for p in reads]
+    named.update({file_table(p): [p] for p in paths if os.path.isfile(p)})
     for place in allowed + paths:
         utf8(place)
+    # DuckDB checks the pattern it is given (sql.literal's) against these too, then each file it matches
+    allowed += [literal(a) for a in allowed if literal(a) != a]
+    paths += [literal(p) for p in paths if literal(p) != p]
     apply_limits(con)
     if allowed:
         con.execute("SET allowed_directories = ?", [allowed])
@@ -282,7 +310,9 @@ def connect(*manifests: Manifest, reads: Iterable[str] = (), dirs: Iterable[str]
         con.execute("SET allowed_paths = ?", [paths])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-    return cast(duckdb.DuckDBPyConnection, _Registered(con, tables)) if tables else con  # it quacks like one
+    # after the lock: each view binds under the same access rules as any query
+    create_views(con, named, optional=[file_table(p) for p in paths])
+    return cast(duckdb.DuckDBPyConnection, _Registered(con, datasets)) if datasets else con  # it quacks like one
 
 
 class _Registered:
@@ -300,23 +330,6 @@ class _Registered:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._con, name)
-
-
-def utf8(place: str) -> str:
-    """``place`` if DuckDB can be given it (valid UTF-8), else a one-line PfsError."""
-    try:
-        place.encode("utf-8")
-    except UnicodeEncodeError:
-        raise PfsError(
-            f"{place.encode('utf-8', 'backslashreplace').decode()}: not valid UTF-8 (DuckDB cannot read it)"
-        ) from None
-    return place
-
-
-def sql_str(s: str) -> str:
-    """A DuckDB string literal: the one quoting helper, for table expressions pasted into pfs's own
-    SQL (a list of part files, a manifest's glob).  Single values are parameters (``?``) instead."""
-    return "'" + utf8(s).replace("'", "''") + "'"
 
 
 # ---------------------------------------------------------------- pfs query (and Manifest.query)
@@ -358,9 +371,10 @@ __all__ = [
     "check_where",
     "connect",
     "fetch_all",
+    "file_table",
+    "literal",
     "run_query",
     "select_sql",
-    "sql_str",
     "utf8",
     "where_filter",
     "write_parquet",

@@ -33,6 +33,7 @@ from dask_pfs.manifests.sql_run import memory_limit, threads, timeout
 
 if TYPE_CHECKING:
     from dask_pfs.manifests.manifest import Manifest
+    from dask_pfs.manifests.relations import Tables
 
 FAILED, BOUNDED = 3, 4  # the child's exit: the clause is wrong; it hit a limit
 _OUT_OF_MEMORY = re.compile(r"out of memory|failed to allocate|bad_alloc", re.IGNORECASE)
@@ -53,18 +54,20 @@ def probe_manifest(manifest: Manifest, sql: str, reads: Iterable[str] = ()) -> N
     """:func:`probe` of ``sql`` over a local ``manifest`` (and the files ``reads``); once per process
     for the same query (a job builds its selection more than once)."""
     if manifest.is_local:
-        _probe_once(sql, (manifest.local_dir,), tuple(reads))
+        _probe_once(sql, json.dumps(manifest.tables(), sort_keys=True), (manifest.local_dir,), tuple(reads))
 
 
 @functools.cache
-def _probe_once(sql: str, dirs: tuple[str, ...], reads: tuple[str, ...]) -> None:
-    probe(sql, dirs, reads)  # raising: not cached, so a retry probes again
+def _probe_once(sql: str, tables: str, dirs: tuple[str, ...], reads: tuple[str, ...]) -> None:
+    probe(sql, dirs, reads, json.loads(tables))  # raising: not cached, so a retry probes again
 
 
-def probe(sql: str, dirs: Iterable[str], reads: Iterable[str] = ()) -> None:
+def probe(sql: str, dirs: Iterable[str], reads: Iterable[str] = (), tables: Tables | None = None) -> None:
     """Run ``sql`` to the end in a limited child process (see the module docstring); PfsError when it
-    does not finish there."""
-    job = {"sql": sql, "dirs": list(dirs), "reads": list(reads), "as": limit_bytes(memory_limit()) + HEADROOM}
+    does not finish there.  The child's connection is ``sql.connect(reads=, dirs=, tables=)``: the
+    same relations under the same names (the local manifests' ``Manifest.tables``) and the same locks."""
+    job: dict[str, object] = {"sql": sql, "dirs": list(dirs), "reads": list(reads), "tables": dict(tables or {})}
+    job["as"] = limit_bytes(memory_limit()) + HEADROOM
     limit = timeout()
     env = {**os.environ, "PFS_SQL_TIMEOUT": "0"}  # the parent keeps the time
     try:
@@ -100,7 +103,7 @@ def _main() -> int:
     from dask_pfs.manifests.sql import connect
 
     try:
-        con = connect(reads=job["reads"], dirs=job["dirs"])
+        con = connect(reads=job["reads"], dirs=job["dirs"], tables=job["tables"])
         for _ in con.sql(job["sql"]).to_arrow_reader(10_000):
             pass
     except (duckdb.Error, MemoryError, PfsError) as exc:

@@ -24,6 +24,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.manifest import Selection, locked
 from dask_pfs.manifests.spread import spread_order
+from dask_pfs.manifests.sql import file_table
 from dask_pfs.runtime.journals import cache_dir, ident, journal_dir, open_journal, read_job, records, same_job
 from dask_pfs.urls import Location, resolve
 from operators.journal import Journal, file_digest
@@ -135,12 +136,12 @@ def _not_selected(sel: Selection, path: str) -> int:
     assert sel.manifest is not None
     con = locked(sel.manifest, reads=[path, *(sel.filter.reads if sel.filter else ())])
     sql = (
-        "SELECT count(*) FROM read_parquet(?) AS f ANTI JOIN "
+        f"SELECT count(*) FROM {file_table(path)} AS f ANTI JOIN "
         f"({sel.sql('path, path_raw, type, size, mtime, depth', also='error IS NULL')}) AS s "
         "ON f.path = s.path AND f.path_raw IS NOT DISTINCT FROM s.path_raw AND f.type = s.type "
         "AND f.size IS NOT DISTINCT FROM s.size AND f.mtime IS NOT DISTINCT FROM s.mtime AND f.depth = s.depth"
     )
-    return int(con.execute(sql, [os.path.abspath(path)]).fetchall()[0][0])
+    return int(con.execute(sql).fetchall()[0][0])
 
 
 def exact(batches: Iterable[pa.RecordBatch], n: int) -> Iterator[pa.Table]:

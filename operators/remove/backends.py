@@ -27,7 +27,7 @@ from operators.ratelimit import ops_capped, take_ops
 from operators.remove.counts import CHANGED, FAILED, NONEMPTY, RmCounts
 from operators.rows import Row, dir_row, error_row
 from operators.scan.prune import DROP
-from operators.scan.walk import DirItem, Listing
+from operators.scan.walk import DirItem, Listing, open_listing
 
 if TYPE_CHECKING:
     from operators.remove.tasks import RemoveSpec
@@ -215,13 +215,8 @@ class LocalTreeRemover:
             listing.error = exc
 
     def list_dir(self, item: DirItem, pool: Executor) -> Listing:
-        rel = item[0]
-        assert isinstance(rel, bytes)
-        listing = Listing(item)
-        try:
-            handle = self._open.open(rel)
-        except OSError as exc:
-            self.open_failed(rel, exc, listing)
+        listing, rel, handle = open_listing(self._open, item, self.open_failed)
+        if handle is None:
             return listing
         try:
             if self.prune is None and not ops_capped():

@@ -33,7 +33,7 @@ from operators.mounts import is_network
 from operators.ratelimit import ops_capped, take_ops
 from operators.rows import Row, error_row
 from operators.scan.prune import DROP, Prune
-from operators.scan.walk import DirItem, Listing
+from operators.scan.walk import DirItem, Listing, open_listing
 
 STEP_ENTRIES = 65_536  # entries per core call: a huge directory is written out as it goes
 LOCAL_CHUNK, LOCAL_WIDTH = 1024, 2  # local disk: only a big directory spreads over a second thread
@@ -71,18 +71,16 @@ class LocalLister:
     def root_error_row(self, error: BaseException) -> Row:
         return error_row(b".", "directory", error)
 
+    def open_failed(self, rel: bytes, exc: OSError, listing: Listing) -> None:
+        """Gone, or replaced by a file or a symlink (never followed): a vanished directory."""
+        if isinstance(exc, FileNotFoundError | NotADirectoryError) or (rel and exc.errno == errno.ELOOP):
+            listing.vanished = True
+        else:
+            listing.error = exc
+
     def list_dir(self, item: DirItem, pool: Executor) -> Listing:
-        rel = item[0]
-        assert isinstance(rel, bytes)
-        listing = Listing(item)
-        try:
-            handle = self._open.open(rel)
-        except OSError as exc:
-            # gone, or replaced by a file or a symlink (never followed): a vanished directory
-            if isinstance(exc, FileNotFoundError | NotADirectoryError) or (rel and exc.errno == errno.ELOOP):
-                listing.vanished = True
-            else:
-                listing.error = exc
+        listing, rel, handle = open_listing(self._open, item, self.open_failed)
+        if handle is None:
             return listing
         try:
             scan = _native.DirScan(handle.fd, rel)

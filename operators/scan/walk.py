@@ -15,11 +15,14 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from operators.rows import Row, RowBuffer, with_error
 from operators.scan.prune import DROP, KEEP, Prune
 from operators.schema import ROW_COLUMNS
+
+if TYPE_CHECKING:
+    from operators.core.dirfd import DirFd, OpenDirs
 
 _TYPE, _SIZE, _ERROR, _DEV = (ROW_COLUMNS.index(c) for c in ("type", "size", "error", "dev"))
 
@@ -246,3 +249,19 @@ def walk(
                 pending.extend(subdirs)
     emit(buf)
     return tally, list(pending)
+
+
+def open_listing(
+    dirs: OpenDirs, item: DirItem, failed: Callable[[bytes, OSError, Listing], None]
+) -> tuple[Listing, bytes, DirFd | None]:
+    """The listing of a local directory, its path and its descriptor (``OpenDirs``: opened relative to its
+    open parent; the caller releases it), or no descriptor when it could not be opened: ``failed(rel,
+    error, listing)`` then says on the listing what that means to the job (scan and rm read it differently)."""
+    rel = item[0]
+    assert isinstance(rel, bytes)
+    listing = Listing(item)
+    try:
+        return listing, rel, dirs.open(rel)
+    except OSError as exc:
+        failed(rel, exc, listing)
+        return listing, rel, None

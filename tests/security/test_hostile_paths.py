@@ -5,6 +5,7 @@ Every command and argument that names a place (scan -o, cp/rm/sync/verify/diff p
 ``'``, ``"``, ``;``, ``--`` and a newline: each works, and nothing is written anywhere else (the
 issue's ``--plan`` injection wrote a file through ``COPY ... TO``).  A name that is not UTF-8 works
 where DuckDB is not involved and is otherwise refused with one line (DuckDB takes only UTF-8).
+A name that is a glob pattern (``*``, ``?``, ``[``) names its own place only, never a sibling it matches.
 """
 
 from __future__ import annotations
@@ -83,3 +84,39 @@ def test_the_reported_plan_injection(tmp_path, capsys, scheduler_address, monkey
     assert code == 0, err
     assert not (tmp_path / "PWNED.csv").exists()
     assert (Path(plan) / "plan.parquet").exists()
+
+
+# DuckDB's read_parquet globs every path it is given: a place named with ``*``, ``?`` or ``[`` once read
+# another place's files (``p*[a]?/plan.parquet`` read ``pZaQ/plan.parquet``, never its own)
+GLOB = "p*[a]?'\"; -- \nx"
+DECOY = "pZaQ'\"; -- \nx"  # what GLOB matches as a pattern
+
+
+def test_glob_characters_name_only_their_own_place(tmp_path, capsys, scheduler_address, monkeypatch):
+    """Every command over places whose name is a glob pattern that matches a decoy sibling (and holds
+    SQL's quotes, ``;``, ``--`` and a newline) reads and writes its own place, never the decoy's."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    decoy_src = make_tree(tmp_path / "decoy-src", {"d/f": "decoy", "z/zz": "decoy"})
+    decoy = tmp_path / DECOY
+    decoy.mkdir()
+    for argv in commands(decoy_src, decoy, scheduler_address):
+        code, out, err = cli(capsys, *argv)
+        assert code == 0, (argv, code, out, err)
+    decoy_before = {p: tree_digest(decoy / p) for p in ("m", "d2", "dst")}
+    src = make_tree(tmp_path / "src", {"d/f": "hello", "d/g": "x", "e": "yy"})
+    base = tmp_path / GLOB
+    base.mkdir()
+    for argv in commands(src, base, scheduler_address):
+        code, out, err = cli(capsys, *argv)
+        assert code == 0, (argv, code, out, err)
+        assert "z" not in out.split(), (argv, out)  # no decoy row counted or listed
+    assert tree_digest(base / "d2") == tree_digest(src)
+    assert {p: tree_digest(decoy / p) for p in ("m", "d2", "dst")} == decoy_before
+    queried = set(pq.read_table(base / "q.parquet", columns=["path"]).column("path").to_pylist())
+    assert {"d/f", "d/g", "e"} <= queried <= {"d", "d/f", "d/g", "e"}, queried
+    changes = pq.read_table(base / "diff.parquet").column("path").to_pylist()
+    assert not any(p.startswith("z") for p in changes), changes
+    plan = pq.read_table(base / "plan" / "plan.parquet").column("path").to_pylist()
+    assert sorted(plan) == sorted({"d", "d/f", "d/g", "e"}), plan
