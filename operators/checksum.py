@@ -190,11 +190,14 @@ def checksum_table(
     name: str,
     algorithm: str = DEFAULT,
     out_storage_options: dict | None = None,
+    root_id: tuple[int, int] | None = None,
 ) -> tuple[int, int, list[str]]:
     """Checksum the files of a chunk of manifest rows (below ``root``) and write them as a part.
 
     Used when a manifest was scanned without checksums: the rows keep every column, the
     checksum column is (re)computed, read failures go to ``error``.  Returns (files, bytes, errors).
+    ``root_id``: a local root's pinned (device, inode) (:func:`checksum_local_files`): another
+    directory renamed into its place fails every file instead of being hashed.
     """
     import fsspec
     import pyarrow as pa
@@ -207,7 +210,7 @@ def checksum_table(
     todo = [i for i in range(table.num_rows) if cols["type"][i] == "file" and cols["error"][i] is None]
     if local:
         rels = [to_bytes(cols["path"][i], cols["path_raw"][i]) for i in todo]
-        results = checksum_local_files(root, rels, algorithm, [cols["size"][i] for i in todo])
+        results = checksum_local_files(root, rels, algorithm, [cols["size"][i] for i in todo], root_id=root_id)
     else:
         fs = fsspec.filesystem(protocol, **storage_options)
         base = root.rstrip("/")

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import Manifest, Selection, open_manifest, prepare_output, write_marker
+from dask_pfs.manifests.root import pinned_root
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.submitter import Submitter
@@ -101,19 +102,31 @@ def require_xattrs(sides: list[Side]) -> None:
 
 
 def with_checksums(
-    client: Client, side: Side, where: str | Filter | None, algorithm: str, out: str, progress: Reporter
+    client: Client,
+    side: Side,
+    where: str | Filter | None,
+    algorithm: str,
+    out: str,
+    progress: Reporter,
+    allow_other: bool = False,
 ) -> Side:
-    """``side`` unchanged if its selected files all have checksums, else a checksummed copy of the rows."""
+    """``side`` unchanged if its selected files all have checksums, else a checksummed copy of the rows,
+    read from the very tree they were scanned from (``dask_pfs.manifests.root.pinned_root``; ``allow_other``:
+    the one there when the pass starts)."""
     with Selection(side.manifest, where) as sel:
-        return _checksummed(client, side, sel, algorithm, out, progress)
+        return _checksummed(client, side, sel, algorithm, out, progress, allow_other)
 
 
-def _checksummed(client: Client, side: Side, sel: Selection, algorithm: str, out: str, progress: Reporter) -> Side:
+def _checksummed(
+    client: Client, side: Side, sel: Selection, algorithm: str, out: str, progress: Reporter, allow_other: bool
+) -> Side:
     missing = "type = 'file' AND error IS NULL AND (checksum IS NULL OR NOT starts_with(checksum, ?))"
     if sel.count(missing, [f"{algorithm}:"]) == 0:
         return side
-    prepare_output(out, True)
     loc = resolve(side.root, side.storage_options)
+    # the tree the rows were scanned from, or refused; and another one renamed into its place meanwhile is not read
+    pinned = pinned_root(side.manifest.info, side.manifest.url, loc.path, allow_other) if loc.is_local else None
+    prepare_output(out, True)
     done = {"entries": 0, "bytes": 0, "errors": 0}
 
     def fold(result: tuple[int, int, list]) -> None:
@@ -129,7 +142,7 @@ def _checksummed(client: Client, side: Side, sel: Selection, algorithm: str, out
             for i, batch in enumerate(sel.batches(sel.sql(order="path"), CHUNK_ROWS)):
                 table = pa.Table.from_batches([batch])
                 name = part_name(f"sum{i:07d}", 0)
-                args = (loc.protocol, loc.path, loc.storage_options, table, out, name, algorithm)
+                args = (loc.protocol, loc.path, loc.storage_options, table, out, name, algorithm, None, pinned)
                 sub.submit(checksum_table, *args, then=fold)
             sub.drain()
     finally:

@@ -189,7 +189,7 @@ def sync(
             )
             if algorithm:
                 sides = [
-                    with_checksums(client, side, None, algorithm, f"{m.rstrip('/')}-sums", progress)
+                    with_checksums(client, side, None, algorithm, f"{m.rstrip('/')}-sums", progress, allow_other_root)
                     for side, m in zip(sides, (src_m, dst_m), strict=True)
                 ]
             info = {

@@ -16,6 +16,9 @@ What this proves, and what not (docs/reliability.md, threat model): that the liv
 directory the scan saw (the same inode on the same file system), not that the manifest is honest.
 Whoever can write the marker can also write the identity of another tree into it; against that,
 keep manifests where only the job's owner can write.  Object-store roots have no identity: skipped.
+
+A job that reads the files of a manifest's rows (the checksum pass of verify and sync) also pins the
+root to that identity (:func:`pinned_root`): another tree renamed into its place later is not read.
 """
 
 from __future__ import annotations
@@ -81,4 +84,28 @@ def check_root(info: dict, url: str, root: str | None = None, *, destructive: bo
         )
 
 
-__all__ = ["OPTION", "check_root", "root_identity"]
+def pinned_root(info: dict, url: str, root: str, allow_other: bool = False) -> tuple[int, int] | None:
+    """The (device, inode) a job reading files below the local ``root`` pins it to, so that the core
+    fails every file (ESTALE) of another directory renamed into its place while the job runs.
+
+    ``root`` the tree the manifest ``url`` was scanned from: the identity its marker recorded, and
+    another tree there already is refused (:func:`check_root`, exit 2); rows read below another root
+    (or a marker without identity, or ``allow_other``): that root's identity now, as the job starts.
+    None: not local.
+    """
+    path = _local_path(str(root))
+    if path is None:
+        return None
+    marked, recorded = info.get("root"), info.get("root_identity")
+    scanned = _local_path(str(marked)) if marked else None
+    if recorded and not allow_other and scanned is not None and os.path.normpath(scanned) == os.path.normpath(path):
+        check_root(info, url, root, destructive=False)
+        return int(recorded["dev"]), int(recorded["ino"])
+    try:
+        s = os.stat(path)
+    except OSError:
+        return None  # not there: the job reports the missing root in its own words
+    return s.st_dev, s.st_ino
+
+
+__all__ = ["OPTION", "check_root", "pinned_root", "root_identity"]

@@ -41,22 +41,23 @@ from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import Submitter, WalkTuning, new_run_id, walk_frontier
 from dask_pfs.scan import journal as sj
 from dask_pfs.scan.driver_walk import HereResult, walk_here
+from dask_pfs.scan.single_file import scan_file
 from dask_pfs.urls import Location, probe, pruned_at, resolve
 from operators import ratelimit
-from operators.checksum import check_algorithm, checksum_local_files, checksum_many, checksum_remote, fill_rows
+from operators.checksum import check_algorithm
 from operators.core.concurrency import report as process_concurrency
 from operators.core.concurrency import summarize
 from operators.mounts import is_network
-from operators.parts import part_name, write_part
-from operators.rows import Row, row_from_info, row_from_stat, rows_to_table
 from operators.scan.prune import Prune
 from operators.scan.root_guard import root_id
 from operators.scan.task import ChunkResult, ScanSpec, scan_chunk
 from operators.scan.walk import Budget, DirItem, Tally
-from operators.xattrs import XATTRS_LOCAL, file_xattrs
+from operators.xattrs import XATTRS_LOCAL
 
 if TYPE_CHECKING:
     from distributed import Client
+
+    from operators.journal import Journal
 
 ScanTuning = WalkTuning  # the scan's task sizes
 
@@ -128,7 +129,7 @@ class TreeScan:
             self.done = self._complete(checksum, pruning)
             return
         if resume and self.journal is not None:
-            self.prior = sj.load(self.journal, loc.url, checksum, _root_item(loc), pruning)
+            self.prior = sj.load(self.journal, loc.url, checksum, _root_item(loc), pruning, xattrs)
         if self.prior is not None and not _parts_present(out, self.prior.parts, out_storage_options):
             logging.getLogger("pfs").warning("%s: parts the journal names are gone; scanning afresh", out)
             self.prior = None
@@ -165,7 +166,7 @@ class TreeScan:
             # there the driver touches nothing but the root, and the workers walk (dask_pfs.clusters.stall)
             return
         if journal is not None:
-            sj.start(journal, self.loc.url, self.out, spec.checksum, spec.prune.describe() if spec.prune else None)
+            self._start_journal(journal)
         self.shown = progress = progress or NullProgress()
         progress.start(f"scan {self.loc.url}")
         ratelimit.configure(limits)  # the job's caps, whole, for the one process working
@@ -186,6 +187,13 @@ class TreeScan:
         self.done = self._finish(self.loc.url, head.tally, head.parts, head.tasks, options)
         if journal is not None:
             journal.remove()
+
+    def _start_journal(self, journal: Journal) -> None:
+        """``job.json`` of this scan: the options a ``--resume`` must repeat (``dask_pfs.scan.journal``)."""
+        spec = self.spec
+        sj.start(
+            journal, self.loc.url, self.out, spec.checksum, spec.prune.describe() if spec.prune else None, spec.xattrs
+        )
 
     def _options(self, *, workers: int, slots: int, run_id: str, resumed: int, limits: Limits | None) -> dict:
         """The manifest's ``options``: how the scan ran."""
@@ -231,7 +239,7 @@ class TreeScan:
             tally.add(head.tally)
             parts.extend(head.parts)
         elif journal is not None:
-            sj.start(journal, self.loc.url, self.out, spec.checksum, spec.prune.describe() if spec.prune else None)
+            self._start_journal(journal)
 
         def task(items: list[DirItem], budget: Budget, n: int) -> tuple[Callable, tuple]:
             return scan_chunk, (spec, items, sj.task_id(attempt, n), budget)
@@ -273,23 +281,8 @@ class TreeScan:
         return res
 
     def _single_file(self, checksum: str | None, threads: int | None) -> ScanResult:
-        """A single file: the manifest root is its directory, and it holds one row."""
-        loc = self.loc
-        row = _file_row(loc)
-        if checksum and row[2] == "file":
-            one = [row]
-            if loc.is_local:
-                fill_rows(one, lambda _: checksum_local_files(loc.path, [b""], checksum))
-            else:
-                fs = loc.filesystem()
-                fill_rows(one, lambda todo: checksum_many(todo, lambda _: checksum_remote(fs, loc.path, checksum)))
-            row = one[0]
-        table, row = file_xattrs(row, loc.path) if self.xattrs else (rows_to_table([row]), row)
-        part = write_part(table, self.out, part_name("0000000", 0), self.out_options)
-        tally = Tally()
-        tally.count(row)
-        parent = os.path.dirname(loc.path.rstrip("/")) or "/"
-        root_url = parent if loc.is_local else f"{loc.protocol}://{parent}"
+        """A single file (``dask_pfs.scan.single_file``): the manifest root is its directory, one row."""
+        root_url, tally, part = scan_file(self.loc, self.out, self.out_options, checksum, self.xattrs)
         return self._finish(root_url, tally, [part], 0, {"threads": threads, "xattrs": self.xattrs})
 
     def _complete(self, checksum: str | None, pruning: dict | None) -> ScanResult:
@@ -304,10 +297,15 @@ class TreeScan:
                 "(pass --overwrite to replace it)"
             )
         made = info.get("options") or {}
-        for name, key, value in (("--checksum", "checksum", checksum), (PRUNE_OPTIONS, "prune", pruning)):
-            if made.get(key) != value:
+        made_xattrs = bool(made.get("xattrs"))  # a manifest from before --xattrs has none
+        for name, was, value in (
+            ("--checksum", made.get("checksum"), checksum),
+            (PRUNE_OPTIONS, made.get("prune"), pruning),
+            ("--xattrs", made_xattrs, self.xattrs),
+        ):
+            if was != value:
                 raise PfsError(
-                    f"{self.out} is a complete scan made with {name} {json.dumps(made.get(key))}, not "
+                    f"{self.out} is a complete scan made with {name} {json.dumps(was)}, not "
                     f"{json.dumps(value)}: nothing to resume (pass --overwrite to scan again with it)"
                 )
         if self.journal is not None:
@@ -378,16 +376,6 @@ def _result(
 
 def _root_item(loc: Location) -> DirItem:
     return (b"" if loc.is_local else "", None)
-
-
-def _file_row(loc: Location) -> Row:
-    """The row of a root that is not a directory (a symlink's own, when it is one)."""
-    if not loc.is_local:
-        return row_from_info(os.path.basename(loc.path.rstrip("/")), loc.filesystem().info(loc.path))
-    name = os.fsencode(os.path.basename(loc.path.rstrip("/")))
-    ls = os.lstat(loc.path)
-    target = os.readlink(loc.path) if os.path.islink(loc.path) else None
-    return row_from_stat(name, ls if target is not None else os.stat(loc.path), os.fsencode(target) if target else None)
 
 
 def _parts_present(out: str, parts: list[str], out_storage_options: dict | None) -> bool:

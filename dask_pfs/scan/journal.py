@@ -50,15 +50,27 @@ class Resumed:
     frontier: list[DirItem] = field(default_factory=list)
 
 
-def start(jr: Journal, url: str, out: str, checksum: str | None, prune: dict | None = None) -> None:
-    jr.start({"job": "scan", "url": url, "out": out, "checksum": checksum, "prune": prune, "attempt": 0})
+def start(
+    jr: Journal, url: str, out: str, checksum: str | None, prune: dict | None = None, xattrs: bool = False
+) -> None:
+    """``job.json``: what names the scan and every option that shapes its rows (a resume must match)."""
+    job = {"job": "scan", "url": url, "out": out, "checksum": checksum, "prune": prune, "xattrs": xattrs}
+    jr.start({**job, "attempt": 0})
 
 
-def load(jr: Journal, url: str, checksum: str | None, root: DirItem, prune: dict | None = None) -> Resumed | None:
+def load(
+    jr: Journal, url: str, checksum: str | None, root: DirItem, prune: dict | None = None, xattrs: bool = False
+) -> Resumed | None:
     """The interrupted scan ``jr`` describes, marked as a new attempt; None when there is none."""
     job = read_job(jr)
     if job.get("job") != "scan" or job.get("url") != url:
         return None
+    if bool(job.get("xattrs")) != xattrs:  # parts with and without attributes must not mix in one manifest
+        ran = "with" if job.get("xattrs") else "without"
+        raise PfsError(
+            f"the interrupted scan in {job.get('out')} ran {ran} --xattrs: resume it with the same option "
+            "(or start over with --overwrite)"
+        )
     if job.get("checksum") != checksum:
         raise PfsError(
             f"the interrupted scan in {job.get('out')} ran with --checksum {job.get('checksum') or 'none'}: "

@@ -10,12 +10,15 @@ options.  The resume with the same options then ends exactly as an uninterrupted
 from __future__ import annotations
 
 import glob
+import json
+import os
 import random
 import shutil
 import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.dataset as ds
 import pytest
 
 from dask_pfs import scan
@@ -131,3 +134,38 @@ def test_scan_resume_with_another_checksum_is_refused_then_same_completes(tmp_pa
     assert again.returncode == (0 if outcome == "ran" else 2), again.stderr
     if outcome != "ran":
         assert "--checksum" in again.stderr and "entries/s" not in again.stdout
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("killed_with", [True, False], ids=["xattrs", "no-xattrs"])
+def test_scan_resume_with_other_xattrs_is_refused_then_same_completes(tmp_path, env, seed, killed_with):
+    """``--xattrs`` is bound by the scan's journal (and by a complete manifest's options): parts with
+    and without attributes never mix in one manifest."""
+    tree = source(tmp_path)
+    files = [p for p in tree.rglob("*") if p.is_file() and not p.is_symlink()]
+    for p in files:
+        os.setxattr(p, "user.h31d", p.name.encode())
+    m = tmp_path / "m"
+    plain = ["scan", tree, "-o", m, "--no-progress"]
+    args, other = ([*plain, "--xattrs"], plain) if killed_with else (plain, [*plain, "--xattrs"])
+    rng = random.Random(2000 + seed)
+    # paced so the kill lands mid-scan: ~330 entries at 80/s outlast the wait below twice over
+    proc = start_pfs(*args, "--max-ops-per-second", "80", env=env, log=tmp_path / f"killed-{seed}.log")
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and not glob.glob(f"{m}/.pfs-journal-*") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(rng.uniform(0, 1.5))
+    running = proc.poll() is None
+    kill_group(proc)
+    assert running and glob.glob(f"{m}/.pfs-journal-*/job.json"), "the kill missed the scan"
+    assert not (m / "_manifest.json").exists()
+    outcome = resume_changed_then_same(args, other, "--xattrs", [m], env, f"seed {seed}")
+    assert outcome == "refused", "a resume with another --xattrs was accepted"
+    rows = ds.dataset(str(m), format="parquet").to_table(columns=["path", "type", "xattrs"]).to_pylist()
+    assert sorted(os.fsencode(r["path"]) for r in rows) == sorted(tree_paths(tree))
+    with_attrs = [r["type"] == "file" and "user.h31d" in {x["name"] for x in r["xattrs"] or []} for r in rows]
+    assert sum(with_attrs) == (len(files) if killed_with else 0), "parts with and without attributes mixed"
+    assert json.loads((m / "_manifest.json").read_text())["options"]["xattrs"] is killed_with
+    # over the complete manifest, a resume with the other setting is refused too, naming it
+    again = run_pfs(*other, "--resume", env=env)
+    assert again.returncode == 2 and "--xattrs" in again.stderr, again.stderr
