@@ -140,10 +140,9 @@ def sync(
     changed and type-changed destination entries are left as they are.  ``allow_other_root``: act
     with manifests whose roots are not the trees they were scanned from (``dask_pfs.manifests.root``).
     ``limits``: job-wide caps on operations and bytes per second (else the cluster's).
-    ``xattrs`` (local and mounted trees): both sides are scanned with their extended attributes and ACL
-    presence, and an entry whose attributes differ is changed (copied again); given manifests scanned
-    without ``--xattrs`` leave attributes uncompared (logged).
-    ``xattrs``, ``owner``, ``chown``, ``numeric_ids``: what the copy keeps (``dask_pfs.copy.copy``).
+    ``xattrs``, ``owner``, ``chown``, ``numeric_ids``: what the copy keeps (``dask_pfs.copy.copy``); with ``xattrs``
+    both local sides are scanned with attributes and ACL presence, a difference is a change (manifests given
+    scanned without ``--xattrs`` leave them uncompared, logged).
 
     After a run (not a dry run) without failures only the plan stays in the default work directory
     (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
