@@ -149,11 +149,7 @@ pub fn checksum_files_at(
     a: Algorithm,
     fanout: usize,
 ) -> Vec<Result<String, Cause>> {
-    let dir = if rels.iter().any(|r| !r.is_empty()) {
-        Some(Root::open(root, expect).map_err(|e| e.cause))
-    } else {
-        None
-    };
+    let dir = Root::open_for(root, rels, expect);
     fan_out(rels, fanout, |chunk, _| {
         let mut buf = vec![0u8; 1 << 16];
         let mut parents = match &dir {

@@ -21,5 +21,5 @@ pub mod remove;
 pub mod scan;
 pub mod sys;
 pub mod time;
-pub mod xattrs;
 pub mod xattr;
+pub mod xattrs;

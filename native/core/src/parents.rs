@@ -6,9 +6,9 @@
 //! so a directory swapped for a symlink is refused (ELOOP or ENOTDIR) instead of followed out of the
 //! tree, and a component that is `..`, `.` or empty is refused before any system call.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::errors::{Cause, Error};
@@ -50,6 +50,18 @@ type Slot = Arc<OnceLock<Result<Arc<OwnedFd>, Error>>>;
 const MAX_SHARED: usize = 256;
 
 impl Root {
+    /// The root of a call over `rels` (each relative to `path`), opened once: None when every rel
+    /// is the root itself (a root that is a file, reached by its own path), else [`Root::open`].
+    pub fn open_for(
+        path: &[u8],
+        rels: &[Vec<u8>],
+        expect: Option<Identity>,
+    ) -> Option<Result<Root, Cause>> {
+        rels.iter()
+            .any(|r| !r.is_empty())
+            .then(|| Root::open(path, expect).map_err(|e| e.cause))
+    }
+
     /// Opens the directory `path`; ESTALE if it is not the directory `expect` names (replaced since
     /// the caller looked at it).
     pub fn open(path: &[u8], expect: Option<Identity>) -> Result<Root, Error> {

@@ -86,11 +86,7 @@ fn of_rel(parents: &mut Parents<'_>, rel: &[u8]) -> Result<Attrs, Cause> {
 /// The attributes of the entries `rels` (exact bytes, relative to `root`; `b""`: `root` itself), in
 /// order, over up to `fanout` core threads: each entry's, or why they could not be read.
 pub fn xattrs_of(root: &[u8], rels: &[Vec<u8>], fanout: usize) -> Vec<Result<Attrs, Cause>> {
-    let dir = if rels.iter().any(|r| !r.is_empty()) {
-        Some(Root::open(root, None).map_err(|e| e.cause))
-    } else {
-        None
-    };
+    let dir = Root::open_for(root, rels, None);
     fan_out(rels, fanout, |chunk, _| {
         let mut parents = match &dir {
             Some(Ok(r)) => Some(Parents::new(r)),

@@ -22,11 +22,19 @@ fn slices_of_one_call_share_each_open_directory_and_its_ancestors() {
     let root = Root::open(&t.bytes(), None).unwrap();
     let (mut one, mut two) = (Parents::new(&root), Parents::new(&root));
     let c = fd_of(&mut one, b"a/b/c");
-    assert_eq!(fd_of(&mut two, b"a/b/c"), c, "a second slice reuses the first's descriptor");
+    assert_eq!(
+        fd_of(&mut two, b"a/b/c"),
+        c,
+        "a second slice reuses the first's descriptor"
+    );
     let d = fd_of(&mut two, b"a/b/d");
     assert_ne!(d, c);
     assert_eq!(fd_of(&mut one, b"a/b/d"), d);
-    assert_eq!(fd_of(&mut one, b"a/b"), fd_of(&mut two, b"a/b"), "ancestors are shared too");
+    assert_eq!(
+        fd_of(&mut one, b"a/b"),
+        fd_of(&mut two, b"a/b"),
+        "ancestors are shared too"
+    );
     // concurrent slices opening one directory get one descriptor
     let fds: Vec<i32> = thread::scope(|s| {
         let hs: Vec<_> = (0..8)
@@ -63,5 +71,8 @@ fn past_the_shared_limit_directories_still_open() {
     for i in 0..300 {
         assert!(parents.dir(format!("p/{i}").as_bytes()).is_ok(), "{i}");
     }
-    assert!(parents.dir(b"p/../p").is_err(), "components are still checked");
+    assert!(
+        parents.dir(b"p/../p").is_err(),
+        "components are still checked"
+    );
 }
