@@ -53,7 +53,7 @@ from operators.scan.prune import Prune
 from operators.scan.root_guard import root_id
 from operators.scan.task import ChunkResult, ScanSpec, scan_chunk
 from operators.scan.walk import Budget, DirItem, Tally
-from operators.xattrs import XATTRS_LOCAL, file_xattrs
+from operators.xattrs import XATTRS_LOCAL, file_xattrs, readable
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -119,7 +119,7 @@ class TreeScan:
         self.head: HereResult | None = None  # what start_here walked in this process
         self.shown: Reporter | None = None  # the progress start_here began (run goes on with it)
         root = probe(loc, follow=True)  # the root may be a symlink (like find -H); nothing below is followed
-        if not root.exists or (xattrs and not loc.is_local):
+        if not root.exists or (xattrs and not readable(loc.protocol)):
             raise PfsError(f"{loc.url}: " + ("no such file or directory" if not root.exists else XATTRS_LOCAL))
         self.prune = prune = pruned_at(loc, prune)
         pruning = prune.describe() if prune is not None else None
@@ -284,7 +284,7 @@ class TreeScan:
                 fs = loc.filesystem()
                 fill_rows(one, lambda todo: checksum_many(todo, lambda _: checksum_remote(fs, loc.path, checksum)))
             row = one[0]
-        table, row = file_xattrs(row, loc.path) if self.xattrs else (rows_to_table([row]), row)
+        table, row = file_xattrs(row, loc) if self.xattrs else (rows_to_table([row]), row)
         part = write_part(table, self.out, part_name("0000000", 0), self.out_options)
         tally = Tally()
         tally.count(row)
