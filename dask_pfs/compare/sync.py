@@ -62,6 +62,7 @@ from dask_pfs.scan.engine import check_checksum
 from dask_pfs.urls import Location, is_dir, resolve, root_times_from
 from operators.checksum import DEFAULT
 from operators.scan.prune import Prune
+from operators.xattrs import readable
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -139,9 +140,8 @@ def sync(
     changed and type-changed destination entries are left as they are.  ``allow_other_root``: act
     with manifests whose roots are not the trees they were scanned from (``dask_pfs.manifests.root``).
     ``limits``: job-wide caps on operations and bytes per second (else the cluster's).
-    ``xattrs`` (local and mounted trees): both sides are scanned with their extended attributes and ACL
-    presence, and an entry whose attributes differ is changed (copied again); given manifests scanned
-    without ``--xattrs`` leave attributes uncompared (logged).
+    ``xattrs`` (local and mounted trees, S3 metadata): both sides are scanned with their attributes and ACL
+    presence, an entry whose attributes differ is copied again; manifests without them: uncompared (logged).
     ``xattrs``, ``owner``, ``chown``, ``numeric_ids``: what the copy keeps (``dask_pfs.copy.copy``).
 
     After a run (not a dry run) without failures only the plan stays in the default work directory
@@ -153,7 +153,7 @@ def sync(
     s_loc = resolve(os.fspath(src), storage_options)
     d_loc = resolve(os.fspath(dst), dst_storage_options)
     algorithm = check_checksum(DEFAULT if checksum is True else str(checksum)) if checksum else None
-    xattrs = xattrs and s_loc.is_local and d_loc.is_local  # object stores: no attributes to compare
+    xattrs = xattrs and readable(s_loc.protocol) and readable(d_loc.protocol)  # S3: metadata (operators.objmeta)
     cap = Cap.parse(max_delete, "--max-delete")
     work = default_work_dir(s_loc.url, d_loc.url)
     src_m = os.fspath(src_manifest) if src_manifest else os.path.join(work, "src-manifest")

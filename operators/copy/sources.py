@@ -17,6 +17,7 @@ import fsspec
 from operators.copy.attrs import refusals
 from operators.copy.kernel import copy_range, is_sparse
 from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
+from operators.objmeta import Refused, has_metadata, head, local_attrs, set_local, to_metadata
 
 if TYPE_CHECKING:
     from operators.copy.local_destination import LocalDestination
@@ -72,9 +73,17 @@ class LocalSource:
         finally:
             os.close(sfd)
 
-    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str) -> None:
-        """Upload ``e`` to ``target`` on ``fs``."""
-        fs.put_file(os.fsdecode(self.path(e.rel)), target)
+    def object_metadata(self, e: Entry) -> tuple[dict[str, str], Refused]:
+        """The S3 metadata that carries the ``user.*`` attributes of ``e`` (``operators.objmeta``), and the
+        attributes it cannot carry."""
+        try:
+            return to_metadata(local_attrs(self.path(e.rel), self.spec.follow_symlinks))
+        except OSError as exc:
+            return {}, [(b"xattrs", exc.errno or 0)]
+
+    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str, meta: dict[str, str]) -> None:
+        """Upload ``e`` to ``target`` on ``fs`` (with the object metadata ``meta``)."""
+        fs.put_file(os.fsdecode(self.path(e.rel)), target, **({"Metadata": meta} if meta else {}))
 
 
 class FsspecSource:
@@ -106,8 +115,18 @@ class FsspecSource:
         its held parent, never through a link), with its mode."""
         with self.fs.open(self.path(e.rel), "rb") as f, os.fdopen(os.dup(fd), "wb") as g:
             shutil.copyfileobj(f, g, STREAM_BLOCK)
-        refusals(dst.fd_meta(fd, e))  # a refused chown fails the file (its temp file is removed)
+        refusals(dst.fd_meta(fd, e) + self.xattrs_onto(e, fd))  # a refusal fails the file (its temp file goes)
         return e
+
+    def object_metadata(self, e: Entry) -> tuple[dict[str, str], Refused]:
+        """The S3 metadata of ``e`` as it is (S3 to S3), none from other back ends."""
+        return (head(self.fs, self.path(e.rel)), []) if has_metadata(self.spec.src_protocol) else ({}, [])
+
+    def xattrs_onto(self, e: Entry, fd: int) -> Refused:
+        """The object metadata of ``e`` as ``user.*`` attributes of the local file ``fd`` (``operators.objmeta``)."""
+        if not (self.spec.xattrs and has_metadata(self.spec.src_protocol)):
+            return []
+        return set_local(fd, head(self.fs, self.path(e.rel)))
 
     def read_range(self, e: Entry, dfd: int, offset: int, length: int) -> None:
         src = self.path(e.rel)
@@ -122,8 +141,9 @@ class FsspecSource:
                 done += os.pwrite(dfd, view[done:], pos + done)
             pos += len(data)
 
-    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str) -> None:
-        with self.fs.open(self.path(e.rel), "rb") as f, fs.open(target, "wb") as g:
+    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str, meta: dict[str, str]) -> None:
+        kw = {"Metadata": meta} if meta else {}
+        with self.fs.open(self.path(e.rel), "rb") as f, fs.open(target, "wb", **kw) as g:
             shutil.copyfileobj(f, g, STREAM_BLOCK)
 
 
