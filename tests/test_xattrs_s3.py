@@ -92,6 +92,7 @@ def test_scan_xattrs_records_object_metadata(tmp_path, dask_client, s3_server, s
     assert set(o) == {"user.a", "user.bin"}
     assert o["user.a"]["value"] == b"1" and o["user.bin"]["value"] == BIN
     assert o["user.bin"]["digest"] == f"xxh3:{xxhash.xxh3_128(BIN).hexdigest()}"  # as the core digests local ones
+    assert got["sub"]["xattrs"] == [] and got["sub"]["has_acl"] is False  # as a local directory without any
     assert got["o"]["has_acl"] is False and got["sub/none"]["xattrs"] == [] and got["sub/none"]["error"] is None
     one = scan("s3://meta-scan/t/o", tmp_path / "one", dask_client, storage_options=s3_server, xattrs=True)
     assert one.exit_code == 0
@@ -122,14 +123,17 @@ def test_cp_local_s3_local_keeps_user_attributes(tree, tmp_path, dask_client, s3
 
 def test_attributes_s3_cannot_keep_are_counted_failures(tree, dask_client, s3_server, s3fs_fs):
     os.setxattr(tree / "d" / "plain", "user.Upper", b"x")
+    os.setxattr(tree / "big", "user.Big", b"x")  # the multipart upload's refusal
     os.setxattr(tree / "f", "trusted.t", b"x") if os.geteuid() == 0 else None
     s3fs_fs.makedirs("meta-refuse", exist_ok=True)
     res = copy(f"{tree}/", "s3://meta-refuse/t", client=dask_client, dst_storage_options=s3_server, **MPU)
     assert res.exit_code == 1
     text = " ".join(str(s) for s in res.failure_samples)
     assert "xattr user.Upper on s3 (names are lower-case ASCII)" in text
-    assert res.failed == (2 if os.geteuid() == 0 else 1)
+    assert "xattr user.Big on s3" in text
+    assert res.failed == (3 if os.geteuid() == 0 else 2)
     assert objmeta.head(s3fs_fs, "meta-refuse/t/f") == {"a": "1", "bin": objmeta.encode(BIN)}  # the rest is kept
+    assert objmeta.head(s3fs_fs, "meta-refuse/t/big") == {"kind": "large file"}
     assert copy(f"{tree}/", "s3://meta-refuse/u", client=dask_client, dst_storage_options=s3_server,
                 xattrs=False, **MPU).exit_code == 0  # fmt: skip
 
