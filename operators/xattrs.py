@@ -77,8 +77,13 @@ def fill_xattrs(table: pa.Table, root: bytes | str, threads: int | None = None) 
 
 
 class _Where(Protocol):
-    path: str
-    protocol: str
+    """A resolved location (``dask_pfs.urls.Location``): what a single-file scan reads attributes from."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def protocol(self) -> str: ...
 
     def filesystem(self) -> Any: ...
 
