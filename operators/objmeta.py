@@ -87,10 +87,16 @@ def local_attrs(path: bytes, follow: bool) -> dict[bytes, bytes]:
     }
 
 
-def head(fs, path: str) -> dict[str, str]:
-    """An object's user metadata as S3 sent it (s3fs's ``metadata()`` turns ``_`` into ``-``: not used)."""
+def head_object(fs, path: str) -> dict:
+    """An object's HEAD: its user metadata as S3 sent it (``Metadata``; s3fs's ``metadata()`` turns ``_``
+    into ``-``: not used) and its size (``ContentLength``)."""
     bucket, key, _ = fs.split_path(path)
-    return dict(fs.call_s3("head_object", Bucket=bucket, Key=key).get("Metadata") or {})
+    return fs.call_s3("head_object", Bucket=bucket, Key=key)
+
+
+def head(fs, path: str) -> dict[str, str]:
+    """An object's user metadata."""
+    return dict(head_object(fs, path).get("Metadata") or {})
 
 
 def set_local(fd: int, meta: dict[str, str]) -> Refused:
@@ -167,6 +173,7 @@ __all__ = [
     "from_metadata",
     "has_metadata",
     "head",
+    "head_object",
     "local_attrs",
     "set_local",
     "to_metadata",

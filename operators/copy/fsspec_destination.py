@@ -14,8 +14,8 @@ from operators.safety import AncestorCheck
 
 
 def object_metadata(spec: CopySpec, src: Source, e: Entry) -> tuple[dict[str, str], Refused]:
-    """The metadata an S3 object written from ``e`` gets, and the attributes it cannot carry (none unless
-    the destination is S3 and attributes are kept)."""
+    """The metadata an S3 object written from ``e`` in parts gets, and the attributes it cannot carry (none
+    unless the destination is S3 and attributes are kept)."""
     if not (spec.xattrs and has_metadata(spec.dst_protocol)):
         return {}, []
     return src.object_metadata(e)
@@ -60,8 +60,7 @@ class FsspecDestination(Destination):
         cannot carry fails the file once it is written (a counted, logged failure)."""
         dst = self.path(e.out_rel)
         target = os.fsdecode(temp_of(os.fsencode(dst), self.spec.token)) if self.has_dirs else dst
-        meta, refused = object_metadata(self.spec, src, e)
-        src.send(self.fs, e, target, meta)
+        refused = src.send(self.fs, e, target, self.spec.xattrs and has_metadata(self.spec.dst_protocol))
         if target != dst:
             self.fs.mv(target, dst)
         refusals(refused)
