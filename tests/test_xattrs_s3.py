@@ -12,6 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import xxhash
 
@@ -22,7 +23,7 @@ from dask_pfs.manifests.manifest import open_manifest
 from dask_pfs.manifests.sql import connect
 from dask_pfs.scan.api import scan
 from operators import objmeta
-from tests.conftest import have, make_tree
+from tests.conftest import have, make_tree, run_pfs
 
 KiB, MiB = 1 << 10, 1 << 20
 BIN = bytes(range(256))  # binary: stored as base64:
@@ -155,3 +156,23 @@ def test_verify_and_sync_xattrs_between_local_and_s3(tree, tmp_path, dask_client
     assert fixed.exit_code == 0
     assert objmeta.head(s3fs_fs, "meta-verify/t/f")["a"] == "1"  # the changed attribute was copied again
     assert verify(tree, "s3://meta-verify/t", **kw).failed == 0
+
+
+def test_cli_scan_and_diff_xattrs_of_s3(tree, tmp_path, s3_server, s3fs_fs):
+    """The CLI end to end (botocore takes the endpoint from ``AWS_ENDPOINT_URL``): scan --xattrs of S3 exits 0
+    and diff --xattrs lists the object whose metadata changed."""
+    env = {"AWS_ENDPOINT_URL": s3_server["client_kwargs"]["endpoint_url"]}
+    s3fs_fs.makedirs("meta-cli", exist_ok=True)
+    s3fs_fs.pipe("meta-cli/t/o", b"data", Metadata={"a": "1"})
+    scanned = run_pfs("scan", "--xattrs", "s3://meta-cli/t", "-o", tmp_path / "m", env=env)
+    assert scanned.returncode == 0, scanned.stdout + scanned.stderr
+    assert rows(tmp_path / "m")["o"]["xattrs"][0]["name"] == "user.a"
+    assert run_pfs("diff", "--xattrs", tmp_path / "m", "s3://meta-cli/t", env=env).returncode == 0
+    bucket_key = {"Bucket": "meta-cli", "Key": "t/o"}
+    s3fs_fs.call_s3(
+        "copy_object", CopySource=bucket_key, **bucket_key, MetadataDirective="REPLACE", Metadata={"a": "2"}
+    )
+    changed = run_pfs("diff", "--xattrs", "-o", tmp_path / "d.parquet", tmp_path / "m", "s3://meta-cli/t", env=env)
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    (row,) = pq.read_table(tmp_path / "d.parquet").to_pylist()  # a new LastModified too: mtime and xattrs
+    assert row["path"] == "o" and "xattrs" in row["what"], row
