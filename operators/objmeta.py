@@ -10,7 +10,8 @@ as it is; any other value (binary, UTF-8, empty, blank-edged, or itself starting
 stored as ``base64:`` and its base64.  Reading undoes that; a ``base64:`` value that does not decode is
 taken as it is.  A name S3 cannot keep exactly (not lower-case ASCII token characters) and any
 attribute outside ``user.*`` (ACLs, ``security.*``, ``trusted.*``) is not stored: a counted, logged
-failure of the file (``xattr security.x on s3: Operation not supported``), never silent.
+failure of the file (``xattr security.x on s3: Operation not supported``), never silent; so is a set
+of attributes over S3's 2 KB of metadata, which leaves the object without any (the file is still written).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from operators.schema import XATTRS
 S3_PROTOCOLS = frozenset({"s3", "s3a"})
 PREFIX = "base64:"
 INLINE = 256  # values up to this many bytes are kept in the manifest (as the core does for local trees)
+LIMIT = 2048  # bytes of user metadata (names and values) S3 takes per object
 _PLAIN = re.compile(rb"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
 _KEY = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]+")
 
@@ -72,6 +74,9 @@ def to_metadata(attrs: dict[bytes, bytes]) -> tuple[dict[str, str], Refused]:
             refused.append((b"xattr %s on s3 (names are lower-case ASCII)" % name, errno.EINVAL))
         else:
             meta[key] = encode(value)
+    if sum(len(k) + len(v) for k, v in meta.items()) > LIMIT:  # S3 would refuse the whole PUT
+        refused.append((b"xattrs on s3 (user metadata over 2 KB)", errno.E2BIG))
+        return {}, refused
     return meta, refused
 
 

@@ -8,6 +8,7 @@ A real moto S3 server on loopback, real temp trees with user xattrs, the real Da
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import subprocess
 from pathlib import Path
@@ -79,6 +80,9 @@ def test_values_map_to_text_and_back():
         b"xattr security.x on s3",
         b"xattr user.Upper on s3 (names are lower-case ASCII)",
     ]
+    meta, refused = objmeta.to_metadata({b"user.a": b"1", b"user.big": b"x" * 2100})
+    assert meta == {} and refused == [(b"xattrs on s3 (user metadata over 2 KB)", errno.E2BIG)]
+    assert objmeta.to_metadata({b"user.a": b"x" * 2047})[0] == {"a": "x" * 2047}  # 2,048 bytes: taken
 
 
 def test_scan_xattrs_records_object_metadata(tmp_path, dask_client, s3_server, s3fs_fs):
@@ -125,6 +129,8 @@ def test_cp_local_s3_local_keeps_user_attributes(tree, tmp_path, dask_client, s3
 def test_attributes_s3_cannot_keep_are_counted_failures(tree, dask_client, s3_server, s3fs_fs):
     os.setxattr(tree / "d" / "plain", "user.Upper", b"x")
     os.setxattr(tree / "big", "user.Big", b"x")  # the multipart upload's refusal
+    (tree / "huge").write_bytes(b"h")
+    os.setxattr(tree / "huge", "user.h", b"y" * 3000)  # over S3's 2 KB: the object gets no metadata
     os.setxattr(tree / "f", "trusted.t", b"x") if os.geteuid() == 0 else None
     s3fs_fs.makedirs("meta-refuse", exist_ok=True)
     res = copy(f"{tree}/", "s3://meta-refuse/t", client=dask_client, dst_storage_options=s3_server, **MPU)
@@ -132,7 +138,9 @@ def test_attributes_s3_cannot_keep_are_counted_failures(tree, dask_client, s3_se
     text = " ".join(str(s) for s in res.failure_samples)
     assert "xattr user.Upper on s3 (names are lower-case ASCII)" in text
     assert "xattr user.Big on s3" in text
-    assert res.failed == (3 if os.geteuid() == 0 else 2)
+    assert "xattrs on s3 (user metadata over 2 KB)" in text
+    assert res.failed == (4 if os.geteuid() == 0 else 3)
+    assert s3fs_fs.cat_file("meta-refuse/t/huge") == b"h" and objmeta.head(s3fs_fs, "meta-refuse/t/huge") == {}
     assert objmeta.head(s3fs_fs, "meta-refuse/t/f") == {"a": "1", "bin": objmeta.encode(BIN)}  # the rest is kept
     assert objmeta.head(s3fs_fs, "meta-refuse/t/big") == {"kind": "large file"}
     assert copy(f"{tree}/", "s3://meta-refuse/u", client=dask_client, dst_storage_options=s3_server,
