@@ -6,21 +6,23 @@ on up to ``PFS_CHECKSUM_THREADS`` core threads, and hands back Arrow buffers (no
 entry or attribute).  A row gets ``xattrs`` (sorted by name: name, "xxh3:" digest of the value, the
 value when at most 256 bytes) and ``has_acl`` (``system.posix_acl_access`` or ``_default`` present).
 An entry whose attributes cannot be read keeps its row with the error, prefixed ``xattrs:``, and null
-columns.  Only local and mounted trees: object stores are refused.
+columns.  S3 objects: their user metadata (``operators.objmeta``); other object stores are refused.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 import operators._native as _native
 from operators.checksum import _threads
+from operators.objmeta import fill_object_xattrs, has_metadata
 from operators.rows import Row, rows_to_table
 from operators.schema import ROW_COLUMNS, XATTR, XATTRS
 
-XATTRS_LOCAL = "--xattrs reads the attributes of local and mounted trees only"
+XATTRS_LOCAL = "--xattrs reads the attributes of local and mounted trees and the metadata of S3 objects only"
 
 
 def _binary(kind: pa.DataType, n: int, buffers: tuple[bytes, bytes, bytes | None]) -> pa.Array:
@@ -77,8 +79,29 @@ def fill_xattrs(table: pa.Table, root: bytes | str, threads: int | None = None) 
     return table, failures
 
 
-def file_xattrs(row: Row, path: str) -> tuple[pa.Table, Row]:
+class _Where(Protocol):
+    """A resolved location (``dask_pfs.urls.Location``): what a single-file scan reads attributes from."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def protocol(self) -> str: ...
+
+    def filesystem(self) -> Any: ...
+
+
+def readable(protocol: str) -> bool:
+    """Whether ``scan --xattrs`` can read the attributes of a tree of ``protocol``."""
+    return protocol in ("file", "local") or has_metadata(protocol)
+
+
+def file_xattrs(row: Row, where: _Where) -> tuple[pa.Table, Row]:
     """The table of a scan whose root is one file, with its attributes (read relative to its
-    directory: a symlink's own), and its row again (an error reading them is the row's)."""
-    table, _ = fill_xattrs(rows_to_table([row]), os.path.dirname(path.rstrip("/")) or "/")
+    directory: a symlink's own; an S3 object: its metadata), and its row again (an error reading
+    them is the row's)."""
+    if has_metadata(where.protocol):
+        table, _ = fill_object_xattrs(rows_to_table([row]), where.filesystem(), lambda _: where.path)
+    else:
+        table, _ = fill_xattrs(rows_to_table([row]), os.path.dirname(where.path.rstrip("/")) or "/")
     return table, tuple(table.column(c)[0].as_py() for c in ROW_COLUMNS)

@@ -21,7 +21,7 @@ def attr_options(func: Callable) -> Callable:
             show_default=True,
             help="Copy extended attributes and POSIX ACLs (user.*, system.posix_acl_*; security.* and "
             "trusted.* with CAP_SYS_ADMIN; lustre.lov/ceph layouts between like file systems). "
-            "One the destination refuses is a failure.",
+            "One the destination refuses is a failure. S3: user.* as object metadata, both ways.",
         ),
         click.option(
             "--owner/--no-owner",

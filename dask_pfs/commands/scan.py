@@ -29,7 +29,8 @@ from dask_pfs.runtime.results import shown
 @click.option(
     "--xattrs",
     is_flag=True,
-    help="Also record every entry's extended attributes (names, digests, small values) and ACL presence.",
+    help="Also record every entry's extended attributes (names, digests, small values) and ACL presence "
+    "(S3: each object's user metadata as user.<key>).",
 )
 @prune_options
 @cluster_options

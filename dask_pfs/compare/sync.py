@@ -63,6 +63,7 @@ from dask_pfs.scan.engine import check_checksum
 from dask_pfs.urls import Location, is_dir, resolve, root_times_from
 from operators.checksum import DEFAULT
 from operators.scan.prune import Prune
+from operators.xattrs import readable
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -140,9 +141,8 @@ def sync(
     changed and type-changed destination entries are left as they are.  ``allow_other_root``: act
     with manifests whose roots are not the trees they were scanned from (``dask_pfs.manifests.root``).
     ``limits``: job-wide caps on operations and bytes per second (else the cluster's).
-    ``xattrs``, ``owner``, ``chown``, ``numeric_ids``: what the copy keeps (``dask_pfs.copy.copy``); with ``xattrs``
-    both local sides are scanned with attributes and ACL presence, a difference is a change (manifests given
-    scanned without ``--xattrs`` leave them uncompared, logged).
+    ``xattrs``, ``owner``, ``chown``, ``numeric_ids``: what the copy keeps (``dask_pfs.copy.copy``); ``xattrs``
+    also compares attributes and ACL presence (local, mounted, S3 metadata; manifests without them: logged).
 
     After a run (not a dry run) without failures only the plan stays in the default work directory
     (``~/.cache/pfs/sync-<id>/``): the manifests scanned there are removed (the destination's is
@@ -153,7 +153,7 @@ def sync(
     s_loc = resolve(os.fspath(src), storage_options)
     d_loc = resolve(os.fspath(dst), dst_storage_options)
     algorithm = check_checksum(DEFAULT if checksum is True else str(checksum)) if checksum else None
-    xattrs = xattrs and s_loc.is_local and d_loc.is_local  # object stores: no attributes to compare
+    xattrs = xattrs and readable(s_loc.protocol) and readable(d_loc.protocol)  # S3: metadata (operators.objmeta)
     cap = Cap.parse(max_delete, "--max-delete")
     work = default_work_dir(s_loc.url, d_loc.url)
     src_m = os.fspath(src_manifest) if src_manifest else os.path.join(work, "src-manifest")

@@ -52,7 +52,7 @@ from operators.scan.prune import Prune
 from operators.scan.root_guard import root_id
 from operators.scan.task import ChunkResult, ScanSpec, scan_chunk
 from operators.scan.walk import Budget, DirItem, Tally
-from operators.xattrs import XATTRS_LOCAL
+from operators.xattrs import XATTRS_LOCAL, readable
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -120,7 +120,7 @@ class TreeScan:
         self.head: HereResult | None = None  # what start_here walked in this process
         self.shown: Reporter | None = None  # the progress start_here began (run goes on with it)
         root = probe(loc, follow=True)  # the root may be a symlink (like find -H); nothing below is followed
-        if not root.exists or (xattrs and not loc.is_local):
+        if not root.exists or (xattrs and not readable(loc.protocol)):
             raise PfsError(f"{loc.url}: " + ("no such file or directory" if not root.exists else XATTRS_LOCAL))
         self.prune = prune = pruned_at(loc, prune)
         pruning = prune.describe() if prune is not None else None

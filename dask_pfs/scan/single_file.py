@@ -29,7 +29,7 @@ def scan_file(
             fs = loc.filesystem()
             fill_rows(one, lambda todo: checksum_many(todo, lambda _: checksum_remote(fs, loc.path, checksum)))
         row = one[0]
-    table, row = file_xattrs(row, loc.path) if xattrs else (rows_to_table([row]), row)
+    table, row = file_xattrs(row, loc) if xattrs else (rows_to_table([row]), row)
     part = write_part(table, out, part_name("0000000", 0), out_options)
     tally = Tally()
     tally.count(row)

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import os
 
+from operators.copy.attrs import refusals
 from operators.copy.destination import Destination
 from operators.copy.sources import Source, fs_of
 from operators.copy.spec import CopySpec, Entry, remote_path, temp_of
+from operators.objmeta import Refused, has_metadata
 from operators.safety import AncestorCheck
+
+
+def object_metadata(spec: CopySpec, src: Source, e: Entry) -> tuple[dict[str, str], Refused]:
+    """The metadata an S3 object written from ``e`` in parts gets, and the attributes it cannot carry (none
+    unless the destination is S3 and attributes are kept)."""
+    if not (spec.xattrs and has_metadata(spec.dst_protocol)):
+        return {}, []
+    return src.object_metadata(e)
 
 
 class FsspecDestination(Destination):
@@ -45,12 +55,15 @@ class FsspecDestination(Destination):
         return False
 
     def write_file(self, src: Source, e: Entry) -> None:
-        """One PUT (or a multipart upload s3fs completes at close) is atomic: no temp name there."""
+        """One PUT (or a multipart upload s3fs completes at close) is atomic: no temp name there.  On S3
+        the object's metadata carries the source's ``user.*`` attributes (``operators.objmeta``); what it
+        cannot carry fails the file once it is written (a counted, logged failure)."""
         dst = self.path(e.out_rel)
         target = os.fsdecode(temp_of(os.fsencode(dst), self.spec.token)) if self.has_dirs else dst
-        src.send(self.fs, e, target)
+        refused = src.send(self.fs, e, target, self.spec.xattrs and has_metadata(self.spec.dst_protocol))
         if target != dst:
             self.fs.mv(target, dst)
+        refusals(refused)
 
     def symlink(self, src: Source, e: Entry) -> str:
         if not self.has_dirs:
@@ -61,4 +74,4 @@ class FsspecDestination(Destination):
         return "skip"
 
 
-__all__ = ["FsspecDestination"]
+__all__ = ["FsspecDestination", "object_metadata"]

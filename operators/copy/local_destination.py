@@ -349,8 +349,8 @@ class LocalDestination(Destination):
     def _source_xattrs(self, src: Source, e: Entry, fd: int, phase: str) -> list[tuple[bytes, int]]:
         """The attributes of ``phase`` (``operators._native.copy_xattrs``) of the source file of ``e``
         onto the open file ``fd``."""
-        if not isinstance(src, LocalSource) or not self.spec.xattrs:
-            return []
+        if not isinstance(src, LocalSource) or not self.spec.xattrs:  # S3: its metadata as user.* (objmeta)
+            return [] if isinstance(src, LocalSource) or phase == "layouts" else src.xattrs_onto(e, fd)
         sfd = os.open(src.path(e.rel), os.O_RDONLY | os.O_CLOEXEC | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW))
         try:
             return copy_xattrs(self.spec, sfd, fd, clean=False, phase=phase)

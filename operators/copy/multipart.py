@@ -26,7 +26,8 @@ import contextlib
 import os
 from typing import Any, NamedTuple
 
-from operators.copy.fsspec_destination import FsspecDestination
+from operators.copy.attrs import MetadataRefused
+from operators.copy.fsspec_destination import FsspecDestination, object_metadata
 from operators.copy.sources import LocalSource, source_of
 from operators.copy.spec import CopySpec, Entry, Outcome, remote_path
 from operators.ratelimit import take_bytes, take_ops
@@ -93,8 +94,9 @@ def start_upload(spec: CopySpec, e: Entry, previous: str | None = None) -> dict:
         parts = _list_parts(fs, bucket, key, previous)
         if parts is not None:
             return {"status": "copy", "upload_id": previous, "parts": parts}
-    mpu = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)
-    return {"status": "copy", "upload_id": mpu["UploadId"], "parts": {}}
+    meta, refused = object_metadata(spec, source_of(spec), e)  # reported once the upload completes
+    mpu = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key, **({"Metadata": meta} if meta else {}))
+    return {"status": "copy", "upload_id": mpu["UploadId"], "parts": {}, "refused": refused}
 
 
 def _list_parts(fs, bucket: str, key: str, upload_id: str) -> dict[int, dict] | None:
@@ -228,6 +230,9 @@ def complete_upload(spec: CopySpec, e: Entry, upload: dict, *ranges: list[dict])
             if fs.info(remote_path(spec.dst_root, e.out_rel)).get("size") != e.size:
                 raise
         fs.invalidate_cache(remote_path(spec.dst_root, e.out_rel))
+        if upload.get("refused"):
+            out.fail(e.out_rel, MetadataRefused(upload["refused"]))  # written, without some attributes
+            return out
         out.files += 1
         out.bytes += e.size or 0
     except Exception as exc:

@@ -17,6 +17,7 @@ import fsspec
 from operators.copy.attrs import refusals
 from operators.copy.kernel import copy_range, is_sparse
 from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
+from operators.objmeta import Refused, has_metadata, head, head_object, local_attrs, set_local, to_metadata
 
 if TYPE_CHECKING:
     from operators.copy.local_destination import LocalDestination
@@ -72,9 +73,20 @@ class LocalSource:
         finally:
             os.close(sfd)
 
-    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str) -> None:
-        """Upload ``e`` to ``target`` on ``fs``."""
-        fs.put_file(os.fsdecode(self.path(e.rel)), target)
+    def object_metadata(self, e: Entry) -> tuple[dict[str, str], Refused]:
+        """The S3 metadata that carries the ``user.*`` attributes of ``e`` (``operators.objmeta``), and the
+        attributes it cannot carry."""
+        try:
+            return to_metadata(local_attrs(self.path(e.rel), self.spec.follow_symlinks))
+        except OSError as exc:
+            return {}, [(b"xattrs", exc.errno or 0)]
+
+    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str, keep: bool) -> Refused:
+        """Upload ``e`` to ``target`` on ``fs`` (``keep``: its ``user.*`` attributes as the object's S3
+        metadata); returns the attributes S3 cannot carry."""
+        meta, refused = self.object_metadata(e) if keep else ({}, [])
+        fs.put_file(os.fsdecode(self.path(e.rel)), target, **({"Metadata": meta} if meta else {}))
+        return refused
 
 
 class FsspecSource:
@@ -104,10 +116,28 @@ class FsspecSource:
     def fill(self, dst: LocalDestination, e: Entry, fd: int) -> Entry:
         """Download ``e`` into the new local file open as ``fd`` (created by the destination relative to
         its held parent, never through a link), with its mode."""
-        with self.fs.open(self.path(e.rel), "rb") as f, os.fdopen(os.dup(fd), "wb") as g:
+        got = self._head(e) if self.spec.xattrs else None
+        with self._open(e, got) as f, os.fdopen(os.dup(fd), "wb") as g:
             shutil.copyfileobj(f, g, STREAM_BLOCK)
-        refusals(dst.fd_meta(fd, e))  # a refused chown fails the file (its temp file is removed)
+        refusals(dst.fd_meta(fd, e) + (set_local(fd, got.get("Metadata") or {}) if got else []))  # fails the file
         return e
+
+    def _head(self, e: Entry) -> dict | None:
+        """The HEAD of an S3 object (None elsewhere): its metadata, and its size, which opens it without the
+        HEAD s3fs would make again."""
+        return head_object(self.fs, self.path(e.rel)) if has_metadata(self.spec.src_protocol) else None
+
+    def _open(self, e: Entry, got: dict | None):
+        return self.fs.open(self.path(e.rel), "rb", **({"size": got["ContentLength"]} if got else {}))
+
+    def object_metadata(self, e: Entry) -> tuple[dict[str, str], Refused]:
+        """The S3 metadata of ``e`` as it is (S3 to S3), none from other back ends."""
+        return (head(self.fs, self.path(e.rel)), []) if has_metadata(self.spec.src_protocol) else ({}, [])
+
+    def xattrs_onto(self, e: Entry, fd: int) -> Refused:
+        """The object metadata of ``e`` as ``user.*`` attributes of the local file ``fd`` (``operators.objmeta``)."""
+        got = self._head(e) if self.spec.xattrs else None
+        return set_local(fd, got.get("Metadata") or {}) if got else []
 
     def read_range(self, e: Entry, dfd: int, offset: int, length: int) -> None:
         src = self.path(e.rel)
@@ -122,9 +152,13 @@ class FsspecSource:
                 done += os.pwrite(dfd, view[done:], pos + done)
             pos += len(data)
 
-    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str) -> None:
-        with self.fs.open(self.path(e.rel), "rb") as f, fs.open(target, "wb") as g:
+    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str, keep: bool) -> Refused:
+        """Stream ``e`` to ``target`` on ``fs`` (``keep``: with its S3 metadata as it is)."""
+        got = self._head(e) if keep else None
+        meta = (got or {}).get("Metadata")
+        with self._open(e, got) as f, fs.open(target, "wb", **({"Metadata": meta} if meta else {})) as g:
             shutil.copyfileobj(f, g, STREAM_BLOCK)
+        return []
 
 
 Source = LocalSource | FsspecSource

@@ -14,6 +14,7 @@ from operators.checksum import Sums, checksum_local_files, checksum_many, checks
 from operators.core.concurrency import in_flight_cap
 from operators.core.pool import get_pool
 from operators.names import to_bytes
+from operators.objmeta import fill_object_xattrs, has_metadata
 from operators.parts import part_name, release_arrow_memory, write_part
 from operators.rows import RowBuffer
 from operators.scan.local import LocalLister
@@ -37,7 +38,7 @@ class ScanSpec:
     flush_rows: int = 200_000
     checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
     prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
-    xattrs: bool = False  # fill the xattrs/has_acl columns (operators.xattrs; local trees only)
+    xattrs: bool = False  # fill the xattrs/has_acl columns (operators.xattrs; S3: operators.objmeta)
     root_id: RootId | None = None  # a local root's (device, inode) when the scan began (operators.scan.root_guard)
 
     def lister(self):
@@ -82,6 +83,9 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
                 sum_failures.extend(failed)
             if spec.xattrs and isinstance(lister, LocalLister):
                 table, failed = fill_xattrs(table, lister.root, spec.threads)
+                sum_failures.extend(failed)
+            elif spec.xattrs and has_metadata(spec.protocol):  # S3 user metadata as user.* (operators.objmeta)
+                table, failed = fill_object_xattrs(table, lister.fs, lister.full, spec.threads)
                 sum_failures.extend(failed)
             parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
             del table
