@@ -38,8 +38,9 @@ def run_scan(root: str, manifest: str) -> ScanResult:
 
 # %% 2. Summaries with DuckDB, straight from the Parquet parts (no file list in Python)
 def summarise(manifest: str) -> dict:
-    rows = open_manifest(manifest).relation_sql()
     con = duckdb.connect()  # the notebook's own DuckDB: a manifest is plain Parquet
+    con.read_parquet(open_manifest(manifest).part_files()).create_view("rows")  # the paths as values, not SQL
+    rows = "rows"
     files, dirs, size, errors = con.execute(
         f"SELECT count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
         f"coalesce(sum(size) FILTER (WHERE type = 'file'), 0), count(*) FILTER (WHERE error IS NOT NULL) FROM {rows}"
