@@ -112,6 +112,7 @@ class CopyJob:
     def took(self, out: Outcome, cid: str | None, sig: str | None = None, kind: str = "files") -> None:
         if kind == "cleanup":  # the last part's pass over every part's directories: counted by their parts
             out.dirs = 0
+            out.failures = [f for f in out.failures if f[0] not in self.dirs_failed]  # ours failed once already
         if kind in (
             "dirs",
             "cleanup",

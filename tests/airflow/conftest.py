@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 REPO = Path(__file__).resolve().parents[2]
 HOME = Path(tempfile.mkdtemp(prefix="pfs-airflow-home-"))
@@ -47,6 +48,9 @@ os.environ.update(
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "pfs-tests",
         "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
+        # one key for this session and the dag.test() processes it starts (tests/airflow/test_task_logs.py):
+        # without it each process makes its own and cannot read the triggers another one stored
+        "AIRFLOW__CORE__FERNET_KEY": os.environ.get("AIRFLOW__CORE__FERNET_KEY") or Fernet.generate_key().decode(),
         "PFS_DEFER_FIRST_CHECK": "0",  # dag.test() runs triggers inline: no scheduler to race (airflow_pfs.triggers)
     }
 )
