@@ -378,6 +378,20 @@ def exit_now(code: int) -> None:
         sys.exit(code)
     import atexit
 
+    _forget_stuck_children()
     atexit._run_exitfuncs()  # coverage, multiprocessing and logging handlers still run
     logging.shutdown()
     os._exit(code)
+
+
+def _forget_stuck_children() -> None:
+    """multiprocessing's exit handler joins every child it started: one stuck in a request to hung
+    storage (a helper the job abandoned, ``dask_pfs.runtime.here``) would keep the command from ever
+    exiting.  A child still running 2 s after the job ended is left behind instead (the job said so)."""
+    mp_process = sys.modules.get("multiprocessing.process")
+    if mp_process is None:
+        return
+    for child in list(mp_process._children):
+        child.join(timeout=2)
+        if child.exitcode is None:
+            mp_process._children.discard(child)

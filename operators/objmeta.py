@@ -24,7 +24,6 @@ import re
 from collections.abc import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from operators.core.pool import get_pool
@@ -165,7 +164,7 @@ def fill_object_xattrs(
         ("error", pa.array(errors, pa.string())),
     ):
         idx = table.schema.get_field_index(name)
-        table = table.set_column(idx, table.schema.field(idx), pc.cast(values, table.schema.field(idx).type))
+        table = table.set_column(idx, table.schema.field(idx), values.cast(table.schema.field(idx).type))
     return table, failures
 
 
