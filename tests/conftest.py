@@ -182,3 +182,16 @@ def tmp_tree(tmp_path):
 
 def have(cmd: str) -> bool:
     return shutil.which(cmd) is not None
+
+
+def can_xattr(tmp: Path) -> bool:
+    """Whether the file system of ``tmp`` takes ``user.*`` extended attributes (a probe file, removed)."""
+    probe = tmp / "probe"
+    probe.write_bytes(b"")
+    try:
+        os.setxattr(probe, "user.x", b"1")
+    except OSError:
+        return False
+    finally:
+        probe.unlink()
+    return True

@@ -24,28 +24,18 @@ from dask_pfs.manifests.manifest import open_manifest
 from dask_pfs.manifests.sql import connect
 from dask_pfs.scan.api import scan
 from operators.schema import MARKER_NAME, XATTR_COLUMNS
-from tests.conftest import have, make_tree, run_pfs
+from tests.conftest import can_xattr, have, make_tree, run_pfs
 
 BIN = bytes(range(256))  # exactly the inline limit: the value is kept
 BIG = b"z" * 1000  # past it: the digest only
 ODD = b"caf\xe9"  # not UTF-8
 
 
-def _can_xattr(tmp: Path) -> bool:
-    probe = tmp / "probe"
-    probe.write_bytes(b"")
-    try:
-        os.setxattr(probe, "user.x", b"1")
-    except OSError:
-        return False
-    return True
-
-
 @pytest.fixture
 def tree(tmp_path) -> Path:
     """Files with small, binary and large user attributes, a directory with a default ACL, a file
     named with non-UTF-8 bytes, and a symlink with an attribute of its own (trusted.*, as root)."""
-    if not (_can_xattr(tmp_path) and have("setfacl") and have("getfattr")):
+    if not (can_xattr(tmp_path) and have("setfacl") and have("getfattr")):
         pytest.skip("needs user xattrs on the temp file system and setfacl/getfattr (scripts/ensure-tools.sh)")
     src = make_tree(tmp_path / "src", {"f": "hello", "d/g": "x", "plain": "p", "l": "->f"})
     os.setxattr(src / "f", "user.small", b"v1")

@@ -24,28 +24,17 @@ from dask_pfs.manifests.manifest import open_manifest
 from dask_pfs.manifests.sql import connect
 from dask_pfs.scan.api import scan
 from operators import objmeta
-from tests.conftest import have, make_tree, run_pfs
+from tests.conftest import can_xattr, have, make_tree, run_pfs
 
 KiB, MiB = 1 << 10, 1 << 20
 BIN = bytes(range(256))  # binary: stored as base64:
 MPU = {"split_size": 5 * MiB, "part_size": 5 * MiB, "chunk_files": 4}  # the big file: 2 parts / 2 ranges
 
 
-def _can_xattr(tmp: Path) -> bool:
-    probe = tmp / "probe"
-    probe.write_bytes(b"")
-    try:
-        os.setxattr(probe, "user.x", b"1")
-    except OSError:
-        return False
-    probe.unlink()
-    return True
-
-
 @pytest.fixture
 def tree(tmp_path) -> Path:
     """``f`` with a text and a binary user attribute, ``big`` (two ranges) with one, ``plain`` with none."""
-    if not (_can_xattr(tmp_path) and have("getfattr")):
+    if not (can_xattr(tmp_path) and have("getfattr")):
         pytest.skip("needs user xattrs on the temp file system and getfattr (scripts/ensure-tools.sh)")
     src = make_tree(tmp_path / "src", {"f": "hello", "d/plain": "p", "big": os.urandom(6 * MiB)})
     os.setxattr(src / "f", "user.a", b"1")
