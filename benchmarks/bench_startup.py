@@ -2,9 +2,12 @@
 """Start-up of a small job: scan, cp, rm, sync and verify of a 1-file tree, wall and CPU of the whole process tree.
 
 Each command runs as ``pfs`` would from a shell (a fresh interpreter), ``--runs`` times, the modes
-interleaved within each run: the driver alone (``dask_pfs.runtime.here``, the default) and an embedded
-cluster from the start (``PFS_ALONE_SECONDS=0``, the way before it).  CPU is user+system of the
-command and every process it started (``os.wait4``), so worker processes count.
+interleaved within each run: ``server`` (the default: the command runs in a child of this user's warm
+server, ``dask_pfs.warm``), ``alone`` (``PFS_SERVER=off``: the command's own process, the driver alone,
+``dask_pfs.runtime.here``) and ``cluster`` (``PFS_SERVER=off PFS_ALONE_SECONDS=0``: an embedded
+cluster from the start).  CPU is user+system of the command and every process it started
+(``os.wait4``), so worker processes count; in mode ``server`` also the server's child that ran the
+command (its CPU, reported by the server) and the server's own CPU during the command (its fork).
 
     .venv/bin/python benchmarks/bench_startup.py --dir /tmp/startup            # local disk
     .venv/bin/python benchmarks/bench_startup.py --dir /mnt/lat/startup        # a FUSE mount (latfs)
@@ -29,17 +32,41 @@ from pathlib import Path
 PFS = [sys.executable, "-m", "dask_pfs"]
 
 
-def timed(cmd: list[str], env: dict) -> tuple[float, float, int]:
-    """Wall seconds, CPU seconds of the whole process tree, exit code."""
+def server_cpu(pid: int | None) -> float:
+    """The server's own user+system seconds (not its children's: the job's CPU comes in its report)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_server(env: dict) -> int:
+    """Start the warm server for ``env`` and return its pid."""
+    subprocess.run([*PFS, "cluster", "start"], env=env, cwd="/", check=True, stdout=subprocess.DEVNULL)
+    out = subprocess.run([*PFS, "cluster", "status", "--json"], env=env, cwd="/", check=True, capture_output=True)
+    return next(s["pid"] for s in json.loads(out.stdout) if s.get("this_environment"))
+
+
+def timed(cmd: list[str], env: dict, server: int | None = None) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds of the whole process tree (and of the server's part), exit code."""
+    before = server_cpu(server)
     t0 = time.monotonic()
     # cwd "/": ``python -m`` puts the working directory first on sys.path, ahead of PYTHONPATH
     proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode()
     if proc.returncode:
-        sys.stderr.write(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.read().decode()[-400:]}\n")
-    return wall, usage.ru_utime + usage.ru_stime, proc.returncode
+        sys.stderr.write(f"{' '.join(cmd)}: exit {proc.returncode}: {err[-400:]}\n")
+    cpu = usage.ru_utime + usage.ru_stime
+    if server is not None:
+        job = [line for line in err.splitlines() if line.startswith("pfs: server job cpu ")]
+        if not job:
+            sys.stderr.write(f"{' '.join(cmd)}: not run by the server\n")
+        cpu += float(job[-1].split()[4]) if job else 0.0
+        cpu += server_cpu(server) - before
+    return wall, cpu, proc.returncode
 
 
 def prepare(root: Path) -> dict[str, list[str]]:
@@ -71,22 +98,29 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--actions", default="scan,cp,rm,sync,verify")
-    ap.add_argument("--modes", default="alone,cluster")
+    ap.add_argument("--modes", default="server,alone,cluster")
     ap.add_argument("--json", type=Path, help="append raw rows here")
     ap.add_argument("--base", type=Path, help="another checkout, run as mode 'base' (PYTHONPATH)")
     args = ap.parse_args()
     cmds = prepare(args.dir)
     base = {k: v for k, v in os.environ.items() if k != "PFS_THREADS"}
     base.update({"PFS_DASHBOARD": "0", "XDG_CACHE_HOME": str(args.dir / "cache")})
-    modes = {"alone": {}, "cluster": {"PFS_ALONE_SECONDS": "0"}}
+    modes = {
+        "server": {"PFS_SERVER_CPU": "1"},
+        "alone": {"PFS_SERVER": "off"},
+        "cluster": {"PFS_SERVER": "off", "PFS_ALONE_SECONDS": "0"},
+    }
     if args.base:
-        modes["base"] = {"PYTHONPATH": str(args.base.resolve())}
+        modes["base"] = {"PFS_SERVER": "off", "PYTHONPATH": str(args.base.resolve())}
+    server = start_server(base | modes["server"]) if "server" in args.modes.split(",") else None
     rows: list[dict] = []
     for run in range(args.runs):
         for action in args.actions.split(","):
             for mode in args.modes.split(","):
                 reset(args.dir, action)
-                wall, cpu, rc = timed([*cmds[action], "--no-progress"], base | modes[mode])
+                wall, cpu, rc = timed(
+                    [*cmds[action], "--no-progress"], base | modes[mode], server if mode == "server" else None
+                )
                 rows.append({"run": run, "action": action, "mode": mode, "wall": wall, "cpu": cpu, "rc": rc})
     if args.json:
         with args.json.open("a") as f:

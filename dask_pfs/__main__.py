@@ -1,5 +1,5 @@
 """``python -m dask_pfs`` is the ``pfs`` command."""
 
-from dask_pfs.cli import main
+from dask_pfs.warm.client import main
 
 main()

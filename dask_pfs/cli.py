@@ -51,6 +51,7 @@ SIZE = SizeType()
 
 
 COMMAND_MODULES = {  # subcommand -> module under dask_pfs.commands that registers it
+    "cluster": "cluster",
     "cp": "cp",
     "diff": "diff",
     "du": "query",

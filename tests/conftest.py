@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +20,19 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 PFS = [sys.executable, "-m", "dask_pfs"]
+
+# Commands run as a user's would: through a warm server (dask_pfs.warm, the default), here one private
+# to this test session.  Removing the directory at the end stops them all (a server leaves when its
+# socket is gone), the capability-dropped ones too, which a full-capability client may not reach.
+SERVER_DIR = tempfile.mkdtemp(prefix="pfs-test-servers-")
+os.environ["XDG_RUNTIME_DIR"] = SERVER_DIR
+os.environ.setdefault("PFS_SERVER_IDLE", "300")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    shutil.rmtree(SERVER_DIR, ignore_errors=True)
+
+
 DROP_DAC = [
     "setpriv",
     "--bounding-set=-dac_override,-dac_read_search",

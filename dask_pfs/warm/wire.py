@@ -1,0 +1,91 @@
+"""Messages between a ``pfs`` client and its warm server: one JSON object per line.
+
+The request carries the command's standard streams and working directory as descriptors
+(``SCM_RIGHTS``), so in the child ``isatty``, redirections, pipes and a deleted working directory
+behave as in the client's own process.  Names and values that are not UTF-8 travel as JSON's
+surrogate escapes (``os.fsdecode``), so they reach the child byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+MAX_LINE = 4 << 20  # a request (argv + environment) larger than this is refused
+MAX_FDS = 4  # stdin, stdout, stderr, working directory
+
+
+def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n"
+    if fds:
+        sent = socket.send_fds(sock, [data], fds)
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
+
+
+class Reader:
+    """Reads lines (and the descriptors sent with the first one) from a stream socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+        self.fds: list[int] = []
+
+    def read(self, with_fds: bool = False) -> dict | None:
+        """The next message, or None at end of stream."""
+        while b"\n" not in self.buffer:
+            if len(self.buffer) > MAX_LINE:
+                raise ValueError("message too long")
+            if with_fds and not self.fds:
+                data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, MAX_FDS)
+                self.fds.extend(fds)
+            else:
+                data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.buffer += data
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        message = json.loads(line)
+        if not isinstance(message, dict):
+            raise ValueError("not a message")
+        return message
+
+
+def peer_pid(sock: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end, as the kernel saw it connect (``SO_PEERCRED``)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
+
+
+SO_PEERPIDFD = 77  # Linux 6.5+: a pidfd of the peer, which cannot be reused by another process
+
+
+def verified_peer(sock: socket.socket, expected: dict) -> tuple[int | None, str | None]:
+    """(pid, None) if the peer is this user's with the same credentials and confinement as
+    ``expected`` (``identity.context_of()``); (pid, why not) otherwise."""
+    import os
+    import signal
+
+    from dask_pfs.warm import identity
+
+    pid, uid = peer_pid(sock)
+    if uid != os.getuid():
+        return pid, f"uid {uid} is not {os.getuid()}"
+    try:
+        pidfd = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        pidfd = os.pidfd_open(pid)  # older kernels: the peer is still connected, so alive
+    try:
+        context = identity.context_of(pid)
+        signal.pidfd_send_signal(pidfd, 0)  # the pid read from /proc was still the peer's
+    except (OSError, ValueError) as exc:
+        return pid, f"cannot read the peer's context: {exc}"
+    finally:
+        os.close(pidfd)
+    differing = sorted(k for k in expected if context.get(k) != expected[k])
+    if differing:
+        return pid, "different " + ", ".join(differing)
+    return pid, None
