@@ -54,16 +54,38 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def warm_server_cpu() -> dict[int, float]:
+    """CPU seconds so far of every pfs warm server (``dask_pfs.warm``), by pid, with the children it
+    reaped: a ``pfs`` command runs in such a child, so its CPU is there, not in the client's process tree."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"dask_pfs.warm" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(pid)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    return out
+
+
 class CpuMeter:
     """CPU seconds used during a ``with`` block: by the commands it ran and waited for (``cpu_s``, all
-    their processes) and by the NAS harness meanwhile (``nas_cpu_s``; new processes count from zero)."""
+    their processes, and the pfs warm servers' children that ran them) and by the NAS harness meanwhile
+    (``nas_cpu_s``; new processes count from zero)."""
 
     def __enter__(self) -> CpuMeter:
-        self._children, self._nas = children_cpu(), process_cpu()
+        self._children, self._nas, self._servers = children_cpu(), process_cpu(), warm_server_cpu()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.cpu_s = children_cpu() - self._children
+        served = sum(cpu - self._servers.get(pid, 0.0) for pid, cpu in warm_server_cpu().items())
+        self.cpu_s = children_cpu() - self._children + served
         self.nas_cpu_s = sum(cpu - self._nas.get(pid, 0.0) for pid, cpu in process_cpu().items())
 
     def fields(self) -> dict:

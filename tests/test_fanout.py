@@ -110,7 +110,8 @@ def _eight_parts(tmp_path, src, scheduler_address: str) -> None:
     # part's directories.  Without the DAC capabilities, as a user's job: modes are enforced.
     def cp(where: str, *more: str) -> subprocess.Popen:
         cmd = [*DROP_DAC, *PFS, "cp", "--manifest", str(m), "--where", where, str(dst), *common, *more]
-        full_env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+        # its own process: the first part is stopped with SIGSTOP to its process group
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_SERVER": "off", **env}
         return subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, start_new_session=True
         )

@@ -84,7 +84,7 @@ def test_include_and_max_depth(tmp_path, dask_client):
 
 def _strace(tmp_path: Path, *args: str) -> str:
     log = tmp_path / f"strace-{len(list(tmp_path.glob('strace-*')))}.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_DASHBOARD": "0"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_DASHBOARD": "0", "PFS_SERVER": "off"}  # traced: its own process
     cmd = ["strace", "-f", "-qq", "-e", "trace=openat,getdents64", "-o", str(log), *PFS, *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -58,7 +58,8 @@ def _via_server() -> int | tuple[str, int] | None:
         key = identity.server_key()
         sock = connect(os.path.join(where, f"{key}.sock"))
         if sock is None:
-            start_server(where, key)
+            if 1 not in (os.getpid(), os.getppid()):  # not a container's one command: it would never come back
+                start_server(where, key)
             return None
         return _run(sock, key, identity.context_of())
     except (OSError, ValueError) as exc:
@@ -116,10 +117,18 @@ def _wait(sock: socket.socket, reader) -> int | tuple[str, int]:
         with contextlib.suppress(OSError):
             wire.send(sock, {"signal": sig})
 
+    def suspend(_sig: int, _frame) -> None:  # Ctrl-Z: the command stops with this process, and goes on with it
+        forward(signal.SIGSTOP, None)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)
+        signal.signal(signal.SIGTSTP, suspend)  # here again after SIGCONT (fg, bg)
+        forward(signal.SIGCONT, None)
+
     for sig in _FORWARDED:
         signal.signal(sig, forward)
+    signal.signal(signal.SIGTSTP, suspend)
     end = reader.read()
-    for sig in _FORWARDED:
+    for sig in (*_FORWARDED, signal.SIGTSTP):
         signal.signal(sig, signal.SIG_DFL)
     if end is None or end.get("op") != "exit":
         print("pfs: error: the pfs server ended while running this command", file=sys.stderr)
@@ -134,7 +143,8 @@ def _wait(sock: socket.socket, reader) -> int | tuple[str, int]:
 def _leave(code: int | tuple[str, int]) -> NoReturn:
     if isinstance(code, tuple):  # killed by a signal: so is this process, as a shell would see it
         sig = code[1]
-        signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         code = 128 + sig
     os._exit(code)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import select
 import signal
 import socket
 import sys
@@ -97,6 +98,11 @@ def _watch(conn: socket.socket, main_thread: int) -> None:
         while True:
             try:
                 data = conn.recv(256)
+            except BlockingIOError:  # never expected (see server._fork); wait rather than take it for an end
+                select.select([conn], [], [])
+                continue
+            except InterruptedError:
+                continue
             except OSError:
                 data = b""
             if not data:  # the client is gone: nobody will read the result
@@ -116,5 +122,7 @@ def _raise(line: bytes, main_thread: int) -> None:
         sig = int(json.loads(line).get("signal"))
     except (ValueError, TypeError, AttributeError):
         return
-    if sig in _FORWARDED:
+    if sig in (signal.SIGSTOP, signal.SIGCONT):  # the client was suspended or resumed: the whole job is
+        os.killpg(0, sig)
+    elif sig in _FORWARDED:
         signal.pthread_kill(main_thread, sig)

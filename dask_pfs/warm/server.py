@@ -209,6 +209,10 @@ class Server:
     def _fork(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
         from dask_pfs.warm import wire
 
+        # Blocking from here on, in both processes: O_NONBLOCK (a socket timeout) belongs to the open file
+        # description, which the child shares; the child blocks in recv, and the parent only sends short
+        # messages without waiting (MSG_DONTWAIT).
+        conn.settimeout(None)
         pid = os.fork()
         if pid == 0:
             from dask_pfs.warm import job
@@ -220,9 +224,7 @@ class Server:
         pidfd = os.pidfd_open(pid)
         self.jobs[pidfd] = (pid, conn, time.monotonic())
         self.selector.register(pidfd, selectors.EVENT_READ)
-        conn.settimeout(5)
-        with contextlib.suppress(OSError):
-            wire.send(conn, {"op": "started", "pid": pid})
+        wire.tell(conn, {"op": "started", "pid": pid})
 
     def _close_in_child(self) -> None:
         """In a forked child: drop every descriptor of the server's (its clients are not the child's)."""
@@ -247,8 +249,7 @@ class Server:
             end["signal"] = os.WTERMSIG(status)
         else:
             end["code"] = os.waitstatus_to_exitcode(status)
-        with contextlib.suppress(OSError):
-            wire.send(conn, end)
+        wire.tell(conn, end)
         conn.close()
 
 

@@ -25,6 +25,16 @@ def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> No
         sock.sendall(data)
 
 
+def tell(sock: socket.socket, message: dict) -> bool:
+    """Send a short message without waiting and without changing the socket's blocking mode (which a
+    forked child shares); False if it could not be sent whole (the client is gone or not reading)."""
+    data = json.dumps(message, ensure_ascii=True).encode("ascii") + b"\n"
+    try:
+        return sock.send(data, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL) == len(data)
+    except OSError:
+        return False
+
+
 class Reader:
     """Reads lines (and the descriptors sent with the first one) from a stream socket."""
 

@@ -19,7 +19,9 @@ from ..conftest import PFS, REPO
 def start_pfs(*args: object, env: dict | None = None, log: Path) -> subprocess.Popen:
     """``pfs ARGS`` in a new session (its own process group: the driver, the embedded scheduler and
     every worker process), output to ``log``."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    # the command's own process, not a warm server's child: these tests find the driver, its scheduler and
+    # workers under it, and stop or kill them (tests/test_warm_server.py kills a served command's client)
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_SERVER": "off", **(env or {})}
     out = open(log, "wb")  # noqa: SIM115 (closed when the process is reaped)
     proc = subprocess.Popen(
         [*PFS, *map(str, args)], stdout=out, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
