@@ -133,6 +133,8 @@ def write_plan(
     for action, n, nbytes, first in rows:
         counts[action] = int(n)
         counts["remove_first"] += int(first)
+        if action == "extra":  # extras removed before a copy anyway: not deletions --delete decides on
+            counts["extra_remove_first"] = int(first)
         if action in COPY_ACTIONS:
             counts["copy_bytes"] += int(nbytes)
     info = {**(info or {}), "checksum": checksum, "compare_mtime": compare_mtime, "xattrs": xattrs, "counts": counts}
@@ -144,6 +146,15 @@ def count(p: Plan, condition: str) -> int:
     """Rows of the plan matching ``condition`` (pfs's own condition over the plan's columns)."""
     con = connect(reads=[p.file])
     return int(con.execute(f"SELECT count(*) FROM {file_table(p.file)} WHERE {condition}").fetchall()[0][0])
+
+
+def extras_removed_first(p: Plan) -> int:
+    """Extra entries the plan removes before a copy anyway (in the way of a new one): not deletions, which
+    ``--delete`` decides on.  Counted with the plan; a plan written before that is queried (a connection)."""
+    known = p.counts.get("extra_remove_first")
+    if known is not None:
+        return int(known)
+    return count(p, "action = 'extra' AND remove_first") if p.counts.get("extra") else 0
 
 
 def read_plan(out: str) -> Plan | None:

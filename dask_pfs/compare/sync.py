@@ -38,8 +38,8 @@ from dask_pfs.compare.plan import (
     COPY_CONDITION,
     Plan,
     check_plan,
-    count,
     count_new_bytes,
+    extras_removed_first,
     read_plan,
     update_manifest,
     write_plan,
@@ -309,7 +309,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             "look deleted at the source; nothing is deleted (fix the errors and sync again)"
         )
         warnings.warn(f"--delete switched off: {result.delete_suppressed}", stacklevel=3)
-    extras = c["extra"] - count(p, "action = 'extra' AND remove_first")
+    extras = c["extra"] - extras_removed_first(p)
     if result.delete and extras and cap is not None:
         total = c["extra"] + c["unchanged"] + c["changed"] + c["type-changed"]
         cap.check(extras, total, "the sync would delete", "destination entries")
