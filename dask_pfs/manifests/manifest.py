@@ -96,6 +96,16 @@ class Manifest:
         not change), every time for a local one (cheap, and a streamed copy reads one being written)."""
         if not self.is_local and self._remote_parts is not None:
             return self._remote_parts
+        if self.is_local:  # one directory read (fsspec's glob stats every entry: a round trip each on NFS/FUSE)
+            try:
+                with os.scandir(self.local_dir) as entries:
+                    return sorted(
+                        os.path.join(self.local_dir, e.name)
+                        for e in entries
+                        if e.name.startswith(PART_PREFIX) and e.name.endswith(PART_SUFFIX) and e.is_file()
+                    )
+            except FileNotFoundError:
+                return []
         fs, path = self._fs_path
         names = sorted(fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"))
         if not self.is_local:
