@@ -165,6 +165,15 @@ class RowBuffer:
         else:
             self.rows.extend(rows)
 
+    def detach(self) -> RowBuffer:
+        """The buffered rows in a new buffer, this one empty (no copy): a writer thread makes and writes
+        their table while the walk fills this one again."""
+        if self.sink is not None:
+            return RowBuffer(self.sink.detach())
+        out = RowBuffer()
+        out.rows, self.rows = self.rows, []
+        return out
+
     def take_table(self) -> pa.Table:
         """The buffered rows as a table (sorted by path); the buffer is emptied."""
         if self.sink is not None:

@@ -63,6 +63,15 @@ impl Sink {
         self.cols.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// The rows so far in a new sink, this one empty (nothing is copied): a part's rows go to a
+    /// writer thread while the walk fills this sink again.
+    fn detach(&self) -> Sink {
+        let cols = self.cols.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Sink {
+            cols: Mutex::new(cols),
+        }
+    }
+
     /// Appends rows made in Python (`operators.rows` tuples, `ROW_COLUMNS` order: a directory's own row,
     /// an error row), so one buffer holds a task's rows and no Python list becomes an Arrow array.
     /// `checksum` must be None (checksums are filled in on the table).  OverflowError, with nothing

@@ -22,6 +22,7 @@ from operators.scan.prune import Prune
 from operators.scan.remote import FsspecLister
 from operators.scan.root_guard import RootId, check_root
 from operators.scan.walk import Budget, DirItem, Tally, walk
+from operators.scan.writer import PartWriter
 from operators.xattrs import fill_xattrs
 
 
@@ -35,7 +36,7 @@ class ScanSpec:
     storage_options: dict = field(default_factory=dict)
     out_storage_options: dict = field(default_factory=dict)
     threads: int | None = None
-    flush_rows: int = 200_000
+    flush_rows: int = 100_000  # a part's rows; a task holds two at most (operators.scan.writer)
     checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
     prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
     xattrs: bool = False  # fill the xattrs/has_acl columns (operators.xattrs; S3: operators.objmeta)
@@ -75,7 +76,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
                                         [size for _, _, size in files], root_id=spec.root_id)  # fmt: skip
         return checksum_many(files, lambda f: checksum_remote(lister.fs, lister.full(f[0]), algorithm))
 
-    def emit(buf: RowBuffer) -> None:
+    def write(buf: RowBuffer) -> None:
         if len(buf):
             table = buf.take_table()
             if spec.checksum:
@@ -91,12 +92,21 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
             del table
             release_arrow_memory()
 
+    # a part's checksums and attributes read the tree: they stay on the walk's thread, within its bounds
+    writer = PartWriter(write) if not (spec.checksum or spec.xattrs) else None
     cap = in_flight_cap(spec.threads)
     pool = get_pool(spec.threads, ((spec.protocol, spec.root),))
     try:
+        emit = writer.submit if writer is not None else write
         tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows, spec.prune)
+    except BaseException:
+        if writer is not None:
+            writer.abandon()
+        raise
     finally:
         lister.close()
+    if writer is not None:
+        writer.close()
     check_root(spec.root, spec.root_id)  # unmounted meanwhile: what this task listed may be incomplete
     tally.errors += len(sum_failures)
     tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])
