@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -98,3 +99,22 @@ def test_small_flushes_make_sorted_parts_holding_every_row_once(tmp_path: Path):
         assert got == sorted(got)
         paths += got
     assert len(paths) == len(set(paths)) == entries == 20 * 52
+
+
+def test_a_big_flush_is_written_as_consecutive_sorted_parts_at_once(tmp_path: Path, monkeypatch):
+    """``operators.parts.write_parts``: one slice per core (up to 4) once a flush has ``SPLIT_ROWS`` rows
+    per slice; each part holds a consecutive run of the sorted rows, so each stays sorted."""
+    from operators import parts as parts_mod
+    from operators.parts import part_name, write_parts
+    from operators.rows import rows_to_table
+
+    monkeypatch.setattr(parts_mod, "SPLIT_ROWS", 10)
+    table = rows_to_table([error_row(f"p{i:03}", "file", "x") for i in range(95)])
+    names = write_parts(table, str(tmp_path), lambda i: part_name("0000000", i))
+    assert names == [part_name("0000000", i) for i in range(min(len(os.sched_getaffinity(0)), 4))]
+    back = [pq.read_table(tmp_path / n).column("path").to_pylist() for n in names]
+    assert sum(back, []) == [f"p{i:03}" for i in range(95)]
+    assert names == sorted(p.name for p in tmp_path.iterdir())  # no temp file left
+    (tmp_path / "one").mkdir()
+    small = write_parts(table.slice(0, 19), str(tmp_path / "one"), lambda i: part_name("0000001", i))
+    assert small == [part_name("0000001", 0)]  # under twice SPLIT_ROWS: one part

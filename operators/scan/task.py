@@ -15,7 +15,7 @@ from operators.core.concurrency import in_flight_cap
 from operators.core.pool import get_pool
 from operators.names import to_bytes
 from operators.objmeta import fill_object_xattrs, has_metadata
-from operators.parts import part_name, release_arrow_memory, write_part
+from operators.parts import part_name, release_arrow_memory, write_parts
 from operators.rows import RowBuffer
 from operators.scan.local import LocalLister
 from operators.scan.prune import Prune
@@ -88,7 +88,10 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
             elif spec.xattrs and has_metadata(spec.protocol):  # S3 user metadata as user.* (operators.objmeta)
                 table, failed = fill_object_xattrs(table, lister.fs, lister.full, spec.threads)
                 sum_failures.extend(failed)
-            parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
+            seq = len(parts)  # a big flush is written as several parts at once (operators.parts.write_parts)
+            parts.extend(
+                write_parts(table, spec.out_url, lambda i: part_name(task_id, seq + i), spec.out_storage_options)
+            )
             del table
             release_arrow_memory()
 
