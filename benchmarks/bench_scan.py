@@ -3,6 +3,14 @@
 
     benchmarks/bench_scan.py /mnt/nas/bal20k /mnt/nas/flat50k [--repeat 3] [--out FILE]
     benchmarks/bench_scan.py --rss /srv/bench-local/rss   # client peak RSS, 100k vs 1M entries
+    benchmarks/bench_scan.py --vs-find TREE --rounds 5 [--base DIR] [--out FILE]   # warm, interleaved
+
+``--vs-find`` (issue 30): a warm local tree, in rounds whose order rotates: ``find -printf '%s\\n'``, the
+``pfs scan`` command, and ``dask_pfs.scan()`` in a warm interpreter (a process that imported pfs and
+scanned once, then scans on request: what a per-user warm server gives); wall and CPU of the whole
+process tree each (``os.wait4``; the warm process's own ``getrusage``, all its threads).  ``--base DIR``
+adds the same two pfs modes from another checkout (``DIR`` first on ``PYTHONPATH``: ``git archive`` of
+the commit before, with its built ``operators/_native.abi3.so``).  Raw rows: ``--raw FILE`` (JSON lines).
 
 Every run starts cold (``nas.sh remount`` for /mnt/nas paths, else drop_caches) unless ``--warm``.
 ``pfs scan`` is timed as a whole command: Python start-up, the embedded LocalCluster, the walk and the
@@ -12,11 +20,15 @@ manifest write.  Prints a markdown table per tree with ratios against ``find``.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -136,6 +148,102 @@ def bench_rss(base: str) -> str:
     return "\n".join(lines) + f"\n\nRSS ratio 1M / 100k: **{ratio:.2f}** (target <= 1.5)\n"
 
 
+WARM_SERVER = """
+import json, resource, sys, time
+import dask_pfs
+tree, out = sys.argv[1], sys.argv[2]
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+dask_pfs.scan(tree, out, overwrite=True)  # the warm-up: imports, first allocations
+print("{}", flush=True)
+for _ in sys.stdin:
+    c, t = cpu(), time.perf_counter()
+    res = dask_pfs.scan(tree, out, overwrite=True)
+    print(json.dumps({"wall": time.perf_counter() - t, "cpu": cpu() - c, "entries": res.counts["entries"]}), flush=True)
+"""
+
+
+def wait_timed(cmd: list[str], env: dict) -> dict:
+    """Wall and CPU seconds (user + system of the command and every process it waited for)."""
+    t0 = time.monotonic()
+    # cwd "/": the console script's directory, not the working directory, comes first on sys.path
+    proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t0
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{' '.join(cmd)}: exit {os.waitstatus_to_exitcode(status)}: {proc.stderr.read()[-400:]!r}")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime}
+
+
+class WarmScan:
+    """A warm interpreter that scans ``tree`` into ``out`` each time it is asked (``WARM_SERVER``)."""
+
+    def __init__(self, tree: str, out: str, env: dict) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WARM_SERVER, tree, out], env=env, cwd="/", stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.proc.stdin and self.proc.stdout
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.stdout.readline()  # warmed up
+
+    def __call__(self) -> dict:
+        self.stdin.write("scan\n")
+        self.stdin.flush()
+        return json.loads(self.stdout.readline())
+
+    def close(self) -> None:
+        self.stdin.close()
+        self.proc.wait()
+
+
+def vs_find(tree: str, rounds: int, base: Path | None, raw: str | None) -> str:
+    """Warm local scan against ``find``, interleaved (module docstring); a markdown table of every round."""
+    work = Path(tempfile.mkdtemp(prefix="pfs-bench-vsfind-"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PFS_THREADS", "PYTHONPATH")} | {"PFS_DASHBOARD": "0"}
+    checkouts = {"": env} | ({" (base)": env | {"PYTHONPATH": str(base.resolve())}} if base else {})
+    modes: dict[str, Callable[[], dict]] = {"find": lambda: wait_timed(["find", tree, "-printf", "%s\\n"], env)}
+    servers = []
+    for tag, e in checkouts.items():
+        out = work / f"m{len(servers)}"
+        cmd = [*PFS, "scan", tree, "-o", str(out), "--overwrite", "--no-progress"]
+        modes[f"pfs scan{tag}"] = lambda cmd=cmd, e=e: wait_timed(cmd, e)
+        servers.append(WarmScan(tree, str(work / f"w{len(servers)}"), e))
+        modes[f"warm API{tag}"] = servers[-1]
+    modes["find"]()  # the tree in the kernel's caches
+    names, rows = list(modes), []
+    try:
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            row = {"round": r, "load": round(loadavg(), 1)} | {name: modes[name]() for name in order}
+            rows.append(row)
+            print(f"  round {r}: " + ", ".join(f"{n} {row[n]['wall']:.2f} s ({row[n]['cpu']:.2f})" for n in names),
+                  file=sys.stderr)  # fmt: skip
+    finally:
+        for s in servers:
+            s.close()
+        shutil.rmtree(work, ignore_errors=True)
+    if raw:
+        with open(raw, "a") as f:
+            for row in rows:
+                f.write(json.dumps({"tree": tree} | row) + "\n")
+    pfs = [n for n in names if n != "find"]
+    lines = [
+        "| round (load) | " + " | ".join(f"{n}: wall s (CPU s)" for n in names) + " | "
+        + " | ".join(f"find / {n}" for n in pfs) + " |",
+        "| --- |" + " ---: |" * (len(names) + len(pfs)),
+    ]  # fmt: skip
+    for row in rows:
+        cells = [f"{row[n]['wall']:.2f} ({row[n]['cpu']:.2f})" for n in names]
+        ratios = [f"{row['find']['wall'] / row[n]['wall']:.2f}x" for n in pfs]
+        lines.append(f"| {row['round']} ({row['load']}) | " + " | ".join(cells + ratios) + " |")
+    med = {n: [statistics.median(r[n][k] for r in rows) for k in ("wall", "cpu")] for n in names}
+    ratios = [f"{statistics.median(r['find']['wall'] / r[n]['wall'] for r in rows):.2f}x" for n in pfs]
+    lines.append("| median | " + " | ".join([f"{w:.2f} ({c:.2f})" for w, c in med.values()] + ratios) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trees", nargs="*")
@@ -144,8 +252,16 @@ def main() -> None:
     ap.add_argument("--rss", metavar="DIR", help="measure client RSS for 100k vs 1M entries under DIR")
     ap.add_argument("--out", help="append the tables to this markdown file")
     ap.add_argument("--pfs-args", default="", help="extra arguments for pfs scan, e.g. '--workers 2'")
+    ap.add_argument("--vs-find", metavar="TREE", help="warm scan of TREE against find, interleaved rounds")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--base", type=Path, help="--vs-find: another checkout's pfs too (PYTHONPATH)")
+    ap.add_argument("--raw", help="--vs-find: append each round as a JSON line to this file")
     args = ap.parse_args()
     text = []
+    if args.vs_find:
+        n = count_files(args.vs_find)
+        text.append(f"### `{args.vs_find}` ({n:,} files, warm, {args.rounds} interleaved rounds)\n\n"
+                    + vs_find(args.vs_find, args.rounds, args.base, args.raw))  # fmt: skip
     for path in args.trees:
         n = count_files(path)
         la = loadavg()

@@ -8,15 +8,24 @@ def pool_threads() -> int: ...
 def _pool_selftest(n: int, width: int, panic_at: int | None = None) -> int:
     """Runs ``n`` chunks over ``width`` core threads; a chunk ``panic_at`` panics (tests: PanicException)."""
 
+class Buffer:
+    """A read-only buffer over memory the core built: ``pyarrow.py_buffer`` takes it without a copy."""
+
+    def __len__(self) -> int: ...
+
 class Sink:
     """Manifest rows held as columns by the core until :meth:`take`."""
 
     def __init__(self) -> None: ...
     def __len__(self) -> int: ...
+    def detach(self) -> Sink:
+        """The rows so far in a new sink, this one empty (no copy)."""
+
     def push_rows(self, rows: list[tuple]) -> None:
         """OverflowError, with nothing added, if the rows could pass the columns' 2 GiB (int32 offsets)."""
 
-    def take(self) -> tuple[int, dict[str, tuple[bytes | None, ...]], tuple[int, bytes, bytes]]: ...
+    def take(self, sort: bool = False) -> tuple[int, dict[str, tuple[Buffer | None, ...]], tuple[int, Buffer, Buffer]]:
+        """The rows and an empty sink; ``sort``: in path order (sorted on the core's threads)."""
 
 class DirScan:
     """One directory listed and stat-ed in steps (``native/core/src/scan.rs``).  A step whose hook raises,

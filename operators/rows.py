@@ -165,11 +165,19 @@ class RowBuffer:
         else:
             self.rows.extend(rows)
 
+    def detach(self) -> RowBuffer:
+        """The buffered rows in a new buffer, this one empty (no copy): a writer thread makes and writes
+        their table while the walk fills this one again."""
+        if self.sink is not None:
+            return RowBuffer(self.sink.detach())
+        out = RowBuffer()
+        out.rows, self.rows = self.rows, []
+        return out
+
     def take_table(self) -> pa.Table:
         """The buffered rows as a table (sorted by path); the buffer is emptied."""
         if self.sink is not None:
-            table = sink_table(self.sink)
-            return table.sort_by("path") if len(table) > 1 else table
+            return sink_table(self.sink, sort=True)
         rows, self.rows = self.rows, []
         return rows_to_table(rows)
 
@@ -232,9 +240,10 @@ def dir_row(rel: bytes, dev: int | None = None) -> Row:
     return tuple(values)
 
 
-def sink_table(sink: Any) -> pa.Table:
-    """The rows in ``sink`` as a manifest table (unsorted), wrapping the core's buffers."""
-    n, cols, (n_parents, p_offsets, p_data) = sink.take()
+def sink_table(sink: Any, sort: bool = False) -> pa.Table:
+    """The rows in ``sink`` as a manifest table, wrapping the core's buffers (no copy); ``sort``: in path
+    order, sorted by the core on its threads (``native/core/src/order.rs``: ~4x less CPU than ``sort_by``)."""
+    n, cols, (n_parents, p_offsets, p_data) = sink.take(sort)
     arrays = []
     p_offsets, p_data = pa.py_buffer(p_offsets), pa.py_buffer(p_data)
     _check_offsets("parents", n_parents, p_offsets, p_data)

@@ -122,7 +122,8 @@ def test_a_million_entry_directory_is_scanned_in_bounded_memory(tmp_path):
     """``pfs scan`` of one directory of 1,000,000 empty files: every entry exactly once, in memory
     set by the flush and step sizes, not by the directory.
 
-    A scan holds at most ``flush_rows`` (200,000) rows plus one step of the core
+    A scan holds at most ``flush_rows`` (200,000; since issue 30 two parts of 100,000: one being written
+    by ``operators.scan.writer`` while the next fills) rows plus one step of the core
     (``STEP_ENTRIES``, 65,536) before it writes a part: 0.27 of this directory.  The 10,000-entry
     scan is the command's fixed cost; the 100,000-entry one (one part: all its rows held at once)
     prices a held row, so ``whole`` is what holding the 1,000,000 rows would add, by that price.

@@ -117,8 +117,8 @@ class _Corrupt:
     def __init__(self, real) -> None:
         self.real = real
 
-    def take(self):
-        n, cols, parents = self.real.take()
+    def take(self, sort: bool = False):
+        n, cols, parents = self.real.take(sort)
         validity, offsets, data = cols["path"]
         bad = bytearray(offsets)
         bad[4:8] = (-5).to_bytes(4, "little", signed=True)
@@ -132,6 +132,39 @@ def test_offsets_that_do_not_cover_the_data_never_make_a_table(tmp_path):
     sink = _scanned(tmp_path)
     with pytest.raises(ValueError, match="offsets"):
         sink_table(_Corrupt(sink))
+
+
+def test_a_table_from_the_cores_buffers_outlives_the_sink_and_cannot_write_them(tmp_path):
+    """``Sink.take`` hands Arrow the core's own memory (no copy): the table keeps it alive after the sink
+    and every other reference are gone, and nothing can write through a view of it."""
+    import gc
+
+    names = [f"f{i:03}" for i in range(200)]
+    for name in reversed(names):
+        (tmp_path / name).write_bytes(b"x" * len(name))
+
+    def scanned() -> _native.Sink:
+        sink = _native.Sink()
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            _native.DirScan(fd, b"").step(sink, 1000, 16, 1)
+        finally:
+            os.close(fd)
+        return sink
+
+    n, cols, _ = scanned().take(True)
+    view = memoryview(cols["path"][2])
+    assert view.readonly and bytes(view[:4]) == b"f000"
+    with pytest.raises(TypeError):
+        view[0] = 0
+    del n, cols, view
+    table = sink_table(scanned(), sort=True)
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    _ = [bytearray(1 << 20) for _ in range(64)]  # reuse freed memory, if any was freed too early
+    assert table.column("path").to_pylist() == names  # in path order, from the core's sort
+    assert table.column("size").to_pylist() == [4] * 200
+    table.validate(full=True)
 
 
 def test_a_full_sink_is_an_overflow_error_with_nothing_added():

@@ -135,6 +135,11 @@ def test_rows_sorted_within_parts_and_readers(tmp_path, dask_client):
         assert t.schema.equals(SCHEMA, check_metadata=False)
         paths = t.column("path").to_pylist()
         assert paths == sorted(paths)
+        # a dictionary only where values repeat (operators.parts.DICTIONARY_COLUMNS): unique ones pay for none
+        group = pq.ParquetFile(part).metadata.row_group(0)
+        chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+        assert chunks["parent"].has_dictionary_page and chunks["uid"].has_dictionary_page
+        assert not any(chunks[c].has_dictionary_page for c in ("path", "name", "size", "mtime", "ino"))
     total = 30 * 42
     # many small tasks really ran, each handing back a frontier the driver re-split
     assert open_manifest(m).info["tasks"] > 5

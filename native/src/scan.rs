@@ -35,17 +35,6 @@ pub struct Sink {
     cols: Mutex<Cols>,
 }
 
-fn bytes_of<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
-    PyBytes::new(py, data)
-}
-
-fn opt_bytes(py: Python<'_>, bits: Option<Vec<u8>>) -> PyObject {
-    match bits {
-        Some(b) => PyBytes::new(py, &b).into_any().unbind(),
-        None => py.None(),
-    }
-}
-
 fn full() -> PyErr {
     PyOverflowError::new_err(
         "the sink's columns would pass 2 GiB: take() its rows first (nothing was added)",
@@ -72,6 +61,15 @@ impl Sink {
 
     fn __len__(&self) -> usize {
         self.cols.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The rows so far in a new sink, this one empty (nothing is copied): a part's rows go to a
+    /// writer thread while the walk fills this sink again.
+    fn detach(&self) -> Sink {
+        let cols = self.cols.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Sink {
+            cols: Mutex::new(cols),
+        }
     }
 
     /// Appends rows made in Python (`operators.rows` tuples, `ROW_COLUMNS` order: a directory's own row,
@@ -173,24 +171,26 @@ impl Sink {
     /// The rows so far as `(n, columns, parents)` and an empty sink: `columns` maps a column name to
     /// its buffers, `(validity or None, offsets, data)` for variable width, `(validity or None, data)`
     /// for fixed width (`parent`, `type`: int32 dictionary indices; `parents`: the parent dictionary
-    /// as `(offsets, data)`).  `operators.rows.sink_table` wraps them with `pyarrow.Array.from_buffers`.
-    fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    /// as `(offsets, data)`).  Each buffer is a [`Buffer`] holding the core's own memory (no copy);
+    /// `operators.rows.sink_table` wraps them with `pyarrow.Array.from_buffers`.  `sort`: the rows in
+    /// path order (`pfs_core::order`, on the core's threads, without the interpreter lock).
+    #[pyo3(signature = (sort=false))]
+    fn take<'py>(&self, py: Python<'py>, sort: bool) -> PyResult<Bound<'py, PyTuple>> {
         let mut cols = {
             let mut guard = self.cols.lock().unwrap_or_else(|e| e.into_inner());
             guard.take()
         };
+        if sort {
+            let width = std::thread::available_parallelism().map_or(1, |n| n.get());
+            cols = py.allow_threads(|| cols.into_path_order(width));
+        }
         let n = cols.len();
         let out = pyo3::types::PyDict::new(py);
         let var = |name: &str, b: &mut BinaryBuilder| -> PyResult<()> {
-            let validity = opt_bytes(py, b.validity.take());
-            out.set_item(
-                name,
-                (
-                    validity,
-                    bytes_of(py, as_bytes(&b.offsets)),
-                    bytes_of(py, &b.data),
-                ),
-            )
+            let validity = opt_buffer(py, b.validity.take())?;
+            let offsets = Buffer::new(py, Owned::I32(std::mem::take(&mut b.offsets)))?;
+            let data = Buffer::new(py, Owned::U8(std::mem::take(&mut b.data)))?;
+            out.set_item(name, (validity, offsets, data))
         };
         var("path", &mut cols.path)?;
         var("path_raw", &mut cols.path_raw)?;
@@ -199,33 +199,35 @@ impl Sink {
         var("link_target_raw", &mut cols.target_raw)?;
         var("error", &mut cols.error)?;
         macro_rules! fixed {
-            ($name:expr, $b:expr) => {
+            ($name:expr, $b:expr, $kind:ident) => {
                 out.set_item(
                     $name,
                     (
-                        opt_bytes(py, $b.validity.take()),
-                        bytes_of(py, as_bytes(&$b.values)),
+                        opt_buffer(py, $b.validity.take())?,
+                        Buffer::new(py, Owned::$kind(std::mem::take(&mut $b.values)))?,
                     ),
                 )?
             };
         }
-        fixed!("size", cols.size);
-        fixed!("mtime", cols.mtime);
-        fixed!("atime", cols.atime);
-        fixed!("ctime", cols.ctime);
-        fixed!("mode", cols.mode);
-        fixed!("uid", cols.uid);
-        fixed!("gid", cols.gid);
-        fixed!("ino", cols.ino);
-        fixed!("dev", cols.dev);
-        fixed!("nlink", cols.nlink);
-        out.set_item("parent", (py.None(), bytes_of(py, as_bytes(&cols.parent))))?;
-        out.set_item("depth", (py.None(), bytes_of(py, as_bytes(&cols.depth))))?;
-        out.set_item("type", (py.None(), bytes_of(py, as_bytes(&cols.kind))))?;
+        fixed!("size", cols.size, I64);
+        fixed!("mtime", cols.mtime, I64);
+        fixed!("atime", cols.atime, I64);
+        fixed!("ctime", cols.ctime, I64);
+        fixed!("mode", cols.mode, U32);
+        fixed!("uid", cols.uid, I64);
+        fixed!("gid", cols.gid, I64);
+        fixed!("ino", cols.ino, U64);
+        fixed!("dev", cols.dev, U64);
+        fixed!("nlink", cols.nlink, I64);
+        let indices =
+            |v: Vec<i32>| -> PyResult<_> { Ok((py.None(), Buffer::new(py, Owned::I32(v))?)) };
+        out.set_item("parent", indices(std::mem::take(&mut cols.parent))?)?;
+        out.set_item("depth", indices(std::mem::take(&mut cols.depth))?)?;
+        out.set_item("type", indices(std::mem::take(&mut cols.kind))?)?;
         let parents = (
             cols.parents.len(),
-            bytes_of(py, as_bytes(&cols.parents.offsets)),
-            bytes_of(py, &cols.parents.data),
+            Buffer::new(py, Owned::I32(std::mem::take(&mut cols.parents.offsets)))?,
+            Buffer::new(py, Owned::U8(std::mem::take(&mut cols.parents.data)))?,
         );
         PyTuple::new(
             py,
@@ -236,6 +238,85 @@ impl Sink {
             ],
         )
     }
+}
+
+/// A column's memory as the core built it.
+enum Owned {
+    U8(Vec<u8>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+}
+
+impl Owned {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Owned::U8(v) => v,
+            Owned::I32(v) => as_bytes(v),
+            Owned::U32(v) => as_bytes(v),
+            Owned::I64(v) => as_bytes(v),
+            Owned::U64(v) => as_bytes(v),
+        }
+    }
+}
+
+/// A read-only buffer (the buffer protocol) over a column the core built, handed to Arrow without a
+/// copy: copying a 200,020-row part's ~30 MB into `bytes` cost ~20 ms and a page fault per 4 KiB.
+/// Immutable (frozen, nothing writes it), so Arrow may keep views of it for as long as it lives.
+#[pyclass(module = "operators._native", frozen)]
+pub struct Buffer {
+    data: Owned,
+}
+
+impl Buffer {
+    fn new(py: Python<'_>, data: Owned) -> PyResult<Bound<'_, Buffer>> {
+        Bound::new(py, Buffer { data })
+    }
+}
+
+#[pymethods]
+impl Buffer {
+    /// # Safety
+    /// Called by Python with a view to fill; the data lives as long as `slf`, which the view holds.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::os::raw::c_int,
+    ) -> PyResult<()> {
+        let data = slf.get().data.bytes();
+        let len = pyo3::ffi::Py_ssize_t::try_from(data.len())
+            .map_err(|_| PyValueError::new_err("a buffer past isize::MAX bytes"))?;
+        // SAFETY: `view` is Python's to fill; `slf` (referenced by the view until it is released)
+        // owns `data`, which nothing mutates (frozen); readonly = 1 refuses a writable request.
+        let rc = unsafe {
+            pyo3::ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                data.as_ptr().cast_mut().cast(),
+                len,
+                1,
+                flags,
+            )
+        };
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
+
+    fn __len__(&self) -> usize {
+        self.data.bytes().len()
+    }
+}
+
+fn opt_buffer(py: Python<'_>, bits: Option<Vec<u8>>) -> PyResult<PyObject> {
+    Ok(match bits {
+        Some(b) => Buffer::new(py, Owned::U8(b))?.into_any().unbind(),
+        None => py.None(),
+    })
 }
 
 /// One directory being scanned: listed and stat-ed in steps of at most `max_entries`.
@@ -400,6 +481,7 @@ fn pool_threads() -> usize {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Sink>()?;
+    m.add_class::<Buffer>()?;
     m.add_class::<DirScan>()?;
     m.add_function(wrap_pyfunction!(pool_threads, m)?)?;
     Ok(())

@@ -15,13 +15,14 @@ from operators.core.concurrency import in_flight_cap
 from operators.core.pool import get_pool
 from operators.names import to_bytes
 from operators.objmeta import fill_object_xattrs, has_metadata
-from operators.parts import part_name, release_arrow_memory, write_part
+from operators.parts import part_name, release_arrow_memory, write_parts
 from operators.rows import RowBuffer
 from operators.scan.local import LocalLister
 from operators.scan.prune import Prune
 from operators.scan.remote import FsspecLister
 from operators.scan.root_guard import RootId, check_root
 from operators.scan.walk import Budget, DirItem, Tally, walk
+from operators.scan.writer import PartWriter
 from operators.xattrs import fill_xattrs
 
 
@@ -35,7 +36,7 @@ class ScanSpec:
     storage_options: dict = field(default_factory=dict)
     out_storage_options: dict = field(default_factory=dict)
     threads: int | None = None
-    flush_rows: int = 200_000
+    flush_rows: int = 100_000  # a part's rows; a task holds two at most (operators.scan.writer)
     checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
     prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
     xattrs: bool = False  # fill the xattrs/has_acl columns (operators.xattrs; S3: operators.objmeta)
@@ -75,7 +76,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
                                         [size for _, _, size in files], root_id=spec.root_id)  # fmt: skip
         return checksum_many(files, lambda f: checksum_remote(lister.fs, lister.full(f[0]), algorithm))
 
-    def emit(buf: RowBuffer) -> None:
+    def write(buf: RowBuffer) -> None:
         if len(buf):
             table = buf.take_table()
             if spec.checksum:
@@ -87,16 +88,28 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
             elif spec.xattrs and has_metadata(spec.protocol):  # S3 user metadata as user.* (operators.objmeta)
                 table, failed = fill_object_xattrs(table, lister.fs, lister.full, spec.threads)
                 sum_failures.extend(failed)
-            parts.append(write_part(table, spec.out_url, part_name(task_id, len(parts)), spec.out_storage_options))
+            seq = len(parts)  # a big flush is written as several parts at once (operators.parts.write_parts)
+            parts.extend(
+                write_parts(table, spec.out_url, lambda i: part_name(task_id, seq + i), spec.out_storage_options)
+            )
             del table
             release_arrow_memory()
 
+    # a part's checksums and attributes read the tree: they stay on the walk's thread, within its bounds
+    writer = PartWriter(write) if not (spec.checksum or spec.xattrs) else None
     cap = in_flight_cap(spec.threads)
     pool = get_pool(spec.threads, ((spec.protocol, spec.root),))
     try:
+        emit = writer.submit if writer is not None else write
         tally, frontier = walk(lister, items, pool, cap, budget, emit, spec.flush_rows, spec.prune)
+    except BaseException:
+        if writer is not None:
+            writer.abandon()
+        raise
     finally:
         lister.close()
+    if writer is not None:
+        writer.close()
     check_root(spec.root, spec.root_id)  # unmounted meanwhile: what this task listed may be incomplete
     tally.errors += len(sum_failures)
     tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])

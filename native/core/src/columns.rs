@@ -43,6 +43,37 @@ impl Validity {
         self.nulls
     }
 
+    /// Whether value `i` is present.
+    pub fn get(&self, i: usize) -> bool {
+        self.bits
+            .as_ref()
+            .is_none_or(|bits| bits[i / 8] & (1 << (i % 8)) != 0)
+    }
+
+    /// The bitmap of the values at `rows`, in that order.
+    pub fn gather(&self, rows: &[u32]) -> Validity {
+        if self.bits.is_none() {
+            return Validity {
+                bits: None,
+                len: rows.len(),
+                nulls: 0,
+            };
+        }
+        if self.nulls == self.len {
+            // every value null (path_raw, link_target, error in most parts): no bit to look up
+            return Validity {
+                bits: Some(vec![0; rows.len().div_ceil(8).max(1)]),
+                len: rows.len(),
+                nulls: rows.len(),
+            };
+        }
+        let mut out = Validity::default();
+        for &i in rows {
+            out.push(self.get(i as usize));
+        }
+        out
+    }
+
     /// The bitmap bytes, or None when every value is present.
     pub fn take(&mut self) -> Option<Vec<u8>> {
         let bits = self.bits.take();
@@ -123,10 +154,31 @@ impl BinaryBuilder {
     }
 
     pub fn is_valid(&self, i: usize) -> bool {
-        match &self.validity.bits {
-            None => true,
-            Some(bits) => bits[i / 8] & (1 << (i % 8)) != 0,
+        self.validity.get(i)
+    }
+
+    /// The values at `rows` (row numbers of this column), in that order.
+    pub fn gather(&self, rows: &[u32]) -> BinaryBuilder {
+        if self.data.is_empty() {
+            // every value empty or null: all offsets 0
+            return BinaryBuilder {
+                offsets: vec![0; rows.len() + 1],
+                data: Vec::new(),
+                validity: self.validity.gather(rows),
+            };
         }
+        let mut out = BinaryBuilder {
+            offsets: Vec::with_capacity(rows.len() + 1),
+            data: Vec::with_capacity(rows.iter().map(|&i| self.get(i as usize).len()).sum()),
+            validity: self.validity.gather(rows),
+        };
+        out.offsets.push(0);
+        for &i in rows {
+            out.data.extend_from_slice(self.get(i as usize));
+            out.offsets
+                .push(i32::try_from(out.data.len()).expect("as long as this column's data"));
+        }
+        out
     }
 }
 
@@ -160,6 +212,14 @@ impl<T: Copy + Default> FixedBuilder<T> {
         match v {
             Some(v) => self.push(v),
             None => self.push_null(),
+        }
+    }
+
+    /// The values at `rows` (row numbers of this column), in that order.
+    pub fn gather(&self, rows: &[u32]) -> FixedBuilder<T> {
+        FixedBuilder {
+            values: rows.iter().map(|&i| self.values[i as usize]).collect(),
+            validity: self.validity.gather(rows),
         }
     }
 }

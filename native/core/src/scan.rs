@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use crate::columns::{BinaryBuilder, FixedBuilder};
 use crate::errors::describe;
 use crate::names::{join, push_text};
+use crate::order;
 use crate::pool;
 use crate::remove::Kind;
 use crate::sys::{self, cstring, DirStream, Errno};
@@ -151,6 +152,36 @@ impl Cols {
         .map(|b| limit.saturating_sub(b.data.len()))
         .min()
         .unwrap_or(0)
+    }
+
+    /// These rows in path order (`order::sorted_rows`: sorted on up to `width` of the core's threads).
+    pub fn into_path_order(self, width: usize) -> Cols {
+        let rows = order::sorted_rows(&self.path, width);
+        let r = rows.as_slice();
+        Cols {
+            path: self.path.gather(r),
+            path_raw: self.path_raw.gather(r),
+            name: self.name.gather(r),
+            parent: order::gather(&self.parent, r),
+            parents: self.parents, // the dictionary: indices keep pointing into it
+            depth: order::gather(&self.depth, r),
+            kind: order::gather(&self.kind, r),
+            size: self.size.gather(r),
+            mtime: self.mtime.gather(r),
+            atime: self.atime.gather(r),
+            ctime: self.ctime.gather(r),
+            mode: self.mode.gather(r),
+            uid: self.uid.gather(r),
+            gid: self.gid.gather(r),
+            ino: self.ino.gather(r),
+            dev: self.dev.gather(r),
+            nlink: self.nlink.gather(r),
+            target: self.target.gather(r),
+            target_raw: self.target_raw.gather(r),
+            error: self.error.gather(r),
+            scratch: Vec::new(),
+            limit: self.limit,
+        }
     }
 
     /// The rows so far, leaving empty columns with the same limit.
