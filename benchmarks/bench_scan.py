@@ -6,9 +6,11 @@
     benchmarks/bench_scan.py --vs-find TREE --rounds 5 [--base DIR] [--out FILE]   # warm, interleaved
 
 ``--vs-find`` (issue 30): a warm local tree, in rounds whose order rotates: ``find -printf '%s\\n'``, the
-``pfs scan`` command, and ``dask_pfs.scan()`` in a warm interpreter (a process that imported pfs and
-scanned once, then scans on request: what a per-user warm server gives); wall and CPU of the whole
-process tree each (``os.wait4``; the warm process's own ``getrusage``, all its threads).  ``--base DIR``
+``pfs scan`` command as a user runs it (through the per-user warm server, ``dask_pfs.warm``), the same
+command in its own process (``PFS_SERVER=off``), and ``dask_pfs.scan()`` in a warm interpreter (a process
+that imported pfs and scanned once, then scans on request); wall and CPU of the whole process tree each
+(``os.wait4``, plus the warm servers' CPU meanwhile, their children's included; the warm process's own
+``getrusage``, all its threads).  ``--base DIR``
 adds the same two pfs modes from another checkout (``DIR`` first on ``PYTHONPATH``: ``git archive`` of
 the commit before, with its built ``operators/_native.abi3.so``).  Raw rows: ``--raw FILE`` (JSON lines).
 
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import NAS, PFS, REPO, Run, loadavg, table, timed
+from common import NAS, PFS, REPO, Run, loadavg, table, timed, warm_server_cpu
 
 PWALK = [sys.executable, str(NAS / "pwalk.py"), "-j", "64", "--stat"]
 
@@ -165,7 +167,9 @@ for _ in sys.stdin:
 
 
 def wait_timed(cmd: list[str], env: dict) -> dict:
-    """Wall and CPU seconds (user + system of the command and every process it waited for)."""
+    """Wall and CPU seconds (user + system of the command and every process it waited for, and of the pfs
+    warm servers meanwhile: a served command runs in a child of one, ``common.warm_server_cpu``)."""
+    served = warm_server_cpu()
     t0 = time.monotonic()
     # cwd "/": the console script's directory, not the working directory, comes first on sys.path
     proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -173,7 +177,8 @@ def wait_timed(cmd: list[str], env: dict) -> dict:
     wall = time.monotonic() - t0
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{' '.join(cmd)}: exit {os.waitstatus_to_exitcode(status)}: {proc.stderr.read()[-400:]!r}")
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime}
+    server = sum(cpu - served.get(pid, 0.0) for pid, cpu in warm_server_cpu().items())
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime + server}
 
 
 class WarmScan:
@@ -208,7 +213,10 @@ def vs_find(tree: str, rounds: int, base: Path | None, raw: str | None) -> str:
     for tag, e in checkouts.items():
         out = work / f"m{len(servers)}"
         cmd = [*PFS, "scan", tree, "-o", str(out), "--overwrite", "--no-progress"]
-        modes[f"pfs scan{tag}"] = lambda cmd=cmd, e=e: wait_timed(cmd, e)
+        subprocess.run([*PFS, "cluster", "start"], env=e, cwd="/", check=True, stdout=subprocess.DEVNULL)
+        modes[f"pfs scan{tag}"] = lambda cmd=cmd, e=e: wait_timed(cmd, e)  # through the warm server
+        own = e | {"PFS_SERVER": "off"}
+        modes[f"pfs scan, own process{tag}"] = lambda cmd=cmd, e=own: wait_timed(cmd, e)
         servers.append(WarmScan(tree, str(work / f"w{len(servers)}"), e))
         modes[f"warm API{tag}"] = servers[-1]
     modes["find"]()  # the tree in the kernel's caches
