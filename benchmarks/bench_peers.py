@@ -53,8 +53,11 @@ def lat_stats() -> dict[str, float]:
     return out
 
 
-def tools(tree: str, dst: str, rmme: str, threads: int | None, fpj: int = 16) -> dict[str, dict[str, list[str]]]:
+def tools(
+    tree: str, dst: str, rmme: str, threads: int | None, fpj: int = 16, base: str | None = None
+) -> dict[str, dict[str, list[str]]]:
     t = ["--threads", str(threads)] if threads else []
+    old = ["env", f"PYTHONPATH={base}", *PFS]  # another checkout (--base), same venv and native core
     return {
         "scan": {
             "pfs": [*PFS, "scan", tree, "-o", f"{dst}.m", "--overwrite", "--no-progress", *t],
@@ -66,12 +69,14 @@ def tools(tree: str, dst: str, rmme: str, threads: int | None, fpj: int = 16) ->
             "pfs": [*PFS, "cp", f"{tree}/", dst, "--no-progress", *t],
             "pfs (cluster)": [*CLUSTER, *PFS, "cp", f"{tree}/", dst, "--no-progress", *t],
             "pfs (alone)": [*ALONE, *PFS, "cp", f"{tree}/", dst, "--no-progress", *t],
+            "pfs (base)": [*old, "cp", f"{tree}/", dst, "--no-progress", *t],
             "rclone copy": ["rclone", "copy", "--transfers", "64", "--checkers", "64", tree, dst],
         },
         "sync": {
             "pfs": [*PFS, "sync", f"{tree}/", dst, "--no-progress", "-y", *t],
             "pfs (cluster)": [*CLUSTER, *PFS, "sync", f"{tree}/", dst, "--no-progress", "-y", *t],
             "pfs (alone)": [*ALONE, *PFS, "sync", f"{tree}/", dst, "--no-progress", "-y", *t],
+            "pfs (base)": [*old, "sync", f"{tree}/", dst, "--no-progress", "-y", *t],
             "fpsync": ["fpsync", "-n", str(fpj), "-f", "1000", f"{tree}/", f"{dst}/"],
             "rclone sync": ["rclone", "sync", "--transfers", "64", "--checkers", "64", tree, dst],
         },
@@ -111,7 +116,9 @@ class Sampler(threading.Thread):
 
 def run(cmd: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(  # cwd /: ``python -m`` puts the working directory first on sys.path
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd="/"
+    )
     deadline = t0 + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -141,6 +148,7 @@ def main() -> None:
     ap.add_argument("--fresh", action="store_true", help="a fresh copy of --backing for every run (cold, no remount)")
     ap.add_argument("--local-backing", help="--local's directory behind latfs, when --local is on latfs")
     ap.add_argument("--fpsync-jobs", type=int, default=16, help="fpsync -n")
+    ap.add_argument("--base", help="another checkout (git archive): tool 'pfs (base)' runs it on PYTHONPATH")
     ap.add_argument(
         "--no-remount",
         action="store_true",
@@ -192,7 +200,7 @@ def main() -> None:
                     time.sleep(1.5)
                 elif on_lat and not args.fresh:
                     subprocess.run([NAS, "lat-remount"], capture_output=True, check=True)
-                cmd = tools(tree, str(dst), rmme or "", args.threads, args.fpsync_jobs)[action][name]
+                cmd = tools(tree, str(dst), rmme or "", args.threads, args.fpsync_jobs, args.base)[action][name]
                 before = lat_stats()
                 sampler = Sampler()
                 sampler.start()
