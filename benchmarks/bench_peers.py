@@ -70,6 +70,7 @@ def tools(
             "pfs (cluster)": [*CLUSTER, *PFS, "cp", f"{tree}/", dst, "--no-progress", *t],
             "pfs (alone)": [*ALONE, *PFS, "cp", f"{tree}/", dst, "--no-progress", *t],
             "pfs (base)": [*old, "cp", f"{tree}/", dst, "--no-progress", *t],
+            "pfs --no-stream": [*PFS, "cp", f"{tree}/", dst, "--no-progress", "--no-stream", *t],
             "rclone copy": ["rclone", "copy", "--transfers", "64", "--checkers", "64", tree, dst],
         },
         "sync": {
