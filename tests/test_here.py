@@ -93,6 +93,27 @@ def test_helper_processes_run_tasks_and_report_errors():
     assert all(p.exitcode == 0 for p in procs)  # idle helpers are told to leave and reaped: their CPU is counted
 
 
+def test_helpers_are_not_replaced_by_an_embedded_cluster():
+    """A long job with helper processes (network storage) keeps them: an embedded cluster would bring as
+    many worker processes, after a start-up and a pause in the job's I/O.  Past ``alone`` seconds the tasks
+    still run in the helpers and ``distributed`` is never imported (a fresh interpreter checks it)."""
+    code = r"""
+import json, os, sys, time
+from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.runtime.here import HereClient
+client = HereClient(ClusterOptions(), slots=2, processes=True, alone=0.2)
+time.sleep(0.3)
+pids = {client.submit(os.getpid, key=f"t{i}").result(timeout=60) for i in range(4)}
+out = {"joined": client.joined is not None, "here": os.getpid() in pids, "helpers": len(pids)}
+client.close()
+out["cluster"] = any(m == "distributed" or m.startswith("distributed.") for m in sys.modules)
+print(json.dumps(out))
+"""
+    out = _run(code)
+    assert out == {"joined": False, "here": False, "helpers": out["helpers"], "cluster": False}
+    assert 1 <= out["helpers"] <= 2
+
+
 def test_a_helper_stuck_on_storage_is_abandoned_not_waited_for():
     import multiprocessing
 

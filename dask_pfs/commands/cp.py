@@ -110,9 +110,9 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
 )
 @click.option(
     "--stream/--no-stream",
-    default=True,
-    show_default=True,
-    help="Into a new local destination, copy each directory's files as the scan lists them.",
+    default=None,
+    help="Into a new local destination, copy each directory's files as the scan lists them "
+    "(default: yes, unless SRC or DST is a network or FUSE mount, where copying after the scan is faster).",
 )
 @click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per task.")
 @click.option("--chunk-bytes", type=SIZE, default="256MiB", show_default=True, help=f"Bytes per task ({SIZES}).")
@@ -173,7 +173,8 @@ def cp_cmd(
       pfs cp f b     one file: into b when b is a directory, else to the name b
       pfs cp --manifest M --where "size > 1e6" b   the selected rows, below b
     SRC is scanned (pfs scan) and the copy runs from that manifest; into a new local
-    destination, files are copied as the scan lists them (--no-stream: after it). Files land under a
+    destination, files are copied as the scan lists them (--no-stream, and by default when SRC or DST
+    is a network or FUSE mount: after it). Files land under a
     temporary name (.NAME.pfs-tmp-*) and are renamed when complete; a rerun removes leftovers.
     Symlinks stay symlinks (-L copies what they point at), hard links within the tree stay
     linked, sparse files stay sparse, mode and mtime are kept, and so are extended attributes

@@ -14,10 +14,14 @@ driver's side:
   request stuck on a dead server cannot exit, and the driver abandons such a child instead of
   waiting for it (as ``stall.abandon_stuck_workers`` does for a cluster's workers).
 
-A job still submitting after :data:`ALONE_SECONDS` starts the embedded cluster then
+A job on local disks still submitting after :data:`ALONE_SECONDS` starts the embedded cluster then
 (:func:`dask_pfs.clusters.client.connect`), and its later tasks go there, so a big job pays the start-up
-only when it is small beside the job.  Tasks that take another task's result as an argument (a big
-file's finish task) run where that task ran, here if any of them did.
+only when it is small beside the job: its worker processes add cores that the driver's one interpreter
+lock cannot use.  A job with helper processes never does: they are as many as the embedded cluster's
+workers, with as many tasks each, so the cluster would bring the same width for its start-up (1.2-2.5 s
+of CPU) and a pause in the job's I/O while it starts (2 s on a loaded host; docs/performance.md).
+Tasks that take another task's result as an argument (a big file's finish task) run where that task
+ran, here if any of them did.
 """
 
 from __future__ import annotations
@@ -345,7 +349,10 @@ class HereClient:
         return min(self._helpers, key=lambda h: h.busy).run(fn, args)
 
     def _join_cluster(self) -> bool:
-        """Start the embedded cluster once the job has outlasted :attr:`alone`; whether there is one."""
+        """Start the embedded cluster once the job has outlasted :attr:`alone`; whether there is one.
+        Never an embedded one in place of helper processes: the same width (see the module docstring)."""
+        if self.processes and self.options.embedded:
+            return False
         if self.joined is None and time.monotonic() - self.t0 >= self.alone:
             from dask_pfs.clusters.client import connect
             from dask_pfs.runtime.limits import job_limits
