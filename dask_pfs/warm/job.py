@@ -83,6 +83,9 @@ def _take_environment(env: dict[str, str]) -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if "dask.config" in sys.modules:
         sys.modules["dask.config"].refresh()
+    mounts: Any = sys.modules.get("operators.mounts")
+    if mounts is not None:  # the mount table as it is now, not as when the server started
+        mounts._mounts.cache_clear()
     fsspec_config: Any = sys.modules.get("fsspec.config")
     if fsspec_config is not None:  # as fsspec.config does at import, with this environment
         fsspec_config.default_conf_dir = os.path.join(os.path.expanduser("~"), ".config/fsspec")
