@@ -115,9 +115,10 @@ class Latfs:
         self.binary, self.backing, self.mnt, self.run = binary, backing, mnt, run
         mnt.mkdir(exist_ok=True)
 
-    def mount(self, rtt_us: int) -> None:
+    def mount(self, rtt_us: int, *options: str) -> None:
         (self.run / "pid").unlink(missing_ok=True)
-        args = [str(self.binary), "--rtt-us", str(rtt_us), "--run-dir", str(self.run), str(self.backing), str(self.mnt)]
+        args = [str(self.binary), "--rtt-us", str(rtt_us), "--run-dir", str(self.run), *options]
+        args += [str(self.backing), str(self.mnt)]
         subprocess.run(args, check=True)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -1,15 +1,19 @@
 """What a scan asks of a FUSE mount (benchmarks/latfs counts every request by kind): each directory is
 opened for reading once and listed; the ancestors a task re-opens on its way down (a new task starts
-from the root) cost no OPENDIR/RELEASEDIR pair (``operators.core.dirfd.OPEN_PATH``)."""
+from the root) cost no OPENDIR/RELEASEDIR pair (``operators.core.dirfd.OPEN_PATH``); stats that are
+round trips fan out over the core's threads (those the kernel has cached stay on the caller's:
+tests/test_core.py)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import run_pfs
+from ..conftest import REPO, run_pfs
 from .harness import Latfs
 
 
@@ -50,3 +54,28 @@ def test_scan_opens_each_directory_once(tmp_path, slow_nas):
     assert not {k for k in asked if k not in ("op_opendir", "op_releasedir", "op_readdir", "op_getattr", "op_statfs")}, (
         asked
     )
+
+
+def test_stats_that_are_round_trips_fan_out(tmp_path, latfs_binary):
+    """With no attribute caching (``--attr-timeout 0``) every ``fstatat`` after the listing is a LOOKUP
+    round trip: a step with network width sends its chunks out over the core's pool."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    for i in range(128):
+        (backing / f"f{i}").write_bytes(b"x" * i)
+    fs = Latfs(latfs_binary, backing, tmp_path / "mnt", tmp_path / "run")
+    fs.mount(20_000, "--attr-timeout", "0")
+    try:
+        code = (
+            "import os, sys; from operators import _native; s = _native.Sink(); "
+            "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY); "
+            "c = _native.DirScan(fd, b'').step(s, 65536, 4, 16)[0]; print(c[0], _native.pool_threads())"
+        )
+        out = subprocess.run([sys.executable, "-c", code, str(fs.mnt)], capture_output=True, text=True, cwd=REPO)
+        stats = fs.stats()
+    finally:
+        fs.unmount()
+    assert out.returncode == 0, out.stderr
+    entries, threads = map(int, out.stdout.split())
+    assert entries == 128 and threads >= 15
+    assert stats["inflight_max"] >= 8, stats  # 32 chunks of 4 serial LOOKUPs over 16 threads
