@@ -11,6 +11,14 @@ and, on latfs, the requests it served and the most it ever had in flight (``/run
 
 rm works on a fresh copy made in the backing directory (untimed, no latfs round trips); cp and sync write
 to the local disk (``--local``), a fresh directory each time.
+
+``--fresh`` (latfs, with ``--backing``): instead of remounting, every run reads a fresh copy of the tree made
+in the backing directory beside it (``peers-fresh``), cold in the kernel's caches while the shared mount stays
+up for others.  ``--base DIR`` adds "pfs (base)": the same pfs command with another checkout first on
+``PYTHONPATH`` (its ``dask_pfs`` and ``operators``, with its own compiled core), for A/B ratios.
+
+    .venv/bin/python benchmarks/bench_peers.py --tree /mnt/lat/h30s/tree0 --backing /srv/latfs/backing/h30s/tree0 \
+        --local /tmp/peers --actions scan --only "pfs,pfs (base),rclone lsf -R" --fresh --base /tmp/base --runs 4
 """
 
 from __future__ import annotations
@@ -44,11 +52,13 @@ def lat_stats() -> dict[str, float]:
     return out
 
 
-def tools(tree: str, dst: str, rmme: str, threads: int | None) -> dict[str, dict[str, list[str]]]:
+def tools(tree: str, dst: str, rmme: str, threads: int | None, base: str = "") -> dict[str, dict[str, list[str]]]:
     t = ["--threads", str(threads)] if threads else []
+    scan = ["scan", tree, "-o", f"{dst}.m", "--overwrite", "--no-progress", *t]
     return {
         "scan": {
-            "pfs": [*PFS, "scan", tree, "-o", f"{dst}.m", "--overwrite", "--no-progress", *t],
+            "pfs": [*PFS, *scan],
+            "pfs (base)": ["env", f"PYTHONPATH={base}", *PFS, *scan],
             "pfs (cluster)": [*CLUSTER, *PFS, "scan", tree, "-o", f"{dst}.m", "--overwrite", "--no-progress", *t],
             "rclone lsf -R": ["rclone", "lsf", "-R", "--checkers", "64", tree],
             "find": ["find", tree, "-printf", "%s\n"],
@@ -84,7 +94,10 @@ def tools(tree: str, dst: str, rmme: str, threads: int | None) -> dict[str, dict
 
 def run(cmd: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    # run from / : ``python -m`` puts the working directory first on sys.path, ahead of PYTHONPATH (--base)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd="/"
+    )
     deadline = t0 + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -111,6 +124,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--fresh", action="store_true", help="latfs: a fresh copy of --backing per run, no remount")
+    ap.add_argument("--base", type=Path, help="another checkout: adds the tool 'pfs (base)' (scan)")
     ap.add_argument(
         "--no-remount",
         action="store_true",
@@ -144,16 +159,26 @@ def main() -> None:
                     shutil.rmtree(copy, ignore_errors=True)
                     subprocess.run(["cp", "-a", args.backing, str(copy)], check=True)
                     rmme = str(Path(args.tree).parent / "peers-rmme")
-                if on_lat and args.no_remount:
+                tree = args.tree
+                if args.fresh:
+                    assert args.backing, "--fresh needs --backing"
+                    copy = Path(args.backing).parent / "peers-fresh"
+                    shutil.rmtree(copy, ignore_errors=True)
+                    subprocess.run(["cp", "-a", args.backing, str(copy)], check=True)
+                    tree = str(Path(args.tree).parent / "peers-fresh")
+                    time.sleep(1.5)  # the rmtree's entries out of the mount's 1 s caches
+                elif on_lat and args.no_remount:
                     time.sleep(1.5)
                 elif on_lat:
                     subprocess.run([NAS, "lat-remount"], capture_output=True, check=True)
-                cmd = tools(args.tree, str(dst), rmme or "", args.threads)[action][name]
+                if name == "pfs (base)" and not args.base:
+                    continue
+                cmd = tools(tree, str(dst), rmme or "", args.threads, str(args.base))[action][name]
                 before = lat_stats()
                 wall, cpu, rc = run(cmd, env, args.timeout)
                 after = lat_stats()
                 row = {"run": r, "action": action, "tool": name, "wall": round(wall, 3), "cpu": round(cpu, 3)}
-                row |= {"rc": rc, "threads": args.threads, "tree": args.tree}
+                row |= {"rc": rc, "threads": args.threads, "tree": tree, "load": round(os.getloadavg()[0], 1)}
                 if after:
                     row["ops"] = after.get("ops", 0) - before.get("ops", 0)
                     row["inflight_max"] = after.get("inflight_max")
