@@ -16,6 +16,9 @@ to the local disk (``--local``), a fresh directory each time.
 in the backing directory beside it (``peers-fresh``), cold in the kernel's caches while the shared mount stays
 up for others.  ``--base DIR`` adds "pfs (base)": the same pfs command with another checkout first on
 ``PYTHONPATH`` (its ``dask_pfs`` and ``operators``, with its own compiled core), for A/B ratios.
+"pfs (warm)" is ``dask_pfs.scan`` called in one long-lived interpreter that has already imported pfs and
+scanned once (what a warm per-user process leaves of a command): its wall and the CPU of that process and
+the helpers it forked, per call.
 
     .venv/bin/python benchmarks/bench_peers.py --tree /mnt/lat/h30s/tree0 --backing /srv/latfs/backing/h30s/tree0 \
         --local /tmp/peers --actions scan --only "pfs,pfs (base),rclone lsf -R" --fresh --base /tmp/base --runs 4
@@ -59,6 +62,7 @@ def tools(tree: str, dst: str, rmme: str, threads: int | None, base: str = "") -
         "scan": {
             "pfs": [*PFS, *scan],
             "pfs (base)": ["env", f"PYTHONPATH={base}", *PFS, *scan],
+            "pfs (warm)": [],  # Warm
             "pfs (cluster)": [*CLUSTER, *PFS, "scan", tree, "-o", f"{dst}.m", "--overwrite", "--no-progress", *t],
             "rclone lsf -R": ["rclone", "lsf", "-R", "--checkers", "64", tree],
             "find": ["find", tree, "-printf", "%s\n"],
@@ -113,6 +117,40 @@ def run(cmd: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
     return wall, usage.ru_utime + usage.ru_stime, rc
 
 
+WARM = """
+import json, resource, sys, time
+import dask_pfs
+def cpu():
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+for line in sys.stdin:
+    tree, out = json.loads(line)
+    c0, t0 = cpu(), time.monotonic()
+    dask_pfs.scan(tree, out, overwrite=True)
+    print(json.dumps([time.monotonic() - t0, cpu() - c0]), flush=True)
+"""
+
+
+class Warm:
+    """One interpreter that has imported pfs: ``scan(tree, out)`` -> (wall, CPU) of one ``dask_pfs.scan``."""
+
+    def __init__(self, env: dict, warm_up: str, out: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WARM], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/"
+        )
+        self.scan(warm_up, out)
+
+    def scan(self, tree: str, out: str) -> tuple[float, float, int]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps([tree, out]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            return 0.0, 0.0, 1
+        wall, cpu = json.loads(line)
+        return wall, cpu, 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", required=True)
@@ -143,6 +181,7 @@ def main() -> None:
     if "check" in args.actions and not ref.exists():
         subprocess.run(["cp", "-a", args.backing or args.tree, str(ref)], check=True)
     only = set(filter(None, args.only.split(",")))
+    warm = None
     for r in range(args.runs):
         for action in args.actions.split(","):
             names = list(tools(args.tree, "", "", None)[action])
@@ -174,8 +213,13 @@ def main() -> None:
                 if name == "pfs (base)" and not args.base:
                     continue
                 cmd = tools(tree, str(dst), rmme or "", args.threads, str(args.base))[action][name]
+                if name == "pfs (warm)" and warm is None:
+                    warm = Warm(env, args.tree, str(local / "warm.m"))
                 before = lat_stats()
-                wall, cpu, rc = run(cmd, env, args.timeout)
+                if warm is not None and name == "pfs (warm)":
+                    wall, cpu, rc = warm.scan(tree, f"{dst}.m")
+                else:
+                    wall, cpu, rc = run(cmd, env, args.timeout)
                 after = lat_stats()
                 row = {"run": r, "action": action, "tool": name, "wall": round(wall, 3), "cpu": round(cpu, 3)}
                 row |= {"rc": rc, "threads": args.threads, "tree": tree, "load": round(os.getloadavg()[0], 1)}
