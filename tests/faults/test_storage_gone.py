@@ -6,10 +6,8 @@ once the storage is back must give the complete result."""
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, make_balanced, run_pfs, tree_digest
+from ..conftest import make_balanced, run_pfs, tree_digest
 from .harness import Latfs, finish, kill_group, leftovers, manifest_paths, start_pfs, tree_paths
 
 STALL = 8  # PFS_STALL_TIMEOUT of these runs
