@@ -33,11 +33,11 @@ def _tree(root: Path, fanout: int, depth: int, files: int) -> int:
 
 @pytest.fixture
 def slow_nas(tmp_path, latfs_binary):
-    """156 directories on a mount with 50 ms round trips: the scan takes many tasks, each starting at the root."""
+    """156 directories on a mount with 200 ms round trips: the scan takes many tasks, each starting at the root."""
     backing = tmp_path / "backing"
     fs = Latfs(latfs_binary, backing, tmp_path / "mnt", tmp_path / "run")
     fs.dirs = _tree(backing, fanout=5, depth=3, files=3)
-    fs.mount(rtt_us=50_000)
+    fs.mount(rtt_us=200_000)
     yield fs
     fs.unmount()
 
