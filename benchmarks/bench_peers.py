@@ -32,12 +32,14 @@ import threading
 import time
 from pathlib import Path
 
-from lat_timeline import snapshot  # benchmarks/ is on sys.path when this script runs
+from common import warm_server_cpu  # benchmarks/ is on sys.path when this script runs
+from lat_timeline import snapshot
 
 NAS = "/work/shared/nas/nas.sh"
 PFS = [sys.executable, "-m", "dask_pfs"]
 STATS = Path("/run/latfs/stats")
-CLUSTER = ["env", "PFS_ALONE_SECONDS=0"]  # the embedded cluster from the start (before dask_pfs.runtime.here)
+# the embedded cluster from the start (before dask_pfs.runtime.here), in the command's own process
+CLUSTER = ["env", "PFS_SERVER=off", "PFS_ALONE_SECONDS=0"]
 ALONE = ["env", "PFS_ALONE_SECONDS=100000"]  # the driver and its helpers only: no cluster joins at 10 s
 
 
@@ -61,6 +63,8 @@ def tools(
     return {
         "scan": {
             "pfs": [*PFS, "scan", tree, "-o", f"{dst}.m", "--overwrite", "--no-progress", *t],
+            "pfs (own process)": ["env", "PFS_SERVER=off", *PFS, "scan", tree, "-o", f"{dst}.m", "--overwrite"]
+            + ["--no-progress", *t],
             "pfs (cluster)": [*CLUSTER, *PFS, "scan", tree, "-o", f"{dst}.m", "--overwrite", "--no-progress", *t],
             "rclone lsf -R": ["rclone", "lsf", "-R", "--checkers", "64", tree],
             "find": ["find", tree, "-printf", "%s\n"],
@@ -116,6 +120,9 @@ class Sampler(threading.Thread):
 
 
 def run(cmd: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
+    """Wall, CPU of the whole process tree (and of the pfs warm servers meanwhile: "pfs" runs in a child
+    of this user's, ``dask_pfs.warm``), exit code."""
+    served = warm_server_cpu()
     t0 = time.monotonic()
     proc = subprocess.Popen(  # cwd /: ``python -m`` puts the working directory first on sys.path
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd="/"
@@ -132,7 +139,8 @@ def run(cmd: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
     rc = os.waitstatus_to_exitcode(status)
     if rc:
         sys.stderr.write(f"{cmd[:4]}: exit {rc}: {proc.stderr.read().decode()[-300:]}\n")  # type: ignore[union-attr]
-    return wall, usage.ru_utime + usage.ru_stime, rc
+    server = sum(cpu - served.get(pid, 0.0) for pid, cpu in warm_server_cpu().items())
+    return wall, usage.ru_utime + usage.ru_stime + server, rc
 
 
 def main() -> None:
@@ -161,6 +169,8 @@ def main() -> None:
     local.mkdir(parents=True, exist_ok=True)
     on_lat = args.tree.startswith("/mnt/lat")
     env = {k: v for k, v in os.environ.items() if k != "PFS_THREADS"} | {"PFS_DASHBOARD": "0"}
+    # "pfs" as a user runs it: through this user's warm server, started before the first run
+    subprocess.run([*PFS, "cluster", "start"], env=env, cwd="/", check=True, stdout=subprocess.DEVNULL)
     env["XDG_CACHE_HOME"] = str(local / "cache")
     rows = []
     ref = local / "dst.ref"

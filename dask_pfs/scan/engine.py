@@ -227,7 +227,7 @@ class TreeScan:
         if on_dashboard and link:
             on_dashboard(link)
         progress = self.shown or progress or NullProgress()
-        tuning = tuning or ScanTuning()
+        tuning = tuning or _tuning(client)
         spec, journal, prior, head = self.spec, self.journal, self.prior, self.head
         attempt = prior.attempt if prior else 0
         tally = Tally()
@@ -372,6 +372,17 @@ def _result(
         concurrency=concurrency or {},
         resumed=resumed,
     )
+
+
+def _tuning(client: Client) -> ScanTuning:
+    """Task sizes.  On the driver's helper processes (a network mount, ``HereClient``) short first tasks
+    spread nothing (the same two processes take the frontier back) and each costs a hand-off through the
+    driver: the first task gets the full second (docs/performance.md, issue 30)."""
+    from dask_pfs.runtime.here import HereClient
+
+    if isinstance(client, HereClient) and client.processes:
+        return ScanTuning(first_seconds=ScanTuning.max_seconds)
+    return ScanTuning()
 
 
 def _root_item(loc: Location) -> DirItem:

@@ -15,6 +15,11 @@ import threading
 from collections import OrderedDict
 
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# An ancestor only ever serves as the ``dir_fd`` of its children's ``*at`` calls: ``O_PATH`` resolves it
+# without opening it, so a FUSE or NFS client sends no OPENDIR/RELEASEDIR pair (two requests, two round
+# trips for the first) for each ancestor a task re-opens; on latfs a scan made ~2 such opens per directory.
+# With ``O_NOFOLLOW`` a symlink there fails (``ENOTDIR``: ``O_DIRECTORY``), never followed.
+OPEN_PATH = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 _limit_raised = False
 
@@ -75,11 +80,11 @@ class DirFd:
             self.release()
 
 
-def _child(parent: DirFd, name: bytes) -> DirFd:
+def _child(parent: DirFd, name: bytes, flags: int = OPEN_DIR) -> DirFd:
     """The directory ``name`` opened relative to ``parent``, never through a symlink; the caller's
     reference to ``parent`` is released."""
     try:
-        return DirFd(os.open(name, OPEN_DIR | os.O_NOFOLLOW, dir_fd=parent.fd))
+        return DirFd(os.open(name, flags | os.O_NOFOLLOW, dir_fd=parent.fd))
     finally:
         parent.release()
 
@@ -88,8 +93,10 @@ class OpenDirs:
     """Opens directories below ``root`` and keeps the most recent ``size`` open for their children.
 
     Below the root (and at the root unless ``follow_root``) a symlink is never followed
-    (``O_NOFOLLOW``: ``ELOOP``), so a directory swapped for a link after its parent was listed
-    cannot lead the walk out of the tree.
+    (``O_NOFOLLOW``: ``ELOOP``; ``ENOTDIR`` for an ancestor), so a directory swapped for a link after
+    its parent was listed cannot lead the walk out of the tree.  :meth:`open` opens a directory for
+    reading; the ancestors it opens on the way down are ``O_PATH`` (:data:`OPEN_PATH`), good only as
+    the ``dir_fd`` of ``*at`` calls, as are the handles :meth:`handle` may return.
     Call :meth:`close` when the task ends.
     """
 
@@ -105,8 +112,8 @@ class OpenDirs:
     def open(self, rel: bytes) -> DirFd:
         """The directory ``rel`` (``b""`` is the root), opened now, with one reference for the caller.
 
-        Opened relative to its parent; a parent not kept open is opened first, down from the
-        deepest ancestor that is (each component relative to the one above, no full paths).
+        Opened relative to its parent; a parent not kept open is opened first (``O_PATH``), down from
+        the deepest ancestor that is (each component relative to the one above, no full paths).
         """
         if not rel:
             handle = DirFd(os.open(self.root, self.root_flags))
@@ -126,9 +133,12 @@ class OpenDirs:
             if handle is None:
                 depth -= 1
         if handle is None:
-            handle = self._get(b"") or self.open(b"")
+            handle = self._get(b"")
+        if handle is None:
+            handle = DirFd(os.open(self.root, self.root_flags | os.O_PATH))
+            self._put(b"", handle)
         for i in range(depth, len(parts)):
-            handle = _child(handle, parts[i])
+            handle = _child(handle, parts[i], OPEN_PATH)
             self._put(b"/".join(parts[: i + 1]), handle)
         return handle
 

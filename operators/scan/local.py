@@ -14,8 +14,9 @@ loop) is recorded as a symlink and not descended into.
 On a network mount a step's stats fan out over the core's own threads (:data:`NETWORK_WIDTH` per
 step, in chunks of :data:`NETWORK_CHUNK`), so the operations in flight are many times the Python
 threads the auto-tuned pool runs (with ``--threads N``, as many as the process's N permits have
-free, ``operators.core.inflight``); on a local disk a step stays on its thread unless the directory
-is big.
+free, ``operators.core.inflight``), when they are round trips: chunks the kernel answers from its
+cache (a FUSE or NFS client right after READDIRPLUS) stay on the step's thread, cheaper than a
+hand-off.  On a local disk a step stays on its thread unless the directory is big.
 """
 
 from __future__ import annotations

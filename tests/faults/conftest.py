@@ -9,8 +9,13 @@ such a skip is a failure instead: docs/reliability.md promises these faults run 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
+
+from ..conftest import REPO
 
 
 def pytest_collection_modifyitems(items):
@@ -39,3 +44,16 @@ def pytest_runtest_makereport(item, call):
 def root_only():
     if os.geteuid() != 0:
         pytest.skip("needs root (mounts a tmpfs / FUSE file system)")
+
+
+@pytest.fixture(scope="session")
+def latfs_binary(tmp_path_factory) -> Path:
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse")
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True)
+    if flags.returncode or not shutil.which("cc"):
+        pytest.skip("needs gcc and libfuse3-dev (scripts/ensure-tools.sh installs them)")
+    out = tmp_path_factory.mktemp("latfs") / "latfs"
+    cmd = ["cc", "-O2", "-o", str(out), str(REPO / "benchmarks/latfs/latfs.c"), *flags.stdout.split()]
+    subprocess.run(cmd, check=True)
+    return out

@@ -108,3 +108,53 @@ def tree_paths(root: Path) -> set[bytes]:
         for name in dirnames + filenames:
             out.add(os.path.relpath(os.path.join(dirpath, name), base))
     return out
+
+
+class Latfs:
+    """One latfs mount of ``backing`` on ``mnt``; its daemon's pid from ``run/pid``."""
+
+    def __init__(self, binary: Path, backing: Path, mnt: Path, run: Path) -> None:
+        self.binary, self.backing, self.mnt, self.run = binary, backing, mnt, run
+        mnt.mkdir(exist_ok=True)
+
+    def mount(self, rtt_us: int, *options: str) -> None:
+        (self.run / "pid").unlink(missing_ok=True)
+        args = [str(self.binary), "--rtt-us", str(rtt_us), "--run-dir", str(self.run), *options]
+        args += [str(self.backing), str(self.mnt)]
+        subprocess.run(args, check=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):  # not there yet, or still being written
+                self.pid = int((self.run / "pid").read_text())
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"latfs did not start on {self.mnt}")
+
+    def unmount(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+        subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)  # whatever state it is in
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+
+    def stats(self) -> dict[str, int]:
+        """The mount's request counters (``op_NAME``, ``ops``), rewritten now (SIGUSR1) and read back."""
+        path = self.run / "stats"
+
+        def read() -> dict[str, int]:
+            with contextlib.suppress(OSError):
+                return {k: int(float(v)) for k, _, v in (line.partition(" ") for line in path.read_text().splitlines())}
+            return {}
+
+        seq = read().get("seq", 0)
+        os.kill(self.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while (now := read()).get("seq", 0) <= seq and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return now

@@ -6,10 +6,8 @@ once the storage is back must give the complete result."""
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -18,60 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, make_balanced, run_pfs, tree_digest
-from .harness import finish, kill_group, leftovers, manifest_paths, start_pfs, tree_paths
+from ..conftest import make_balanced, run_pfs, tree_digest
+from .harness import Latfs, finish, kill_group, leftovers, manifest_paths, start_pfs, tree_paths
 
 STALL = 8  # PFS_STALL_TIMEOUT of these runs
 # docs/reliability.md: the job ends within the stall timeout and ~30 s more (the embedded cluster's 10 s
 # close, killing workers stuck on the storage, a loaded host): the bound asserted from the fault to the exit
 MARGIN = 30
 BOUND = STALL + MARGIN
-
-
-@pytest.fixture(scope="session")
-def latfs_binary(tmp_path_factory) -> Path:
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("needs root and /dev/fuse")
-    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True)
-    if flags.returncode or not shutil.which("cc"):
-        pytest.skip("needs gcc and libfuse3-dev (scripts/ensure-tools.sh installs them)")
-    out = tmp_path_factory.mktemp("latfs") / "latfs"
-    cmd = ["cc", "-O2", "-o", str(out), str(REPO / "benchmarks/latfs/latfs.c"), *flags.stdout.split()]
-    subprocess.run(cmd, check=True)
-    return out
-
-
-class Latfs:
-    """One latfs mount of ``backing`` on ``mnt``; its daemon's pid from ``run/pid``."""
-
-    def __init__(self, binary: Path, backing: Path, mnt: Path, run: Path) -> None:
-        self.binary, self.backing, self.mnt, self.run = binary, backing, mnt, run
-        mnt.mkdir(exist_ok=True)
-
-    def mount(self, rtt_us: int) -> None:
-        (self.run / "pid").unlink(missing_ok=True)
-        args = [str(self.binary), "--rtt-us", str(rtt_us), "--run-dir", str(self.run), str(self.backing), str(self.mnt)]
-        subprocess.run(args, check=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ValueError):  # not there yet, or still being written
-                self.pid = int((self.run / "pid").read_text())
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"latfs did not start on {self.mnt}")
-
-    def unmount(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGCONT)
-        subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)  # whatever state it is in
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        os.kill(self.pid, signal.SIGKILL)
 
 
 def _mounted(tmp_path: Path, binary: Path, rtt_us: int):

@@ -42,6 +42,8 @@ struct Queue {
     jobs: VecDeque<Job>,
     threads: usize,
     idle: usize,
+    /// Times an idle thread was woken (tests: a batch wakes as many threads as it queued jobs).
+    wakeups: u64,
 }
 
 /// A pool of threads; [`global`] is the process's, tests make their own.
@@ -65,6 +67,11 @@ impl Pool {
     /// Threads started so far.
     pub fn threads(&self) -> usize {
         lock(&self.queue).threads
+    }
+
+    /// Times an idle thread has been woken so far.
+    pub fn wakeups(&self) -> u64 {
+        lock(&self.queue).wakeups
     }
 
     /// Queues `jobs`, starting threads (outside the lock) so that each can run at once; returns how
@@ -94,7 +101,11 @@ impl Pool {
         let n = jobs.len();
         q.jobs.extend(jobs);
         drop(q);
-        self.ready.notify_all();
+        // one wake-up per job, not every idle thread: a network scan's process keeps up to 256 of
+        // them, and waking all for each directory's batch was most of its helpers' system time
+        for _ in 0..n {
+            self.ready.notify_one();
+        }
         n
     }
 
@@ -110,7 +121,10 @@ impl Pool {
                     q = lock(&self.queue);
                     q.idle += 1;
                 }
-                None => q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner()),
+                None => {
+                    q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+                    q.wakeups += 1;
+                }
             }
         }
     }

@@ -78,6 +78,10 @@ enum Outcome {
     Pruned,
 }
 
+/// What handing a chunk to a pool thread costs (a wake-up, two context switches): a chunk done
+/// faster than this on the caller's thread is not worth sending out.
+const HANDOFF: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Bytes an error row's text takes at most (`describe`).
 const ERROR_TEXT: usize = 256;
 
@@ -555,7 +559,22 @@ impl DirScan {
             }
             *lock(&outcomes[c]) = out;
         };
-        pool::for_each(chunks, o.width.max(1), &work);
+        // Stats the kernel answers from its cache (a FUSE or NFS client right after READDIRPLUS, a
+        // warm local disk) take microseconds: a chunk of them costs less than handing it to another
+        // thread.  So chunks run here while each is that cheap; the first that is not (round trips)
+        // sends the rest out over the pool.
+        let mut inline = 0;
+        if o.width > 1 {
+            while inline < chunks {
+                let t = std::time::Instant::now();
+                work(inline);
+                inline += 1;
+                if t.elapsed() > HANDOFF {
+                    break;
+                }
+            }
+        }
+        pool::for_each(chunks - inline, o.width.max(1), &|c| work(inline + c));
         if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
             state.pending = Some(listed);
             return Err(StepError::Hook(e));

@@ -171,3 +171,24 @@ fn a_child_forked_while_the_pool_is_busy_has_a_working_pool() {
         t.join().unwrap();
     }
 }
+
+#[test]
+#[cfg_attr(miri, ignore)] // timing: threads must be idle
+fn a_batch_wakes_only_as_many_idle_threads_as_it_queued_jobs() {
+    // a network scan's process keeps up to 256 idle threads: waking all of them for each small batch
+    // (notify_all) was most of its system time
+    let pool = Pool::new(|body| std::thread::Builder::new().spawn(body).map(drop));
+    let nap = || std::thread::sleep(std::time::Duration::from_millis(20));
+    pool.for_each(32, 32, &|_| nap());
+    assert!(pool.threads() >= 16);
+    std::thread::sleep(std::time::Duration::from_millis(300)); // every helper back to waiting
+    let before = pool.wakeups();
+    pool.for_each(3, 3, &|_| nap()); // two helper jobs
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let woken = pool.wakeups() - before;
+    assert!(
+        woken <= 4,
+        "{woken} idle threads woken for 2 jobs ({} threads)",
+        pool.threads()
+    );
+}
