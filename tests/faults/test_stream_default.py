@@ -8,10 +8,10 @@ from dask_pfs import copy
 from operators import mounts
 
 from ..conftest import make_balanced, tree_digest
-from .test_storage_gone import _mounted, latfs_binary  # noqa: F401  (a fixture)
+from .test_storage_gone import _mounted  # latfs_binary: a fixture of tests/faults/conftest.py
 
 
-def test_cp_on_a_fuse_mount_copies_after_the_scan_unless_asked(tmp_path, latfs_binary):  # noqa: F811
+def test_cp_on_a_fuse_mount_copies_after_the_scan_unless_asked(tmp_path, latfs_binary):
     fs = _mounted(tmp_path, latfs_binary, rtt_us=1000)
     mounts._mounts.cache_clear()  # this process read the mount table before the mount (earlier tests)
     make_balanced(tmp_path / "local", dirs=2, files_per_dir=5, size=100)
