@@ -467,3 +467,18 @@ def test_source_directory_swapped_for_symlink_after_the_scan_is_not_followed(tmp
     out = copy_files(spec, [Entry(b"d/f", "file", 6), Entry(b"g", "file", 3)])
     assert out.files == 1 and (dst / "g").read_bytes() == b"top"
     assert not (dst / "d" / "f").exists() and out.counts()["failed"] == 1
+
+
+def test_a_big_files_ranges_mixing_journaled_and_found_in_place_count_it_skipped(tmp_path):
+    """A resumed copy: the killed run journaled some ranges of a big file, then renamed it into place before
+    it was killed; the resumed run's other ranges find it up to date ("skip").  Before, the finish task raised
+    StopIteration looking for a failure among ("copied", "skip"): a failed file, exit 1, for a complete copy."""
+    from operators.copy.tasks import CopySpec, Entry, finish_file
+
+    make_tree(tmp_path / "src", {"big": b"x" * 10})
+    spec = CopySpec("file", str(tmp_path / "src"), "file", str(tmp_path / "dst"), token="t")
+    entry = Entry(b"big", "file", 10)
+    done = finish_file(spec, entry, "copied", "skip", "copied")
+    assert done.skipped == 1 and done.counts()["failed"] == 0
+    failed = finish_file(spec, entry, "copied", "skip", "source changed")
+    assert failed.counts()["failed"] == 1 and failed.skipped == 0

@@ -183,10 +183,11 @@ def finish_file(spec: CopySpec, e: Entry, *parts: str) -> Outcome:
     out = Outcome()
     verdicts = set(parts)
     if verdicts != {"copied"}:
-        if verdicts == {"skip"}:
-            out.skipped += 1
-        else:
-            out.fail(e.out_rel, next(v for v in verdicts if v not in ("copied", "skip")))
+        problems = sorted(v for v in verdicts if v not in ("copied", "skip"))
+        if problems:
+            out.fail(e.out_rel, problems[0])
+        else:  # ranges found the file in place and up to date: all of them, or those left after a resume
+            out.skipped += 1  # whose earlier run journaled the others, then renamed the file before it was killed
         return out
     dst = LocalDestination(spec)
     try:
