@@ -27,10 +27,8 @@ def cpu_times() -> tuple[float, float]:
 NAS_PROCESSES = ("glusterfsd", "glusterfs", "glusterd", "netdelay", "sshd", "sftp-server", "sshfs")
 
 
-def process_cpu(names: tuple[str, ...] = NAS_PROCESSES) -> dict[int, float]:
-    """CPU seconds (user + system) so far of every process whose command name is in ``names``, by pid:
-    the NAS harness's bricks, FUSE clients and delay link, which share the host's cores with the tool."""
-    tick = os.sysconf("SC_CLK_TCK")
+def _proc_stat(wanted) -> dict[int, list[str]]:
+    """``/proc/PID/stat`` fields after the command name, of every process ``wanted(pid, name)`` keeps."""
     out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -38,12 +36,19 @@ def process_cpu(names: tuple[str, ...] = NAS_PROCESSES) -> dict[int, float]:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 text = f.read()
+            if wanted(pid, text[text.index("(") + 1 : text.rindex(")")]):
+                out[int(pid)] = text[text.rindex(")") + 2 :].split()
         except OSError:
             continue
-        if text[text.index("(") + 1 : text.rindex(")")] in names:
-            fields = text[text.rindex(")") + 2 :].split()
-            out[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+def process_cpu(names: tuple[str, ...] = NAS_PROCESSES) -> dict[int, float]:
+    """CPU seconds (user + system) so far of every process whose command name is in ``names``, by pid:
+    the NAS harness's bricks, FUSE clients and delay link, which share the host's cores with the tool."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = _proc_stat(lambda _pid, name: name in names)
+    return {pid: (int(f[11]) + int(f[12])) / tick for pid, f in stats.items()}
 
 
 def children_cpu() -> float:
@@ -58,20 +63,13 @@ def warm_server_cpu() -> dict[int, float]:
     """CPU seconds so far of every pfs warm server (``dask_pfs.warm``), by pid, with the children it
     reaped: a ``pfs`` command runs in such a child, so its CPU is there, not in the client's process tree."""
     tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"dask_pfs.warm" not in f.read():
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(pid)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    return out
+    stats = _proc_stat(lambda pid, _name: _is_warm_server(pid))
+    return {pid: sum(int(x) for x in f[11:15]) / tick for pid, f in stats.items()}  # utime stime cutime cstime
+
+
+def _is_warm_server(pid: str) -> bool:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return b"dask_pfs.warm" in f.read()
 
 
 class CpuMeter:

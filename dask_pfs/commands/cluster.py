@@ -21,28 +21,31 @@ def cluster_group() -> None:
     """This user's warm pfs servers: commands start in ~0.1 s instead of ~0.5 s (PFS_SERVER=off: never)."""
 
 
-def _servers(where: str) -> list[dict]:
+def _ask(where: str, key: str, op: str) -> dict | None:
+    """A server's answer to ``op`` (``status``, ``stop``), after checking it is one this process may use
+    (``{"refused": why}`` otherwise); None when no server listens under ``key``."""
     from dask_pfs.warm import client, identity, wire
 
-    found = []
-    for name in sorted(os.listdir(where)):
-        if not name.endswith(".sock"):
-            continue
-        sock = client.connect(os.path.join(where, name))
-        if sock is None:
-            continue
-        with sock:
-            sock.settimeout(5)
-            pid, refused = wire.verified_peer(sock, identity.context_of())
-            if refused:
-                found.append({"key": name[:-5], "pid": pid, "refused": refused})
-                continue
-            wire.send(sock, {"op": "status"})
-            answer = wire.Reader(sock).read() or {}
-            answer.pop("op", None)
-            answer["rss_bytes"] = _rss(pid)
-            found.append(answer)
-    return found
+    sock = client.connect(os.path.join(where, f"{key}.sock"))
+    if sock is None:
+        return None
+    with sock:
+        sock.settimeout(5)
+        pid, refused = wire.verified_peer(sock, identity.context_of())
+        if refused:
+            return {"key": key, "pid": pid, "refused": refused}
+        wire.send(sock, {"op": op})
+        answer = wire.Reader(sock).read() or {}
+    answer.pop("op", None)
+    return {"key": key, **answer, "rss_bytes": _rss(pid)}
+
+
+def _keys(where: str) -> list[str]:
+    return sorted(name[: -len(".sock")] for name in os.listdir(where) if name.endswith(".sock"))
+
+
+def _servers(where: str) -> list[dict]:
+    return [answer for key in _keys(where) if (answer := _ask(where, key, "status")) is not None]
 
 
 def _rss(pid: int | None) -> int | None:
@@ -109,24 +112,18 @@ def start_cmd(timeout: float) -> None:
 @click.option("--all", "every", is_flag=True, help="Every server of this user, not only this environment's.")
 def stop_cmd(every: bool) -> None:
     """Stop the server (running commands finish first)."""
-    from dask_pfs.warm import client, identity, wire
+    from dask_pfs.warm import identity
 
     where = _where()
-    keys = [n[:-5] for n in os.listdir(where) if n.endswith(".sock")] if every else [identity.server_key()]
     stopped = 0
-    for key in keys:
-        sock = client.connect(os.path.join(where, f"{key}.sock"))
-        if sock is None:
+    for key in _keys(where) if every else [identity.server_key()]:
+        answer = _ask(where, key, "stop")
+        if answer is None:
             continue
-        with sock:
-            sock.settimeout(5)
-            _pid, refused = wire.verified_peer(sock, identity.context_of())
-            if refused:
-                click.echo(f"{key}: not stopped, not usable by this process: {refused}", err=True)
-                continue
-            wire.send(sock, {"op": "stop"})
-            answer = wire.Reader(sock).read() or {}
-            click.echo(f"{key}: pid {answer.get('pid')} stopping ({answer.get('running', 0)} commands running)")
-            stopped += 1
+        if "refused" in answer:
+            click.echo(f"{key}: not stopped, not usable by this process: {answer['refused']}", err=True)
+            continue
+        click.echo(f"{key}: pid {answer.get('pid')} stopping ({answer.get('running', 0)} commands running)")
+        stopped += 1
     if not stopped:
         click.echo("no pfs server to stop")
