@@ -36,7 +36,7 @@ from dask_pfs.copy import owners
 from dask_pfs.copy.group import group_of
 from dask_pfs.copy.phases import CopyJob
 from dask_pfs.copy.streaming import Streamer
-from dask_pfs.copy.target import Target, live_target, manifest_target
+from dask_pfs.copy.target import live_target, manifest_target
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.check import check_parts
@@ -52,10 +52,10 @@ from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import scan_tree
-from dask_pfs.urls import Location, make_root, resolve, root_times_from
+from dask_pfs.urls import Location, make_root, resolve
 from operators.copy.plan import ChunkLimits
 from operators.copy.tasks import CopySpec
-from operators.journal import Journal, canonical
+from operators.journal import canonical
 from operators.mounts import is_network
 from operators.scan.prune import Prune
 
@@ -199,7 +199,7 @@ def copy(
         check_root(m.info, m.url, root, destructive=False, allow_other=allow_other_root)  # dask_pfs.manifests.root
         target = manifest_target(root, os.fspath(dst), storage_options, dst_storage_options)
     if stream is None:
-        stream = default_stream(target)
+        stream = target.streams_by_default
     group = group_of(m, target.dst, selection) if m is not None else None
     # one writer per destination (dask_pfs.runtime.locking), or the parts of one manifest's copy (copy.group)
     with writer_lock(target.dst, "copy into", group) as held:
@@ -340,7 +340,7 @@ def copy(
             lost = job.unaccounted() if prior else 0
             if lost:  # a resume must account for every selected entry before its journal goes
                 job.fail([("", "failed", f"resume: {lost} selected entries were neither copied nor journaled")])
-            kept = _end_journal(jr, job.failed, target)
+            kept = target.end_journal(jr, job.failed)
             counts = job.counts()
             return CopyResult(
                 source=target.src.url,
@@ -360,12 +360,6 @@ def copy(
                 streamed=job.streamed_files,
                 selected=selected,
             )
-
-
-def default_stream(target: Target) -> bool:
-    """Stream (copy while scanning) unless either end is a network or FUSE mount: on latfs at 1 ms the whole
-    scan then the copy was 16-32 % faster with 12-23 % less CPU, both ways (docs/performance.md)."""
-    return not any(loc.is_local and is_network(loc.path) for loc in (target.src, target.dst))
 
 
 def _on_exist(overwrite: bool, update: bool, ignore_existing: bool) -> str:
@@ -391,18 +385,6 @@ def manifest_identity(m: Manifest | None) -> str | None:
     if m is None:
         return None
     return f"{m.url}#{hashlib.sha256(canonical(m.info)).hexdigest()[:16]}"
-
-
-def _end_journal(jr: Journal | None, failed: int, target: Target) -> str | None:
-    """Keep the journal of a run with failures (its path, for ``resume``); drop a clean run's."""
-    if jr is None:
-        return None
-    if failed:
-        return jr.path
-    jr.remove()
-    if target.make_root:
-        root_times_from(target.src, target.dst)  # removing the journal touched the root
-    return None
 
 
 __all__ = ["NO_SPLIT", "SPLIT_SIZE", "CopyResult", "MiB", "copy", "default_split_size"]
