@@ -27,12 +27,12 @@ def run_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )
 
 
-def _scanned(root) -> _native.Sink:
-    """The core's sink after one scan step of ``root`` (every entry fits)."""
+def _scanned(root, entries: int = 100) -> _native.Sink:
+    """The core's sink after one scan step of ``root`` of up to ``entries`` entries (every entry fits)."""
     sink = _native.Sink()
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        _native.DirScan(fd, b"").step(sink, 100, 16, 1)
+        _native.DirScan(fd, b"").step(sink, entries, 16, 1)
     finally:
         os.close(fd)
     return sink
@@ -143,22 +143,13 @@ def test_a_table_from_the_cores_buffers_outlives_the_sink_and_cannot_write_them(
     for name in reversed(names):
         (tmp_path / name).write_bytes(b"x" * len(name))
 
-    def scanned() -> _native.Sink:
-        sink = _native.Sink()
-        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            _native.DirScan(fd, b"").step(sink, 1000, 16, 1)
-        finally:
-            os.close(fd)
-        return sink
-
-    n, cols, _ = scanned().take(True)
+    n, cols, _ = _scanned(tmp_path, 1000).take(True)
     view = memoryview(cols["path"][2])
     assert view.readonly and bytes(view[:4]) == b"f000"
     with pytest.raises(TypeError):
         view[0] = 0
     del n, cols, view
-    table = sink_table(scanned(), sort=True)
+    table = sink_table(_scanned(tmp_path, 1000), sort=True)
     gc.collect()
     pa.default_memory_pool().release_unused()
     _ = [bytearray(1 << 20) for _ in range(64)]  # reuse freed memory, if any was freed too early

@@ -94,24 +94,35 @@ def test_ctrl_c_reaches_the_command_and_a_killed_client_kills_it(warm, tmp_path)
     src = tmp_path / "src"
     make_balanced(src, dirs=20, files_per_dir=100)
     server = start(warm)
-    paced = [*PFS, "cp", f"{src}/", str(tmp_path / "c1"), "--no-progress", "--max-ops-per-second", "50"]
-    proc = subprocess.Popen(paced, env=warm, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = paced_cp(warm, src, tmp_path / "c1", ops_per_second=50)
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert b"pfs: interrupted" in err and b"Traceback" not in err and b"server job cpu" in err
-    paced[len(PFS) + 2] = str(tmp_path / "c2")
-    proc = subprocess.Popen(paced, env=warm, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = paced_cp(warm, src, tmp_path / "c2", ops_per_second=50)
     time.sleep(3)
     assert _running(warm) == 1, proc.poll() is not None and proc.stderr.read()
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 20
-    while _running(warm) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _running(warm) == 0  # the child and its helpers went with their client
+    assert within(20, lambda: _running(warm) == 0)  # the child and its helpers went with their client
     assert _alive(server["pid"])
+
+
+def paced_cp(env: dict, src: Path, dst: Path, ops_per_second: int) -> subprocess.Popen:
+    """A copy slow enough to still be running when the test acts on it."""
+    cmd = [*PFS, "cp", f"{src}/", str(dst), "--no-progress", "--max-ops-per-second", str(ops_per_second)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def within(seconds: float, done) -> bool:
+    """Whether ``done()`` comes true within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def _running(env: dict) -> int:
@@ -236,10 +247,7 @@ def test_an_unsafe_directory_means_no_server_and_the_command_still_runs(warm, tm
 def test_idle_server_leaves_and_cleans_up(warm):
     env = {**warm, "PFS_SERVER_IDLE": "1"}
     server = start(env)
-    deadline = time.monotonic() + 30
-    while _alive(server["pid"]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _alive(server["pid"])
+    assert within(30, lambda: not _alive(server["pid"]))
     assert list((Path(warm["XDG_RUNTIME_DIR"]) / "pfs").iterdir()) == []
 
 
@@ -247,18 +255,14 @@ def test_stop_lets_a_running_command_finish(warm, tmp_path):
     src = tmp_path / "src"
     make_balanced(src, dirs=4, files_per_dir=50)
     server = start(warm)
-    cmd = [*PFS, "cp", f"{src}/", str(tmp_path / "c"), "--no-progress", "--max-ops-per-second", "100"]
-    proc = subprocess.Popen(cmd, env=warm, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = paced_cp(warm, src, tmp_path / "c", ops_per_second=100)
     time.sleep(1.5)
     stop = pfs(warm, "cluster", "stop")
     assert b"stopping (1 commands running)" in stop.stdout
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and b"server job cpu" in err, err
     assert len(list((tmp_path / "c").rglob("*.dat"))) == 200
-    deadline = time.monotonic() + 10
-    while _alive(server["pid"]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _alive(server["pid"])
+    assert within(10, lambda: not _alive(server["pid"]))
 
 
 def test_pfs_server_off_and_paths_of_descriptors_run_here(warm, tmp_path):

@@ -169,6 +169,11 @@ def _has_semicolon(text: str) -> bool:
 
 
 _parser_lock = threading.Lock()
+# every database pfs opens: no extension is fetched or loaded behind its back
+DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
 
 
 @functools.cache
@@ -176,7 +181,7 @@ def _parser() -> duckdb.DuckDBPyConnection:
     """A connection used only to parse (``json_serialize_sql``); it reads and runs nothing."""
     import duckdb
 
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con = duckdb.connect(config=DUCKDB_CONFIG)
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
@@ -281,7 +286,7 @@ def connect(
     """
     import duckdb
 
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    con = duckdb.connect(config=DUCKDB_CONFIG)
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
     allowed = [os.path.abspath(d).rstrip("/") + "/" for d in dirs]

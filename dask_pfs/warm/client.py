@@ -22,7 +22,6 @@ from typing import NoReturn
 _STREAMS = (0, 1, 2)
 # the client's sys.path first (a checkout on PYTHONPATH, a ``python -m`` from a source tree), then the server
 _SERVER_MAIN = "import json, sys; sys.path[:] = json.loads(sys.argv[2]); from dask_pfs.warm.server import main; main()"
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def main() -> NoReturn:
@@ -55,13 +54,14 @@ def _via_server() -> int | tuple[str, int] | None:
         where = identity.socket_dir()
         if where is None:
             return None
-        key = identity.server_key()
+        context = identity.context_of()
+        key = identity.server_key(context)
         sock = connect(os.path.join(where, f"{key}.sock"))
         if sock is None:
             if 1 not in (os.getpid(), os.getppid()):  # not a container's one command: it would never come back
                 start_server(where, key)
             return None
-        return _run(sock, key, identity.context_of())
+        return _run(sock, key, context)
     except (OSError, ValueError) as exc:
         _debug(f"pfs: running here, not in the warm server: {exc}")
         return None
@@ -124,11 +124,11 @@ def _wait(sock: socket.socket, reader) -> int | tuple[str, int]:
         signal.signal(signal.SIGTSTP, suspend)  # here again after SIGCONT (fg, bg)
         forward(signal.SIGCONT, None)
 
-    for sig in _FORWARDED:
+    for sig in wire.FORWARDED_SIGNALS:
         signal.signal(sig, forward)
     signal.signal(signal.SIGTSTP, suspend)
     end = reader.read()
-    for sig in (*_FORWARDED, signal.SIGTSTP):
+    for sig in (*wire.FORWARDED_SIGNALS, signal.SIGTSTP):
         signal.signal(sig, signal.SIG_DFL)
     if end is None or end.get("op") != "exit":
         print("pfs: error: the pfs server ended while running this command", file=sys.stderr)
@@ -157,8 +157,9 @@ def start_server(where: str, key: str, wait: float = 0.0) -> bool:
     import subprocess
     import time
 
-    lock_path = os.path.join(where, f"{key}.lock")
-    lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    from dask_pfs.warm import identity
+
+    lock = identity.open_lock(where, key)
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -49,6 +49,11 @@ def socket_dir(create: bool = True) -> str | None:
     return base if _private_dir(base, uid) else None
 
 
+def open_lock(where: str, key: str) -> int:
+    """``KEY.lock``, which a key's server holds (``flock``) while it lives: one server per key."""
+    return os.open(os.path.join(where, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
 def _private_dir(path: str, uid: int) -> bool:
     try:
         st = os.lstat(path)
@@ -143,10 +148,12 @@ def keyed_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(_KEYED_PREFIXES) or k in _KEYED_NAMES}
 
 
-def server_key() -> str:
-    """The name of the server this process may use (the same in the server that it starts)."""
+def server_key(context: dict | None = None) -> str:
+    """The name of the server this process may use (the same in the server that it starts);
+    ``context``: this process's :func:`context_of`, when the caller has read it already."""
+    mine = context if context is not None else context_of()
     blob = json.dumps(
-        [context_of(), _install(), sorted(keyed_environment().items()), _limits(), os.getuid()],
+        [mine, _install(), sorted(keyed_environment().items()), _limits(), os.getuid()],
         sort_keys=True,
         default=str,
     )

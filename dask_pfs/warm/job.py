@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-_FORWARDED = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2}
+from dask_pfs.warm import wire
 
 
 def become(conn: socket.socket, request: dict, fds: list[int], closing: Callable[[], None]) -> NoReturn:
@@ -127,5 +127,5 @@ def _raise(line: bytes, main_thread: int) -> None:
         return
     if sig in (signal.SIGSTOP, signal.SIGCONT):  # the client was suspended or resumed: the whole job is
         os.killpg(0, sig)
-    elif sig in _FORWARDED:
+    elif sig in wire.FORWARDED_SIGNALS:
         signal.pthread_kill(main_thread, sig)

@@ -56,7 +56,7 @@ def main() -> None:
     where = identity.socket_dir()
     if where is None:
         raise SystemExit("pfs server: no private socket directory")
-    lock = os.open(os.path.join(where, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    lock = identity.open_lock(where, key)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -76,8 +76,10 @@ def _preload() -> None:
         importlib.import_module(name)
     import duckdb
 
+    from dask_pfs.manifests.sql import DUCKDB_CONFIG
+
     # DuckDB's first database in a process builds its catalogue (~30 ms); closed, it leaves no thread
-    duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}).close()
+    duckdb.connect(config=DUCKDB_CONFIG).close()
     others = [name for name in _thread_names() if name not in FORK_SAFE_THREADS]
     if len(others) != 1:
         raise SystemExit(f"pfs server: threads {others} after imports; a process that forks must have one")

@@ -9,9 +9,12 @@ surrogate escapes (``os.fsdecode``), so they reach the child byte for byte.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import struct
 
+# what a client passes on to its command (Ctrl-Z is SIGTSTP: the client stops the command with itself)
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 MAX_LINE = 4 << 20  # a request (argv + environment) larger than this is refused
 MAX_FDS = 4  # stdin, stdout, stderr, working directory
 
@@ -77,7 +80,6 @@ def verified_peer(sock: socket.socket, expected: dict) -> tuple[int | None, str 
     """(pid, None) if the peer is this user's with the same credentials and confinement as
     ``expected`` (``identity.context_of()``); (pid, why not) otherwise."""
     import os
-    import signal
 
     from dask_pfs.warm import identity
 
