@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import warm_server_cpu  # benchmarks/ is on sys.path when this script runs
+from common import measured_env, served_cpu  # benchmarks/ is on sys.path when this script runs
 from lat_timeline import snapshot
 
 NAS = "/work/shared/nas/nas.sh"
@@ -120,12 +120,11 @@ class Sampler(threading.Thread):
 
 
 def run(cmd: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
-    """Wall, CPU of the whole process tree (and of the pfs warm servers meanwhile: "pfs" runs in a child
-    of this user's, ``dask_pfs.warm``), exit code."""
-    served = warm_server_cpu()
+    """Wall, CPU of the whole process tree (and of the served child that ran it, when a pfs warm server
+    did: ``common.served_cpu``), exit code."""
     t0 = time.monotonic()
     proc = subprocess.Popen(  # cwd /: ``python -m`` puts the working directory first on sys.path
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd="/"
+        cmd, env=measured_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd="/"
     )
     deadline = t0 + timeout
     while True:
@@ -137,10 +136,10 @@ def run(cmd: list[str], env: dict, timeout: float) -> tuple[float, float, int]:
         time.sleep(0.01)
     wall = time.monotonic() - t0
     rc = os.waitstatus_to_exitcode(status)
+    stderr = proc.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
     if rc:
-        sys.stderr.write(f"{cmd[:4]}: exit {rc}: {proc.stderr.read().decode()[-300:]}\n")  # type: ignore[union-attr]
-    server = sum(cpu - served.get(pid, 0.0) for pid, cpu in warm_server_cpu().items())
-    return wall, usage.ru_utime + usage.ru_stime + server, rc
+        sys.stderr.write(f"{cmd[:4]}: exit {rc}: {stderr[-300:]}\n")
+    return wall, usage.ru_utime + usage.ru_stime + served_cpu(stderr), rc
 
 
 def main() -> None:

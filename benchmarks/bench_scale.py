@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import CpuMeter, cpu_times
+from benchmarks.common import CpuMeter, cpu_times, measured_env
 from benchmarks.simfs import SHM, CostModel, SimServer, Tree, TreeSpec, register, sim_url
 
 REPO = Path(__file__).resolve().parent.parent
@@ -267,7 +267,8 @@ def cmd_readers(a: argparse.Namespace) -> None:
         b0, t0c = cpu_times()
         t0 = time.monotonic()
         with CpuMeter() as meter:
-            proc = subprocess.run(PFS + args, capture_output=True, text=True, cwd=REPO)
+            proc = subprocess.run(PFS + args, capture_output=True, text=True, cwd=REPO, env=measured_env())
+            meter.count_served(proc.stderr)
         wall = time.monotonic() - t0
         b1, t1c = cpu_times()
         row = {

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import NAS, PFS, REPO, Run, loadavg, table, timed, warm_server_cpu
+from common import NAS, PFS, REPO, Run, loadavg, measured_env, served_cpu, table, timed
 
 PWALK = [sys.executable, str(NAS / "pwalk.py"), "-j", "64", "--stat"]
 
@@ -167,18 +167,17 @@ for _ in sys.stdin:
 
 
 def wait_timed(cmd: list[str], env: dict) -> dict:
-    """Wall and CPU seconds (user + system of the command and every process it waited for, and of the pfs
-    warm servers meanwhile: a served command runs in a child of one, ``common.warm_server_cpu``)."""
-    served = warm_server_cpu()
+    """Wall and CPU seconds (user + system of the command and every process it waited for, and of the served
+    child that ran it when a pfs warm server did: ``common.served_cpu``)."""
     t0 = time.monotonic()
     # cwd "/": the console script's directory, not the working directory, comes first on sys.path
-    proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=measured_env(env), cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
+    stderr = proc.stderr.read()  # type: ignore[union-attr]
     if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(cmd)}: exit {os.waitstatus_to_exitcode(status)}: {proc.stderr.read()[-400:]!r}")
-    server = sum(cpu - served.get(pid, 0.0) for pid, cpu in warm_server_cpu().items())
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime + server}
+        raise SystemExit(f"{' '.join(cmd)}: exit {os.waitstatus_to_exitcode(status)}: {stderr[-400:]!r}")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime + served_cpu(stderr)}
 
 
 class WarmScan:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -59,32 +60,45 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def warm_server_cpu() -> dict[int, float]:
-    """CPU seconds so far of every pfs warm server (``dask_pfs.warm``), by pid, with the children it
-    reaped: a ``pfs`` command runs in such a child, so its CPU is there, not in the client's process tree."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stats = _proc_stat(lambda pid, _name: _is_warm_server(pid))
-    return {pid: sum(int(x) for x in f[11:15]) / tick for pid, f in stats.items()}  # utime stime cutime cstime
+SERVED_CPU = re.compile(r"^pfs: server job cpu ([0-9.]+) s$", re.M)
 
 
-def _is_warm_server(pid: str) -> bool:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return b"dask_pfs.warm" in f.read()
+def measured_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with ``PFS_SERVER_CPU=1``: a ``pfs`` command served by a warm server
+    (``dask_pfs.warm``) runs in a child of that server, outside the client's process tree; with this set the
+    client prints the CPU of its own served child (the server's ``wait4`` of it) on stderr."""
+    return {**(os.environ if env is None else env), "PFS_SERVER_CPU": "1"}
+
+
+def served_cpu(stderr: str | bytes | None) -> float:
+    """CPU seconds of the served children that the ``pfs`` clients writing ``stderr`` reported (``measured_env``).
+    Only the children that ran these commands count: not other users' servers, nor other commands meanwhile."""
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode(errors="replace")
+    return sum(float(m) for m in SERVED_CPU.findall(stderr or ""))
 
 
 class CpuMeter:
-    """CPU seconds used during a ``with`` block: by the commands it ran and waited for (``cpu_s``, all
-    their processes, and the pfs warm servers' children that ran them) and by the NAS harness meanwhile
-    (``nas_cpu_s``; new processes count from zero)."""
+    """CPU seconds used during a ``with`` block: by the commands it ran and waited for (``cpu_s``: all their
+    processes, plus what ``count_served`` adds for commands a warm server ran) and by the NAS harness
+    meanwhile (``nas_cpu_s``; new processes count from zero)."""
 
     def __enter__(self) -> CpuMeter:
-        self._children, self._nas, self._servers = children_cpu(), process_cpu(), warm_server_cpu()
+        self._children, self._nas = children_cpu(), process_cpu()
+        self._served = 0.0
         return self
 
     def __exit__(self, *exc) -> None:
-        served = sum(cpu - self._servers.get(pid, 0.0) for pid, cpu in warm_server_cpu().items())
-        self.cpu_s = children_cpu() - self._children + served
+        self._own = children_cpu() - self._children
         self.nas_cpu_s = sum(cpu - self._nas.get(pid, 0.0) for pid, cpu in process_cpu().items())
+
+    def count_served(self, stderr: str | bytes | None) -> None:
+        """Add the CPU of the served children reported on ``stderr`` of commands run with ``measured_env``."""
+        self._served += served_cpu(stderr)
+
+    @property
+    def cpu_s(self) -> float:
+        return self._own + self._served
 
     def fields(self) -> dict:
         return {"cpu_s": round(self.cpu_s, 2), "nas_cpu_s": round(self.nas_cpu_s, 2)}
@@ -140,7 +154,9 @@ def timed(
     wrapped = ["/usr/bin/time", "-f", "%M", "-o", "/tmp/pfs-bench-rss"] + (["sh", "-c", cmd] if shell else list(cmd))
     out = subprocess.PIPE if capture else subprocess.DEVNULL
     with CpuMeter() as meter:
-        proc = subprocess.Popen(wrapped, stdout=out, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            wrapped, stdout=out, stderr=subprocess.PIPE, text=True, env=measured_env(env), start_new_session=True
+        )
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
             timed_out = False
@@ -148,6 +164,7 @@ def timed(
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
             timed_out = True
+        meter.count_served(stderr)
     seconds = time.monotonic() - t0
     b1, t1c = cpu_times()
     try:

@@ -20,4 +20,20 @@ command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
 fi
-if [ -x scripts/ensure-helm.sh ]; then ./scripts/ensure-helm.sh; fi
+# miri (scripts/test-native.sh runs the core's thread-pool tests under it): a rustup component of the nightly
+# toolchain, about a minute to install. Without rustup or a network, test-native.sh says so and goes on.
+rustup=$(command -v rustup || echo "$HOME/.cargo/bin/rustup")
+if [ -x "$rustup" ] && ! "$rustup" run nightly cargo miri --version >/dev/null 2>&1; then
+    echo "ensure-tools: installing miri (rustup component add --toolchain nightly miri rust-src)..." >&2
+    if "$rustup" toolchain list | grep -q '^nightly'; then
+        add=("$rustup" component add --toolchain nightly miri rust-src)
+    else
+        add=("$rustup" toolchain install nightly --profile minimal -c miri -c rust-src)
+    fi
+    if "${add[@]}" >/dev/null 2>&1; then
+        "$rustup" run nightly cargo miri setup >/dev/null 2>&1 || true
+    else
+        echo "ensure-tools: miri could not be installed (no network or no nightly toolchain); its tests will run natively only" >&2
+    fi
+fi
+./scripts/ensure-helm.sh >/dev/null

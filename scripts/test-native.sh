@@ -14,7 +14,7 @@ if cargo +nightly miri --version >/dev/null 2>&1; then
     # pool threads live for the process (leaks by design); the sysroot is built once (cargo miri setup; needs rust-src, installed with the miri component)
     RUST_BACKTRACE=0 MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation -Zmiri-ignore-leaks}" cargo +nightly miri test -p pfs-core --quiet --test pool
 else
-    echo "test-native: miri is not installed (rustup component add --toolchain nightly miri rust-src):" \
-        "the pool's tests ran natively only" >&2
-    exit 1
+    # scripts/ensure-tools.sh (run by `make test` first) installs miri where rustup and the network allow;
+    # where they do not, the pool's tests have run natively above and the suite goes on.
+    echo "test-native: miri is not available (scripts/ensure-tools.sh could not install it: rustup component add --toolchain nightly miri rust-src); the pool's tests ran natively only" >&2
 fi

@@ -18,7 +18,6 @@ import pytest
 from tests.conftest import PFS, REPO, run_pfs
 
 SHM = Path("/dev/shm")
-LAT = Path("/mnt/lat")
 BIG = bytes(range(256)) * 256  # 64 KiB, every byte value
 DROP = "-dac_override,-dac_read_search,-chown,-fowner"
 NON_ROOT = ["setpriv", f"--bounding-set={DROP}", f"--inh-caps={DROP}"]
@@ -129,32 +128,6 @@ def test_chown_sets_ids_and_refuses_unknown_names(shm):
     bad = run_pfs("cp", "--chown", "no-such-user-h31a:", f"{src}/", shm / "d3")
     assert bad.returncode == 2 and "no user named 'no-such-user-h31a'" in bad.stderr
     assert "Traceback" not in bad.stderr and not (shm / "d3").exists()
-
-
-def test_a_destination_refusing_attributes_counts_each_failure(shm):
-    if not os.path.ismount(LAT):
-        pytest.skip("latfs is not mounted at /mnt/lat")
-    src = make_tree(shm / "src")
-    dst = Path(tempfile.mkdtemp(prefix="h31a-xattrs-", dir=LAT))
-    try:
-        log = shm / "failures.parquet"
-        got = run_pfs("cp", "--no-owner", "--failure-log", log, "--json", f"{src}/", dst / "d")
-        assert got.returncode == 1, got.stderr
-        import pyarrow.parquet as pq
-
-        failed = {r["path"]: r["error"] for r in pq.read_table(log).to_pylist()}
-        assert "xattr user.bin: Operation not supported" in failed["a"]
-        assert "xattr user.kind: Operation not supported" in failed["sparse"]
-        assert "xattr user.dir: Operation not supported" in failed["sub"]
-        assert "fifo" not in failed and "link" not in failed  # nothing of theirs to refuse
-        assert (dst / "d" / "a").read_bytes() == b"alpha"  # copied all the same
-        # the failed run kept its journal: resuming it with other attribute options is refused
-        other = run_pfs("cp", "--no-owner", "--no-xattrs", "--resume", f"{src}/", dst / "d")
-        assert other.returncode == 2 and "--no-xattrs" in other.stderr and "Traceback" not in other.stderr
-        ok = run_pfs("cp", "--no-xattrs", "--no-owner", f"{src}/", dst / "e")
-        assert ok.returncode == 0, ok.stderr
-    finally:
-        shutil.rmtree(dst, ignore_errors=True)
 
 
 def test_without_chown_capability_keeps_what_it_may_and_counts_what_was_asked(shm):

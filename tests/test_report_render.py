@@ -7,7 +7,9 @@ tools and pfutils, pstat probes, a --threads sweep, one failed run and one run w
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -160,17 +162,55 @@ def test_cpu_section_shows_when_a_run_is_bound_by_the_host(bench_modules):
     assert render.cpu_section([r for r in rows if r["kind"] != "config"]) == []  # no core count: no table
 
 
-def test_timed_measures_the_commands_own_cpu():
+@pytest.fixture
+def bench_common():
     sys.path.insert(0, str(BENCH))
     try:
-        from common import timed
+        import common
+
+        yield common
     finally:
         sys.path.remove(str(BENCH))
-    busy = timed(
-        "spin",
-        [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"],
-        None,
-    )
-    idle = timed("sleep", ["sleep", "0.4"], None)
+
+
+SPIN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass"
+
+
+@pytest.fixture
+def busy_server_lookalike():
+    """A busy process whose command line names dask_pfs.warm, as another user's pfs warm server's does:
+    a benchmark's meter must not charge its CPU to the command it measures."""
+    proc = subprocess.Popen([sys.executable, "-c", SPIN.format(s=30), "-m", "dask_pfs.warm.server"])
+    time.sleep(0.2)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_timed_measures_the_commands_own_cpu(bench_common, busy_server_lookalike):
+    busy = bench_common.timed("spin", [sys.executable, "-c", SPIN.format(s=0.4)], None)
+    idle = bench_common.timed("sleep", ["sleep", "0.4"], None)
+    assert busy_server_lookalike.poll() is None  # it was busy all along
     assert busy.cpu_s >= 0.35 and idle.cpu_s < 0.1, (busy.cpu_s, idle.cpu_s)
     assert busy.nas_cpu_s is not None and busy.nas_cpu_s >= 0
+
+
+def test_timed_counts_the_served_child_that_ran_the_command(bench_common, tmp_path, busy_server_lookalike):
+    """A command a warm server runs is charged its own served child's CPU (reported by its client),
+    not the CPU of the other servers on the host."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "f").write_text("x")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = bench_common.measured_env({**os.environ, "XDG_RUNTIME_DIR": str(run_dir), "PFS_SERVER": "on"})
+    pfs = [sys.executable, "-m", "dask_pfs"]
+    try:
+        subprocess.run([*pfs, "cluster", "start"], env=env, cwd="/", check=True, capture_output=True, timeout=60)
+        run = bench_common.timed("scan", [*pfs, "scan", str(tree), "-o", str(tmp_path / "m")], None, env=env)
+        assert run.rc == 0, run.stderr
+        served = bench_common.served_cpu(run.stderr)
+        assert served > 0, run.stderr  # it was served, and its client said what its child cost
+        assert served <= run.cpu_s < served + 2.0, (served, run.cpu_s)
+    finally:
+        subprocess.run([*pfs, "cluster", "stop"], env=env, cwd="/", capture_output=True, timeout=60)
