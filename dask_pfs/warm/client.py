@@ -4,9 +4,12 @@ Importing Python's data stack costs a 1-file command most of its time (~0.4 s of
 first file; docs/performance.md), so this module imports nothing of it.  It finds the server whose
 key (``identity.server_key``) matches this process, checks from ``/proc`` that the server has this
 process's credentials and confinement, sends argv, environment, umask, the standard streams and the
-working directory, forwards signals (Ctrl-C) and leaves with the command's exit status.  With no
-server yet it starts one in the background and runs this command itself; ``PFS_SERVER=off`` never
-uses one (``pfs cluster stop`` stops them).
+working directory, forwards signals (Ctrl-C) and leaves with the command's exit status.
+
+Opt-in: by default (``PFS_SERVER`` unset or ``auto``) a command uses a server only if one is running
+(``pfs cluster start`` started it) and never starts one; ``PFS_SERVER=on`` also starts one in the
+background when there is none (this command then runs itself); ``PFS_SERVER=off`` never uses one
+(``pfs cluster stop`` stops them).
 """
 
 from __future__ import annotations
@@ -24,10 +27,14 @@ _STREAMS = (0, 1, 2)
 _SERVER_MAIN = "import json, sys; sys.path[:] = json.loads(sys.argv[2]); from dask_pfs.warm.server import main; main()"
 
 
+_MODES = {"on": "on", "1": "on", "yes": "on", "true": "on", "off": "off", "0": "off", "no": "off", "false": "off"}
+
+
 def main() -> NoReturn:
     argv = sys.argv[1:]
-    if _wanted(argv):
-        code = _via_server()
+    mode = _mode()
+    if mode != "off" and _wanted(argv):
+        code = _via_server(start=mode == "on")
         if code is not None:
             _leave(code)
     from dask_pfs import cli
@@ -36,29 +43,40 @@ def main() -> NoReturn:
     raise SystemExit(0)  # cli.main exits; for type checkers
 
 
+def _mode() -> str:
+    """``PFS_SERVER``: ``auto`` (unset: a running server only), ``on`` or ``off``; anything else is refused."""
+    value = os.environ.get("PFS_SERVER", "auto").strip().lower()
+    if value in ("auto", ""):
+        return "auto"
+    if value not in _MODES:
+        print(f"pfs: error: PFS_SERVER={os.environ['PFS_SERVER']!r}: expected on, off or auto", file=sys.stderr)
+        os._exit(2)
+    return _MODES[value]
+
+
 def _wanted(argv: list[str]) -> bool:
-    mode = os.environ.get("PFS_SERVER", "auto").lower()
-    if mode in ("off", "0", "no", "false"):
-        return False
     if "cluster" in argv[:3]:  # ``pfs cluster stop|status`` talk to servers: from outside them
         return False
     # descriptors other than 0, 1 and 2 are the client's own: a path naming one stays here
     return not any(a.startswith(("/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/")) for a in argv)
 
 
-def _via_server() -> int | tuple[str, int] | None:
-    """The command's exit status from the server, or None to run it in this process."""
+def _via_server(start: bool) -> int | tuple[str, int] | None:
+    """The command's exit status from the server, or None to run it in this process (``start``: and
+    start a server in the background when there is none)."""
     try:
         from dask_pfs.warm import identity
 
-        where = identity.socket_dir()
+        where = identity.socket_dir(create=start)
         if where is None:
             return None
+        if not start and not any(name.endswith(".sock") for name in os.listdir(where)):
+            return None  # the default: nobody started a server, so none is looked for (no key computed)
         context = identity.context_of()
         key = identity.server_key(context)
         sock = connect(os.path.join(where, f"{key}.sock"))
         if sock is None:
-            if 1 not in (os.getpid(), os.getppid()):  # not a container's one command: it would never come back
+            if start and 1 not in (os.getpid(), os.getppid()):  # not a container's one command: it would never come back
                 start_server(where, key)
             return None
         return _run(sock, key, context)
