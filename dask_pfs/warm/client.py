@@ -33,6 +33,7 @@ _MODES = {"on": "on", "1": "on", "yes": "on", "true": "on", "off": "off", "0": "
 
 def main() -> NoReturn:
     argv = sys.argv[1:]
+    _check_descriptors(argv)
     mode = _mode()
     if mode != "off" and _wanted(argv):
         code = _via_server(start=mode == "on")
@@ -42,6 +43,20 @@ def main() -> NoReturn:
 
     cli.main(argv)
     raise SystemExit(0)  # cli.main exits; for type checkers
+
+
+def _check_descriptors(argv: list[str]) -> None:
+    """An argument naming a descriptor (``--output=/dev/fd/3``) must name one this process was given:
+    otherwise it would be whatever pfs opens first there (a manifest part, overwritten)."""
+    if not any("/" in arg for arg in argv):
+        return
+    from dask_pfs.warm import faithful
+
+    for arg, fd in faithful.descriptors_named(argv).items():
+        try:
+            os.fstat(fd)  # nothing of this process's own is open yet: an open one was given
+        except OSError:
+            _refuse(f"{arg}: descriptor {fd} is not open (give it to pfs, e.g. 3>FILE)")
 
 
 def _mode() -> str:
@@ -129,8 +144,8 @@ def _run(sock: socket.socket, key: str, context: dict) -> int | tuple[str, int] 
         if refused or pid is None:
             _debug(f"pfs: not using the server at {sock.getpeername()}: {refused}")
             return None
-        # proof that this process may read the server's /proc (a Landlock domain or fewer privileges may not)
-        proof = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
+        # proof that this process passes a ptrace read check of the server (a Landlock domain may not)
+        proof = os.open(f"/proc/{pid}/fdinfo/0", os.O_RDONLY | os.O_CLOEXEC)
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             umask = os.umask(0o22)

@@ -102,30 +102,62 @@ def _spellings(arg: str) -> list[str]:
 
 
 def names_a_process(path: str) -> bool:
-    """Whether ``path`` (absolute), normalised and with its directories' symlinks followed, is a
-    descriptor, the terminal or under ``/proc``."""
+    """Whether ``path`` (absolute), normalised and with its symlinks followed, is a descriptor, the
+    terminal or under ``/proc``."""
+    return bool(_NAMES_A_PROCESS.match(_resolve(path)))
+
+
+_DESCRIPTOR = re.compile(r"^/proc/(self|thread-self|(\d+)(/task/\d+)?)/fd/(\d+)$")
+_DEV_DESCRIPTOR = re.compile(r"^/dev/(fd/(\d+)|stdin|stdout|stderr)$")  # where /dev has no such symlinks
+_PROC = re.compile(r"^/proc(/|$)")
+_STD = {"stdin": 0, "stdout": 1, "stderr": 2}
+
+
+def descriptors_named(argv: list[str]) -> dict[str, int]:
+    """{argument: descriptor} for each argument naming one of this process's descriptors in any spelling
+    (``/dev/fd/3``, ``--output=/proc/self/fd/3``, ``-o/dev/stdout``)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = "/"
+    found = {}
+    for arg in argv:
+        for candidate in _spellings(arg):
+            resolved = _resolve(os.path.join(cwd, candidate))
+            match = _DESCRIPTOR.match(resolved)
+            if match and match.group(2) in (None, str(os.getpid())):
+                found[arg] = int(match.group(4))
+            dev = _DEV_DESCRIPTOR.match(resolved)
+            if dev:
+                found[arg] = int(dev.group(2)) if dev.group(2) else _STD[dev.group(1)]
+    return found
+
+
+def _resolve(path: str) -> str:
+    """``path`` normalised, its symlinks followed, but nothing under ``/proc`` (a descriptor's magic
+    link would lead to the file it has open)."""
     seen = 0
     path = "/" + os.path.normpath(path).lstrip("/")
     while True:
-        if _NAMES_A_PROCESS.match(path):
-            return True
+        if _PROC.match(path):
+            return path
         parts = path.split("/")
         resolved = "/"
         for i, part in enumerate(parts[1:], start=1):
             candidate = os.path.join(resolved, part)
+            if _PROC.match(candidate):
+                return "/" + os.path.normpath(os.path.join(candidate, *parts[i + 1 :])).lstrip("/")
             try:
                 st = os.lstat(candidate)
             except OSError:  # nothing further to follow: what is left is a name to create
-                return bool(_NAMES_A_PROCESS.match(os.path.normpath(os.path.join(candidate, *parts[i + 1 :]))))
+                return "/" + os.path.normpath(os.path.join(candidate, *parts[i + 1 :])).lstrip("/")
             if stat.S_ISLNK(st.st_mode):
                 seen += 1
                 if seen > 40:
-                    return True  # a loop: not worth serving
+                    return "/proc/loop"  # a loop: not worth serving
                 target = os.readlink(candidate)
                 path = "/" + os.path.normpath(os.path.join(resolved, target, *parts[i + 1 :])).lstrip("/")
                 break
             resolved = candidate
-            if _NAMES_A_PROCESS.match(resolved):
-                return True
         else:
-            return False
+            return path

@@ -45,22 +45,28 @@ _NAMESPACES = ("mnt", "pid", "net", "user", "uts", "ipc", "cgroup", "time")
 _PACKAGES = ("dask_pfs", "operators")
 # Compared between client and server (equal, or the command runs in its own process) but not keyed: a
 # ``nice``d or ``ulimit``ed command runs itself rather than starting a server of its own.
-_COMPARED_ONLY = ("Cpus_allowed_list", "Mems_allowed_list", "sched", "oom_score_adj", "limits", "ioprio")
+COMPARED_ONLY = ("Cpus_allowed_list", "Mems_allowed_list", "sched", "oom_score_adj", "limits", "ioprio")
 _DIST_SUFFIXES = (".dist-info", ".egg-info", ".pth", ".egg-link")
 # ioprio_get(2) by machine; another machine's I/O priority cannot be read, so it is never served
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31, "ppc64le": 274, "s390x": 283, "riscv64": 31}
 
 
-def socket_dir(create: bool = True) -> str | None:
-    """``$XDG_RUNTIME_DIR/pfs`` (or ``/tmp/pfs-UID``), only if it is a directory of this user's that
-    nobody else may enter; None otherwise (the command then runs in its own process)."""
+def socket_path_base() -> str:
+    """``$XDG_RUNTIME_DIR/pfs`` (or ``/tmp/pfs-UID``), whether or not it exists or may be used."""
     uid = os.getuid()
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and _private_dir(runtime, uid):
-        base = os.path.join(runtime, "pfs")
-    else:  # where dask_pfs.runtime.locking keeps its locks (tempfile.gettempdir(), without its imports)
-        tmp = next((d for d in map(os.environ.get, ("TMPDIR", "TEMP", "TMP")) if d and os.path.isdir(d)), "/tmp")
-        base = os.path.join(tmp, f"pfs-{uid}")
+        return os.path.join(runtime, "pfs")
+    # where dask_pfs.runtime.locking keeps its locks (tempfile.gettempdir(), without its imports)
+    tmp = next((d for d in map(os.environ.get, ("TMPDIR", "TEMP", "TMP")) if d and os.path.isdir(d)), "/tmp")
+    return os.path.join(tmp, f"pfs-{uid}")
+
+
+def socket_dir(create: bool = True) -> str | None:
+    """:func:`socket_path_base`, only if it is a directory of this user's that nobody else may enter;
+    None otherwise (the command then runs in its own process)."""
+    uid = os.getuid()
+    base = socket_path_base()
     if create:
         try:
             os.mkdir(base, 0o700)
@@ -217,7 +223,7 @@ def server_key(context: dict | None = None) -> str:
     """The name of the server this process may use (the same in the server that it starts);
     ``context``: this process's :func:`context_of`, when the caller has read it already."""
     mine = context if context is not None else context_of()
-    keyed = {k: v for k, v in mine.items() if k not in _COMPARED_ONLY}
+    keyed = {k: v for k, v in mine.items() if k not in COMPARED_ONLY}
     blob = json.dumps(
         [keyed, _install(), sorted(keyed_environment().items()), os.getuid()],
         sort_keys=True,

@@ -76,6 +76,8 @@ def main() -> None:
         return  # another server for this key is starting or running
     if identity.server_key() != key:  # before the imports, which set OPENBLAS_NUM_THREADS
         raise SystemExit("pfs server: this process's key differs from its client's; not serving")
+    if not _proof_holds():
+        raise SystemExit("pfs server: a Landlock-confined process could pass the proof on this kernel; not serving")
     _preload()
     Server(where, key, lock).serve()
 
@@ -129,6 +131,7 @@ class Pending:
     reader: Any
     peer: int
     deadline: float
+    unfaithful: str | None  # why a command of this peer's would not run here as in its own process
 
 
 class Server:
@@ -216,16 +219,18 @@ class Server:
         except OSError:
             return
         try:
-            pid, refused = wire.verified_peer(conn, identity.context_of())
+            mine = identity.context_of()
+            pid, refused = wire.verified_peer(conn, mine, identity_only=True)
             if refused or pid is None:
                 wire.tell(conn, {"op": "refused", "why": refused})
                 conn.close()
                 return
+            _pid, unfaithful = wire.verified_peer(conn, mine)  # limits and priorities: for "run"
         except OSError:
             conn.close()
             return
         conn.setblocking(False)
-        self.pending[conn] = Pending(wire.Reader(conn), pid, time.monotonic() + REQUEST_SECONDS)
+        self.pending[conn] = Pending(wire.Reader(conn), pid, time.monotonic() + REQUEST_SECONDS, unfaithful)
         self.selector.register(conn, selectors.EVENT_READ, "request")
 
     def _read(self, conn: socket.socket) -> None:
@@ -248,7 +253,7 @@ class Server:
             conn.setblocking(True)
             op = request.get("op")
             if op == "run" and request.get("key") == self.key and not self.stopping:
-                refused = _unproven(request, fds)
+                refused = pending.unfaithful or _unproven(request, fds)
                 if refused is None:
                     return self._fork(conn, request, fds, pending.peer)
                 wire.tell(conn, {"op": "refused", "why": refused})
@@ -386,24 +391,53 @@ def _is_stopped(pid: int) -> bool:
         return False
 
 
+def _proof_holds() -> bool:
+    """Whether a process in a Landlock domain is refused ``/proc/<this server>/fdinfo/0`` (kernels
+    without Landlock: nothing to prove).  A forked child restricts itself and tries."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(444, None, 0, 1) < 1:  # landlock_create_ruleset(VERSION): not enabled here
+        return True
+    server = os.getpid()
+    child = os.fork()
+    if child == 0:
+        code = 2
+        try:
+            attr = ctypes.create_string_buffer(struct.pack("Q", 1 << 1))  # handles LANDLOCK_ACCESS_FS_WRITE_FILE
+            ruleset = libc.syscall(444, attr, 8, 0)
+            libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, as an unprivileged process must
+            if ruleset >= 0 and libc.syscall(446, ruleset, 0) == 0:
+                try:
+                    os.close(os.open(f"/proc/{server}/fdinfo/0", os.O_RDONLY))
+                    code = 1
+                except PermissionError:
+                    code = 0
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+
+
 def _unproven(request: dict, fds: list[int]) -> str | None:
-    """Why the client has not shown it may read this server's ``/proc/PID/environ`` (None: it has).
+    """Why the client has not shown it may open this server's ``/proc/PID/fdinfo/0`` (None: it has).
 
     Opening it takes a ptrace read check of this process: a client in a Landlock domain this server is
-    not in, or with fewer capabilities, cannot, and /proc shows neither the domain nor every limit."""
+    not in, or with fewer capabilities, cannot, and /proc does not show the domain (:func:`_proof_holds`
+    checked at start that this kernel makes the check)."""
     streams = request.get("streams")
     if not isinstance(streams, list) or len(fds) != len(streams) + 2:
         return "expected the standard streams, the working directory and the proof"
-    mine = f"/proc/{os.getpid()}/environ"
+    mine = f"/proc/{os.getpid()}/fdinfo/0"
     proof = fds[-1]
     try:
         if os.readlink(f"/proc/self/fd/{proof}") != mine:
-            return "the proof is not this server's environ"
+            return "the proof is not this server's fdinfo"
         theirs, ours = os.fstat(proof), os.stat(mine)
     except OSError as exc:
         return f"the proof cannot be checked: {exc}"
     if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
-        return "the proof is not this server's environ"
+        return "the proof is not this server's fdinfo"
     return None
 
 

@@ -96,9 +96,10 @@ def peer_pid(sock: socket.socket) -> tuple[int, int]:
 SO_PEERPIDFD = 77  # Linux 6.5+: a pidfd of the peer, which cannot be reused by another process
 
 
-def verified_peer(sock: socket.socket, expected: dict) -> tuple[int | None, str | None]:
-    """(pid, None) if the peer is this user's with the same credentials and confinement as
-    ``expected`` (``identity.context_of()``); (pid, why not) otherwise."""
+def verified_peer(sock: socket.socket, expected: dict, identity_only: bool = False) -> tuple[int | None, str | None]:
+    """(pid, None) if the peer is this user's with the same credentials, confinement, limits and
+    priorities as ``expected`` (``identity.context_of()``); (pid, why not) otherwise.  ``identity_only``:
+    credentials and confinement only (``pfs cluster status|stop`` from a ``nice``d shell)."""
     import os
 
     from dask_pfs.warm import identity
@@ -117,7 +118,8 @@ def verified_peer(sock: socket.socket, expected: dict) -> tuple[int | None, str 
         return pid, f"cannot read the peer's context: {exc}"
     finally:
         os.close(pidfd)
-    differing = sorted(k for k in expected if context.get(k) != expected[k])
+    compared = [k for k in expected if not (identity_only and k in identity.COMPARED_ONLY)]
+    differing = sorted(k for k in compared if context.get(k) != expected[k])
     if differing:
         return pid, "different " + ", ".join(differing)
     return pid, None
