@@ -2,8 +2,9 @@
 """Start-up of a small job: scan, cp, rm, sync and verify of a 1-file tree, wall and CPU of the whole process tree.
 
 Each command runs as ``pfs`` would from a shell (a fresh interpreter), ``--runs`` times, the modes
-interleaved within each run: ``server`` (the default: the command runs in a child of this user's warm
-server, ``dask_pfs.warm``), ``alone`` (``PFS_SERVER=off``: the command's own process, the driver alone,
+interleaved within each run: ``server`` (opt-in: the command runs in a child of this user's warm
+server, ``dask_pfs.warm``, started by ``pfs cluster start``), ``alone`` (``PFS_SERVER=off``, what users
+meet by default: the command's own process, the driver alone,
 ``dask_pfs.runtime.here``) and ``cluster`` (``PFS_SERVER=off PFS_ALONE_SECONDS=0``: an embedded
 cluster from the start).  CPU is user+system of the command and every process it started
 (``os.wait4``), so worker processes count; in mode ``server`` also the server's child that ran the
@@ -80,6 +81,7 @@ def prepare(root: Path) -> dict[str, list[str]]:
         "rm": [*PFS, "rm", str(root / "rmme"), "-y"],
         "sync": [*PFS, "sync", f"{src}/", str(root / "sync")],
         "verify": [*PFS, "verify", str(src), str(root / "copy")],
+        "query": [*PFS, "query", str(root / "qm"), "--select", "count(*)"],  # a 1-row manifest's bounded query
     }
 
 
@@ -91,13 +93,18 @@ def reset(root: Path, action: str) -> None:
         (root / "rmme" / "one").write_bytes(b"x")
     if not (root / "copy").exists():
         shutil.copytree(root / "src", root / "copy")
+    if action == "query" and not (root / "qm").exists():
+        env = {**os.environ, "PFS_SERVER": "off"}
+        subprocess.run(
+            [*PFS, "scan", str(root / "src"), "-o", str(root / "qm")], env=env, check=True, capture_output=True
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", type=Path, required=True)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--actions", default="scan,cp,rm,sync,verify")
+    ap.add_argument("--actions", default="scan,cp,rm,sync,verify,query")
     ap.add_argument("--modes", default="server,alone,cluster")
     ap.add_argument("--json", type=Path, help="append raw rows here")
     ap.add_argument("--base", type=Path, help="another checkout, run as mode 'base' (PYTHONPATH)")
@@ -119,7 +126,9 @@ def main() -> None:
             for mode in args.modes.split(","):
                 reset(args.dir, action)
                 wall, cpu, rc = timed(
-                    [*cmds[action], "--no-progress"], base | modes[mode], server if mode == "server" else None
+                    [*cmds[action], *([] if action == "query" else ["--no-progress"])],
+                    base | modes[mode],
+                    server if mode == "server" else None,
                 )
                 rows.append({"run": run, "action": action, "mode": mode, "wall": wall, "cpu": cpu, "rc": rc})
     if args.json:

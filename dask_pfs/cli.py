@@ -336,6 +336,7 @@ def run(argv: list[str] | None = None) -> int:
             getattr(stream, "reconfigure", lambda **_: None)(errors="backslashreplace")
     try:
         cli.main(args=argv, prog_name="pfs", standalone_mode=False)
+        sys.stdout.flush()  # a full disk (``> /dev/full``) is this command's error, not a silently lost line
     except PfsError as exc:
         click.echo(f"pfs: error: {exc}", err=True)
         return exc.exit_code
@@ -350,7 +351,17 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:
         return _code_of(exc)
+    except OSError as exc:  # an output refused or unwritable (EACCES, EROFS, ENOSPC, EFBIG): one line, not a trace
+        click.echo(f"pfs: error: {_os_error(exc)}", err=True)
+        return 2
     return 0
+
+
+def _os_error(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    reason = reason[:1].lower() + reason[1:]
+    where = exc.filename if exc.filename is not None else "standard output"
+    return f"{os.fsdecode(where)}: {reason}"
 
 
 def _code_of(exc: SystemExit) -> int:

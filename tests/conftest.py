@@ -21,11 +21,15 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 PFS = [sys.executable, "-m", "dask_pfs"]
 
-# Commands run as a user's would: through a warm server (dask_pfs.warm, the default), here one private
-# to this test session.  Removing the directory at the end stops them all (a server leaves when its
-# socket is gone), the capability-dropped ones too, which a full-capability client may not reach.
+# Commands run as a user's do by default: in their own process (the warm server, dask_pfs.warm, is
+# opt-in).  The runtime directory is private to this session, so a server the developer started is
+# never used; tests/test_warm_server.py starts its own (PFS_SERVER=on).  Removing the directory at the
+# end stops them all (a server leaves when its socket is gone), the capability-dropped ones too.
 SERVER_DIR = tempfile.mkdtemp(prefix="pfs-test-servers-")
 os.environ["XDG_RUNTIME_DIR"] = SERVER_DIR
+os.environ.pop("PFS_SERVER", None)
+if os.environ.get("PFS_TEST_SERVER") == "on":  # the whole suite served (faster on a loaded host; not the default)
+    os.environ["PFS_SERVER"] = "on"
 os.environ.setdefault("PFS_SERVER_IDLE", "300")
 
 

@@ -26,7 +26,7 @@ def warm(tmp_path: Path):
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
     env = {k: v for k, v in os.environ.items() if k not in ("PFS_SERVER", "PFS_SERVER_DEBUG")}
-    env.update({"XDG_RUNTIME_DIR": str(run_dir), "PYTHONPATH": str(REPO), "PFS_SERVER_CPU": "1"})
+    env.update({"XDG_RUNTIME_DIR": str(run_dir), "PYTHONPATH": str(REPO), "PFS_SERVER_CPU": "1", "PFS_SERVER": "on"})
     yield env
     for sock in (run_dir / "pfs").glob("*.sock"):
         sock.unlink()

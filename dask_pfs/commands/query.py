@@ -12,9 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import duckdb
-import fsspec
-from rich.console import Console
-from rich.table import Table
 
 from dask_pfs.cli import cli, cluster_options, echo_json, reader_options
 from dask_pfs.errors import PfsError
@@ -59,6 +56,9 @@ def _print_table(columns: list[str], rows: list[tuple], title: str | None = None
         for row in rows:
             click.echo("\t".join(_text(v).replace("\t", " ").replace("\n", " ") for v in row))
         return
+    from rich.console import Console  # only for a terminal: rich is ~40 ms of every query's start-up otherwise
+    from rich.table import Table
+
     table = Table(title=title, show_lines=False)
     for col in columns:
         table.add_column(col, overflow="fold")
@@ -131,6 +131,8 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
     except duckdb.Error as exc:
         raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
     if output:
+        import fsspec  # only for --output (a URL): ~0.1 s of a query's start-up otherwise
+
         with fsspec.open(output, "w", newline="") as f:
             _write_rows(cur, fmt, f)
     else:

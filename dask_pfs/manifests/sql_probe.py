@@ -70,9 +70,12 @@ def probe(sql: str, dirs: Iterable[str], reads: Iterable[str] = (), tables: Tabl
     job["as"] = limit_bytes(memory_limit()) + HEADROOM
     limit = timeout()
     env = {**os.environ, "PFS_SQL_TIMEOUT": "0"}  # the parent keeps the time
+    # -P: never the working directory on the child's sys.path (a planted duckdb.py); pfs from where this one has it
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH"))))
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "dask_pfs.manifests.sql_probe"],
+            [sys.executable, "-P", "-m", "dask_pfs.manifests.sql_probe"],
             input=json.dumps(job),
             capture_output=True,
             text=True,

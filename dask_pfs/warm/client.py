@@ -4,9 +4,12 @@ Importing Python's data stack costs a 1-file command most of its time (~0.4 s of
 first file; docs/performance.md), so this module imports nothing of it.  It finds the server whose
 key (``identity.server_key``) matches this process, checks from ``/proc`` that the server has this
 process's credentials and confinement, sends argv, environment, umask, the standard streams and the
-working directory, forwards signals (Ctrl-C) and leaves with the command's exit status.  With no
-server yet it starts one in the background and runs this command itself; ``PFS_SERVER=off`` never
-uses one (``pfs cluster stop`` stops them).
+working directory, forwards signals (Ctrl-C) and leaves with the command's exit status.
+
+Opt-in: by default (``PFS_SERVER`` unset or ``auto``) a command uses a server only if one is running
+(``pfs cluster start`` started it) and never starts one; ``PFS_SERVER=on`` also starts one in the
+background when there is none (this command then runs itself); ``PFS_SERVER=off`` never uses one
+(``pfs cluster stop`` stops them).
 """
 
 from __future__ import annotations
@@ -20,14 +23,20 @@ import sys
 from typing import NoReturn
 
 _STREAMS = (0, 1, 2)
-# the client's sys.path first (a checkout on PYTHONPATH, a ``python -m`` from a source tree), then the server
+# the client's sys.path without a working directory (identity.import_path; ``-P``: none added either)
 _SERVER_MAIN = "import json, sys; sys.path[:] = json.loads(sys.argv[2]); from dask_pfs.warm.server import main; main()"
+MAX_SERVERS = 4  # per user: each set of keyed settings (LC_ALL, a venv, ...) would otherwise start its own
+
+
+_MODES = {"on": "on", "1": "on", "yes": "on", "true": "on", "off": "off", "0": "off", "no": "off", "false": "off"}
 
 
 def main() -> NoReturn:
     argv = sys.argv[1:]
-    if _wanted(argv):
-        code = _via_server()
+    _check_descriptors(argv)
+    mode = _mode()
+    if mode != "off" and _wanted(argv):
+        code = _via_server(start=mode == "on")
         if code is not None:
             _leave(code)
     from dask_pfs import cli
@@ -36,29 +45,79 @@ def main() -> NoReturn:
     raise SystemExit(0)  # cli.main exits; for type checkers
 
 
-def _wanted(argv: list[str]) -> bool:
-    mode = os.environ.get("PFS_SERVER", "auto").lower()
-    if mode in ("off", "0", "no", "false"):
-        return False
-    if "cluster" in argv[:3]:  # ``pfs cluster stop|status`` talk to servers: from outside them
-        return False
-    # descriptors other than 0, 1 and 2 are the client's own: a path naming one stays here
-    return not any(a.startswith(("/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/")) for a in argv)
+def _check_descriptors(argv: list[str]) -> None:
+    """An argument naming a descriptor (``--output=/dev/fd/3``) must name one this process was given:
+    otherwise it would be whatever pfs opens first there (a manifest part, overwritten)."""
+    if not any("/" in arg for arg in argv):
+        return
+    from dask_pfs.warm import faithful
+
+    for arg, fd in faithful.descriptors_named(argv).items():
+        try:
+            os.fstat(fd)  # nothing of this process's own is open yet: an open one was given
+        except OSError:
+            _refuse(f"{arg}: descriptor {fd} is not open (give it to pfs, e.g. 3>FILE)")
 
 
-def _via_server() -> int | tuple[str, int] | None:
-    """The command's exit status from the server, or None to run it in this process."""
+def _mode() -> str:
+    """``PFS_SERVER``: ``auto`` (unset: a running server only), ``on`` or ``off``; anything else is refused."""
+    value = os.environ.get("PFS_SERVER", "auto").strip().lower()
+    if value in ("auto", ""):
+        return "auto"
+    if value not in _MODES:
+        _refuse(f"PFS_SERVER={os.environ['PFS_SERVER']!r}: expected on, off or auto")
+    if _MODES[value] == "on":
+        try:
+            idle_seconds()
+        except ValueError as exc:
+            _refuse(str(exc))
+    return _MODES[value]
+
+
+def _refuse(message: str) -> NoReturn:
+    print(f"pfs: error: {message}", file=sys.stderr)
+    os._exit(2)
+
+
+def idle_seconds() -> float:
+    """``PFS_SERVER_IDLE``: seconds a server waits for a command before it leaves (600); ValueError if bad."""
+    raw = os.environ.get("PFS_SERVER_IDLE", "")
     try:
-        from dask_pfs.warm import identity
+        value = float(raw) if raw.strip() else 600.0
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ValueError(f"PFS_SERVER_IDLE={raw!r}: expected a positive number of seconds")
+    return value
 
-        where = identity.socket_dir()
+
+def _wanted(argv: list[str]) -> bool:
+    return "cluster" not in argv[:3]  # ``pfs cluster stop|status`` talk to servers: from outside them
+
+
+def _via_server(start: bool) -> int | tuple[str, int] | None:
+    """The command's exit status from the server, or None to run it in this process (``start``: and
+    start a server in the background when there is none)."""
+    try:
+        from dask_pfs.warm import faithful, identity
+
+        where = identity.socket_dir(create=start)
         if where is None:
             return None
+        if not start and not any(name.endswith(".sock") for name in os.listdir(where)):
+            return None  # the default: nobody started a server, so none is looked for (no key computed)
+        why = faithful.reasons(sys.argv[1:])
+        if why:
+            _debug(f"pfs: running here, not in the warm server: {why}")
+            return None
         context = identity.context_of()
+        if context["ioprio"] is None:
+            _debug("pfs: running here, not in the warm server: the I/O priority cannot be read")
+            return None
         key = identity.server_key(context)
         sock = connect(os.path.join(where, f"{key}.sock"))
         if sock is None:
-            if 1 not in (os.getpid(), os.getppid()):  # not a container's one command: it would never come back
+            if start and 1 not in (os.getpid(), os.getppid()):  # not a container's one command: never back
                 start_server(where, key)
             return None
         return _run(sock, key, context)
@@ -81,11 +140,12 @@ def _run(sock: socket.socket, key: str, context: dict) -> int | tuple[str, int] 
     from dask_pfs.warm import wire
 
     with sock:
-        _pid, refused = wire.verified_peer(sock, context)
-        if refused:
+        pid, refused = wire.verified_peer(sock, context)
+        if refused or pid is None:
             _debug(f"pfs: not using the server at {sock.getpeername()}: {refused}")
             return None
-        streams = [fd for fd in _STREAMS if _is_open(fd)]
+        # proof that this process passes a ptrace read check of the server (a Landlock domain may not)
+        proof = os.open(f"/proc/{pid}/fdinfo/0", os.O_RDONLY | os.O_CLOEXEC)
         cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             umask = os.umask(0o22)
@@ -96,41 +156,45 @@ def _run(sock: socket.socket, key: str, context: dict) -> int | tuple[str, int] 
                 "argv": [os.fsdecode(sys.argv[0])] + sys.argv[1:],
                 "env": dict(os.environ),
                 "umask": umask,
-                "streams": streams,
+                "streams": list(_STREAMS),
             }
-            wire.send(sock, request, streams + [cwd])
+            wire.send(sock, request, [*_STREAMS, cwd, proof])
         finally:
             os.close(cwd)
+            os.close(proof)
         reader = wire.Reader(sock)
         answer = reader.read()
-        if answer is None or answer.get("op") != "started":
+        if answer is None or answer.get("op") not in ("started", "done"):  # done: a child faster than "started"
             _debug(f"pfs: the server did not take the command: {answer}")
             return None
-        return _wait(sock, reader)
+        return _wait(sock, reader, answer)
 
 
-def _wait(sock: socket.socket, reader) -> int | tuple[str, int]:
-    """Forward signals until the server reports the child's end."""
+def _wait(sock: socket.socket, reader, first: dict) -> int | tuple[str, int]:
+    """Forward signals until the server reports the child's end.  Ctrl-Z, ``kill -STOP`` and ``fg``
+    need nothing here: the server stops and continues the child with this process."""
     from dask_pfs.warm import wire
 
     def forward(sig: int, _frame) -> None:
         with contextlib.suppress(OSError):
             wire.send(sock, {"signal": sig})
 
-    def suspend(_sig: int, _frame) -> None:  # Ctrl-Z: the command stops with this process, and goes on with it
-        forward(signal.SIGSTOP, None)
-        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTSTP)
-        signal.signal(signal.SIGTSTP, suspend)  # here again after SIGCONT (fg, bg)
-        forward(signal.SIGCONT, None)
-
     for sig in wire.FORWARDED_SIGNALS:
         signal.signal(sig, forward)
-    signal.signal(signal.SIGTSTP, suspend)
-    end = reader.read()
-    for sig in (*wire.FORWARDED_SIGNALS, signal.SIGTSTP):
+    done: int | None = int(first.get("code", 1)) if first.get("op") == "done" else None
+    while True:
+        end = reader.read()
+        if end is None or end.get("op") == "exit":
+            break
+        if end.get("op") == "done":  # the child's own exit code, in case the server is gone before it reports
+            done = int(end.get("code", 1))
+        elif end.get("op") == "ttin":  # the command read the terminal while this job was in the background
+            os.killpg(os.getpgrp(), signal.SIGTTIN)
+    for sig in wire.FORWARDED_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
-    if end is None or end.get("op") != "exit":
+    if end is None:
+        if done is not None:
+            return done
         print("pfs: error: the pfs server ended while running this command", file=sys.stderr)
         return 1
     if os.environ.get("PFS_SERVER_CPU"):  # benchmarks: the command's CPU is the server child's
@@ -152,12 +216,18 @@ def _leave(code: int | tuple[str, int]) -> NoReturn:
 
 def start_server(where: str, key: str, wait: float = 0.0) -> bool:
     """Start this key's server in the background, unless one is starting; with ``wait``, until it
-    answers (True) or that many seconds pass."""
+    answers (True) or that many seconds pass.  OSError: the runtime directory refused its files;
+    ValueError: a bad setting, or already ``MAX_SERVERS`` servers."""
     import json
     import subprocess
     import time
 
     from dask_pfs.warm import identity
+
+    idle_seconds()
+    others = [n for n in os.listdir(where) if n.endswith(".sock") and n != f"{key}.sock"]
+    if len(others) >= MAX_SERVERS:
+        raise ValueError(f"already {len(others)} pfs servers (at most {MAX_SERVERS}; pfs cluster stop --all)")
 
     lock = identity.open_lock(where, key)
     try:
@@ -177,10 +247,11 @@ def start_server(where: str, key: str, wait: float = 0.0) -> bool:
                 [
                     sys.executable,
                     *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
+                    "-P",
                     "-c",
                     _SERVER_MAIN,
                     key,
-                    json.dumps(sys.path),
+                    json.dumps(identity.import_path()),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -199,14 +270,6 @@ def start_server(where: str, key: str, wait: float = 0.0) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        fcntl.fcntl(fd, fcntl.F_GETFD)
-    except OSError:
-        return False
-    return True
 
 
 def _debug(message: str) -> None:

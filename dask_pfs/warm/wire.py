@@ -16,7 +16,7 @@ import struct
 # what a client passes on to its command (Ctrl-Z is SIGTSTP: the client stops the command with itself)
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 MAX_LINE = 4 << 20  # a request (argv + environment) larger than this is refused
-MAX_FDS = 4  # stdin, stdout, stderr, working directory
+MAX_FDS = 5  # stdin, stdout, stderr, working directory, the proof (the server's /proc/PID/environ)
 
 
 def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
@@ -45,6 +45,23 @@ class Reader:
         self.sock = sock
         self.buffer = b""
         self.fds: list[int] = []
+        self.open = True  # False once the peer closed its end
+
+    def poll(self) -> dict | None:
+        """On a non-blocking socket: one receive (with the descriptors), then the first message if it
+        is whole, else None (``open`` False: never will be).  BlockingIOError: nothing to read yet."""
+        if b"\n" not in self.buffer:
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, MAX_FDS)
+            self.fds.extend(fds)
+            if not data:
+                self.open = False
+                return None
+            self.buffer += data
+            if len(self.buffer) > MAX_LINE:
+                raise ValueError("message too long")
+            if b"\n" not in self.buffer:
+                return None
+        return self._message()
 
     def read(self, with_fds: bool = False) -> dict | None:
         """The next message, or None at end of stream."""
@@ -59,6 +76,9 @@ class Reader:
             if not data:
                 return None
             self.buffer += data
+        return self._message()
+
+    def _message(self) -> dict:
         line, _, self.buffer = self.buffer.partition(b"\n")
         message = json.loads(line)
         if not isinstance(message, dict):
@@ -76,9 +96,10 @@ def peer_pid(sock: socket.socket) -> tuple[int, int]:
 SO_PEERPIDFD = 77  # Linux 6.5+: a pidfd of the peer, which cannot be reused by another process
 
 
-def verified_peer(sock: socket.socket, expected: dict) -> tuple[int | None, str | None]:
-    """(pid, None) if the peer is this user's with the same credentials and confinement as
-    ``expected`` (``identity.context_of()``); (pid, why not) otherwise."""
+def verified_peer(sock: socket.socket, expected: dict, identity_only: bool = False) -> tuple[int | None, str | None]:
+    """(pid, None) if the peer is this user's with the same credentials, confinement, limits and
+    priorities as ``expected`` (``identity.context_of()``); (pid, why not) otherwise.  ``identity_only``:
+    credentials and confinement only (``pfs cluster status|stop`` from a ``nice``d shell)."""
     import os
 
     from dask_pfs.warm import identity
@@ -97,7 +118,8 @@ def verified_peer(sock: socket.socket, expected: dict) -> tuple[int | None, str 
         return pid, f"cannot read the peer's context: {exc}"
     finally:
         os.close(pidfd)
-    differing = sorted(k for k in expected if context.get(k) != expected[k])
+    compared = [k for k in expected if not (identity_only and k in identity.COMPARED_ONLY)]
+    differing = sorted(k for k in compared if context.get(k) != expected[k])
     if differing:
         return pid, "different " + ", ".join(differing)
     return pid, None
