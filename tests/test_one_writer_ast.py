@@ -89,8 +89,13 @@ def _violation(call: ast.Call) -> str | None:
         return "os.open() that creates or writes" if flags & WRITE_FLAGS else None
     if owner == "os" and name == "fdopen" and _writes_mode(_mode(call, 1)):
         return "os.fdopen() for writing"
-    if isinstance(f, ast.Attribute) and name == "open" and owner != "os" and _writes_mode(_mode(call, 1)):
-        return f"{owner}.open() for writing"
+    if isinstance(f, ast.Attribute) and name == "open" and owner != "os":
+        first = call.args[0] if call.args else None
+        path_open = (
+            isinstance(first, ast.Constant) and isinstance(first.value, str) and set(first.value) <= set("rwxabt+")
+        )
+        if _writes_mode(first if path_open else _mode(call, 1)):  # Path.open("w") / fs.open(path, "wb")
+            return f"{owner}.open() for writing"
     if owner == "os" and name in OS_WRITES:
         return f"os.{name}()"
     if owner == "shutil" and name in SHUTIL_WRITES:
@@ -210,9 +215,11 @@ def test_the_checker_sees_the_old_unsafe_writes():
         "    os.makedirs(final, exist_ok=True)\n"
         "    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)\n"
         "    pathlib.Path(tmp).replace(final)\n"
+        "    with pathlib.Path(tmp).open('w') as g, fs.open(tmp, 'wb') as h:\n"
+        "        json.dump(data, g)\n"
         "    con.execute(\"COPY t TO 'x.parquet'\")\n"
     )
     calls = [n for n in ast.walk(ast.parse(old)) if isinstance(n, ast.Call)]
     flagged = [_violation(c) for c in calls]
-    assert sum(v is not None for v in flagged) == 6, flagged
+    assert sum(v is not None for v in flagged) == 9, flagged
     assert COPY_TO.search("COPY t TO 'x.parquet'")

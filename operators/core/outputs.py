@@ -151,7 +151,16 @@ class Dir:
             if not done:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=self.fd)
-        os.fsync(self.fd)
+        self._sync()
+
+    def _sync(self) -> None:
+        """``fsync`` the directory (the rename is durable); a file system that cannot sync a directory
+        (``EINVAL``: some network and FUSE ones) has nothing more to give."""
+        try:
+            os.fsync(self.fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.ENOSYS):
+                raise
 
     def write_bytes(self, name: str, data: bytes, mode: int = SHARED_FILE) -> None:
         with self.replace(name, mode) as t:
@@ -175,7 +184,7 @@ class Dir:
             made = False
         finally:
             os.unlink(tmp, dir_fd=self.fd)
-        os.fsync(self.fd)
+        self._sync()
         return made
 
     def open_fd(self, name: str, flags: int, mode: int = PRIVATE_FILE) -> int:
