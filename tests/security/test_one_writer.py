@@ -218,3 +218,18 @@ def test_the_writer_never_writes_through_a_planted_name(tmp_path):
     outputs.write_bytes(sticky / "mine", b"mine")
     assert sorted(os.listdir(sticky)) == ["mine", "theirs"]  # no temp file left behind
     assert v.read_bytes() == before
+
+
+def test_an_object_store_output_is_one_put_of_the_complete_bytes(s3_server, s3fs_fs):
+    """On S3 the writer spools and puts once: an output whose writing fails leaves no object (not even a
+    truncated one), a finished one is there whole; the same API as a local output."""
+    s3fs_fs.makedirs("writer-bucket", exist_ok=True)
+    with pytest.raises(RuntimeError), outputs.output_file("s3://writer-bucket/out/log.parquet", s3_server) as f:
+        f.write(b"PAR1 half")
+        raise RuntimeError("the job died while writing")
+    s3fs_fs.invalidate_cache()
+    assert not s3fs_fs.exists("writer-bucket/out/log.parquet")
+    with outputs.output_file("s3://writer-bucket/out/log.parquet", s3_server) as f:
+        f.write(b"PAR1 whole PAR1")
+    s3fs_fs.invalidate_cache()
+    assert s3fs_fs.cat("writer-bucket/out/log.parquet") == b"PAR1 whole PAR1"
