@@ -27,6 +27,7 @@ from dask_pfs.clusters.security import TlsFiles
 from dask_pfs.errors import PfsError
 from dask_pfs.runtime.verbosity import verbosity
 from dask_pfs.version import __version__
+from operators.core.outputs import UnsafeOutput
 from operators.sizes import parse_size
 
 DRIVERS = ("auto", "local", "cluster")  # where a driver runs: dask_pfs.remote.client.remote_driver
@@ -340,6 +341,9 @@ def run(argv: list[str] | None = None) -> int:
     except PfsError as exc:
         click.echo(f"pfs: error: {exc}", err=True)
         return exc.exit_code
+    except UnsafeOutput as exc:  # a directory the one writer refuses (operators.core.outputs): nothing written there
+        click.echo(f"pfs: error: {exc}", err=True)
+        return 2
     except (Interrupted, KeyboardInterrupt):  # Ctrl-C: one line, whatever the workers were doing
         click.echo("pfs: interrupted", err=True)
         return 130

@@ -15,7 +15,6 @@ that does not verify raises :class:`ForgedJournalError`.  See docs/journal.md.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -25,6 +24,8 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from operators.core import outputs
 
 JOB = "job.json"
 DONE = "done.jsonl"
@@ -37,29 +38,10 @@ class ForgedJournalError(ValueError):
     """A journal file that this user's pfs did not write (or that was changed since)."""
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``path`` so that a reader (or a run after a crash) sees the old or the new file, whole."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)  # never write through a name someone planted (a link to another file)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with open(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path) or ".")
+def write_atomic(path: str, data: bytes, mode: int = outputs.SHARED_FILE) -> None:
+    """Write ``path`` so that a reader (or a run after a crash) sees the old or the new file, whole
+    (the one writer: a random temp name in the checked directory, never through a planted link)."""
+    outputs.write_bytes(path, data, mode)
 
 
 def _ends_a_line(fd: int) -> bool:
@@ -131,10 +113,10 @@ class Journal:
         return job
 
     def _write_job(self, job: dict[str, Any], nonce: str) -> None:
-        os.makedirs(self.path, 0o700, exist_ok=True)
         plain = {**json.loads(canonical(job)), NONCE: nonce}
         data = json.dumps({**plain, MAC: self._mac(canonical(plain))}, indent=1).encode()
-        write_atomic(os.path.join(self.path, JOB), data)
+        with outputs.open_dir(self.path, create=True, mode=outputs.PRIVATE_DIR) as d:
+            d.write_bytes(JOB, data, outputs.PRIVATE_FILE)
         self._nonce = nonce
 
     def start(self, job: dict[str, Any]) -> None:
@@ -212,13 +194,11 @@ class Journal:
                 return
             data, self._buf = b"".join(self._buf), []
             if self._fd is None:
-                os.makedirs(self.path, 0o700, exist_ok=True)
-                flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-                self._fd = os.open(os.path.join(self.path, DONE), flags, 0o644)
-                if os.fstat(self._fd).st_nlink != 1:
-                    os.close(self._fd)
-                    self._fd = None
-                    raise ForgedJournalError(f"{self.path}/{DONE}: a hard link to another file; not written")
+                with outputs.open_dir(self.path, create=True, mode=outputs.PRIVATE_DIR) as d:
+                    try:  # never through a link, only a regular file of this user's with one name
+                        self._fd = d.open_fd(DONE, os.O_RDWR | os.O_CREAT | os.O_APPEND, outputs.PRIVATE_FILE)
+                    except outputs.UnsafeOutput as exc:
+                        raise ForgedJournalError(f"{exc}") from None
                 if not _ends_a_line(self._fd):
                     data = b"\n" + data  # end a torn last line, or the first record would be glued to it
             os.write(self._fd, data)

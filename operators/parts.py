@@ -1,15 +1,15 @@
 """Writing manifest part files so that retries never duplicate rows.
 
-Part names are chosen by the driver (deterministic per task), each part is written to a
-hidden temp name and renamed into place, so a reader never sees a half-written part and a
-retried task replaces, rather than adds to, what an earlier attempt wrote.  Names that start
-with ``.`` or ``_`` are ignored by pyarrow.dataset, Dask and the ``*.parquet`` glob.
+Part names are chosen by the driver (deterministic per task), each part is written through the
+one writer (``operators.core.outputs``: a random temp name in the checked directory) and renamed
+into place, so a reader never sees a half-written part and a retried task replaces, rather than
+adds to, what an earlier attempt wrote.  Names that start with ``.`` or ``_`` are ignored by
+pyarrow.dataset, Dask and the ``*.parquet`` glob.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
+from operators.core import outputs
 from operators.schema import PART_PREFIX, PART_SUFFIX
 
 # Dictionary encoding only where values repeat: on a column of (nearly) unique values (path, name,
@@ -57,13 +58,13 @@ def part_name(task_id: str, seq: int) -> str:
 def write_part(table: pa.Table, out_url: str, name: str, storage_options: dict | None = None) -> str:
     """Write ``table`` as ``out_url/name`` atomically; return the part's name."""
     fs, out = fsspec.core.url_to_fs(out_url, **(storage_options or {}))
-    final = f"{out.rstrip('/')}/{name}"
     if isinstance(fs, LocalFileSystem):
-        tmp = f"{out.rstrip('/')}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        pq.write_table(table, tmp, **WRITE_OPTIONS)
-        os.replace(tmp, final)
-    else:  # object stores: a PUT is atomic, there is no rename
-        with fs.open(final, "wb") as f:
+        # the one writer: a random temp name in the checked directory, renamed there (per part, not per entry);
+        # pyarrow writes natively into the open temp file through its /proc/self/fd name
+        with outputs.open_dir(out) as d, d.replace(name) as tmp:
+            pq.write_table(table, tmp.path, **WRITE_OPTIONS)
+    else:  # object stores: one put of the complete part, there is no rename
+        with outputs.remote_file(fs, f"{out.rstrip('/')}/{name}") as f:
             pq.write_table(table, f, **WRITE_OPTIONS)
     return name
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ from dask_pfs.manifests.sql import arrow_reader, check_where, connect, fetch_all
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
 from dask_pfs.runtime.progress import NullProgress, human_bytes, make_reporter
+from operators.core import outputs
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -130,11 +132,12 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
             cur.execute(sql)  # a bad column fails here, before the output file is opened
     except duckdb.Error as exc:
         raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
-    if output:
-        import fsspec  # only for --output (a URL): ~0.1 s of a query's start-up otherwise
-
-        with fsspec.open(output, "w", newline="") as f:
-            _write_rows(cur, fmt, f)
+    if output:  # the one writer: renamed into place when complete (one put on an object store)
+        with outputs.output_file(output) as raw:
+            text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+            _write_rows(cur, fmt, text)
+            text.flush()
+            text.detach()
     else:
         _write_rows(cur, fmt, sys.stdout)
 

@@ -217,9 +217,8 @@ def _compare(old: Manifest, new: Manifest, out, compare_mtime: bool, samples: in
         wrote = None
         if out is not None:
             wrote = os.fspath(out)
-            tmp = os.path.join(os.path.dirname(os.path.abspath(wrote)), f".{os.path.basename(wrote)}.tmp")
-            pfs_sql.write_parquet(con, differing, tmp)  # streamed: pyarrow writes what DuckDB sorts out of core
-            os.replace(tmp, wrote)
+            # streamed: pyarrow writes what DuckDB sorts out of core, through the one writer (temp + rename)
+            pfs_sql.write_parquet(con, differing, wrote)
             batch = next(pq.ParquetFile(wrote).iter_batches(max(samples, 1), columns=["path", "change"]), None)
             first = [(r["path"], r["change"]) for r in batch.to_pylist()][:samples] if batch is not None else []
         else:

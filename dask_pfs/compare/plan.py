@@ -19,15 +19,17 @@ disk, not memory.  Paths reach SQL only as parameters or as relations ``sql.conn
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY
-from dask_pfs.manifests.manifest import Manifest, open_manifest, remove_manifest_files, write_marker
+from dask_pfs.manifests.manifest import MARKER_NAME, Manifest, open_manifest, remove_manifest_files, write_marker
 from dask_pfs.manifests.sql import Filter, connect, file_table, literal, write_parquet
 from dask_pfs.urls import Location
+from operators.core import outputs
 from operators.journal import write_atomic
 
 PLAN_FILE = "plan.parquet"
@@ -112,18 +114,16 @@ def write_plan(
     xattrs: bool = False,
 ) -> Plan:
     """Join the two manifests and write ``out/plan.parquet`` and ``out/_plan.json``."""
-    os.makedirs(out, exist_ok=True)
+    outputs.open_dir(out, create=True).close()  # checked (the one writer): refused before any work
     target = os.path.join(out, PLAN_FILE)
-    tmp = os.path.join(out, f".{PLAN_FILE}.tmp")
     con = connect(src, dst, reads=[target])
     sql = plan_sql(
         src.relation_sql(), dst.relation_sql(), checksum=checksum, compare_mtime=compare_mtime, xattrs=xattrs
     )
     try:
-        write_parquet(con, sql, tmp)
+        write_parquet(con, sql, target)  # the one writer: a random temp name renamed onto plan.parquet
     except PfsError as exc:
         raise PfsError(f"sync plan failed: {exc}") from None
-    os.replace(tmp, target)
     rows = con.execute(
         "SELECT action, count(*), coalesce(sum(size) FILTER (WHERE src_type = 'file'), 0), "
         "count(*) FILTER (WHERE remove_first) FROM read_parquet(?) GROUP BY action",
@@ -210,8 +210,10 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     the destination's too (the manifest records them when both manifests did).
     """
     s, d = open_manifest(src_m), open_manifest(dst_m)
-    tmp = os.path.join(d.local_dir, ".pfs-sync-manifest.tmp")  # not a name remove_manifest_files takes
-    con = connect(s, d, reads=[p.file, tmp])
+    name = "part-sync-0000000-0000.parquet"
+    part = os.path.join(d.local_dir, name)
+    outputs.open_dir(d.local_dir).close()  # checked (the one writer) before anything there changes
+    con = connect(s, d, reads=[p.file, part])
     kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
     sql = (
         f"SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime) "
@@ -219,15 +221,15 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
         f"UNION ALL SELECT * FROM {d.relation_sql()} AS m "
         f"WHERE {p.where(kept)} ORDER BY path"
     )
-    name = "part-sync-0000000-0000.parquet"
-    write_parquet(con, sql, tmp)  # pyarrow writes: the locked connection cannot
+    with contextlib.suppress(FileNotFoundError):  # the marker goes first: readers see an incomplete manifest
+        os.unlink(os.path.join(d.local_dir, MARKER_NAME))
+    write_parquet(con, sql, part)  # pyarrow writes (the locked connection cannot), through the one writer
+    remove_manifest_files(dst_m, keep={name})  # the old parts (the new one was read from them)
     counts = con.execute(
         "SELECT count(*), count(*) FILTER (WHERE type = 'file'), count(*) FILTER (WHERE type = 'directory'), "
         "coalesce(sum(size) FILTER (WHERE type = 'file'), 0) FROM read_parquet(?)",
-        [literal(tmp)],
+        [literal(part)],
     ).fetchall()[0]
-    remove_manifest_files(dst_m)
-    os.replace(tmp, os.path.join(d.local_dir, name))
     info = {
         "root": dst_url,
         "updated_from_plan": p.path,

@@ -54,7 +54,7 @@ from dask_pfs.manifests.manifest import (
     write_marker,
 )
 from dask_pfs.remove.api import remove
-from dask_pfs.runtime.journals import ident, pfs_cache
+from dask_pfs.runtime.journals import ident, private_cache
 from dask_pfs.runtime.locking import writer_lock
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.results import JobResult
@@ -96,7 +96,7 @@ class SyncResult(JobResult):
 
 def default_work_dir(src_url: str, dst_url: str) -> str:
     """Where manifests and the plan of a sync go unless told: one stable place per (SRC, DST)."""
-    return pfs_cache(f"sync-{ident(src_url, dst_url)}")
+    return private_cache(f"sync-{ident(src_url, dst_url)}")
 
 
 def sync(

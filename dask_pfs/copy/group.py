@@ -33,6 +33,7 @@ from dask_pfs.manifests.sql import Filter, where_filter
 from dask_pfs.runtime.journals import ident
 from dask_pfs.runtime.locking import Held, lock_key
 from dask_pfs.urls import Location
+from operators.core import outputs
 
 
 def group_of(m: Manifest, dst: Location, selection: Filter | None) -> str | None:
@@ -55,12 +56,9 @@ class Ledger:
         self.dir = held.path + ".parts"
 
     def add(self, selection: Filter | None) -> None:
-        os.makedirs(self.dir, 0o700, exist_ok=True)
         text = str(selection) if selection is not None else None
-        name = os.path.join(self.dir, ident(text or "") + ".json")
-        with open(name + ".tmp", "w") as f:
-            json.dump({"where": text}, f)
-        os.replace(name + ".tmp", name)
+        with outputs.open_dir(self.dir, create=True, mode=outputs.PRIVATE_DIR) as d:  # the one writer
+            d.write_bytes(ident(text or "") + ".json", json.dumps({"where": text}).encode(), outputs.PRIVATE_FILE)
 
     def union(self) -> tuple[list[str], Filter | None]:
         """The files read, and the union of their selections (None: the whole manifest)."""

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests import sql as pfs_sql
 from operators import pandas_gate
+from operators.core import outputs
 from operators.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -145,29 +146,32 @@ def _saved(path: str) -> pfs_sql.Filter:
 
 
 def _write(selection: Selectable, path: str) -> bool:
-    """Stream the frame's path columns into ``path``; whether it had ``path_raw``."""
+    """Stream the frame's path columns into ``path`` (through the one writer); whether it had ``path_raw``."""
     writer: pq.ParquetWriter | None = None
     schema: pa.Schema | None = None
-    try:
-        for batch in _batches(selection):
-            if "path" not in batch.column_names:
-                raise PfsError("selection has no 'path' column (select rows of a manifest, e.g. Manifest.to_dask())")
-            names = [n for n in SELECTION_FIELDS if n in batch.column_names]
-            table = pa.Table.from_batches([batch]).select(names)
-            try:
-                table = table.cast(pa.schema([(n, SELECTION_FIELDS[n]) for n in names]))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise PfsError(f"selection: path/path_raw of the wrong type ({exc})") from None
-            if writer is None:
-                schema = table.schema
-                writer = pq.ParquetWriter(path, schema)
-            writer.write_table(table.cast(schema))
-        if writer is None:  # no batches at all: an empty selection
-            schema = pa.schema([("path", pa.string())])
-            writer = pq.ParquetWriter(path, schema)
-    finally:
-        if writer is not None:
-            writer.close()
+    with outputs.replace_file(path, outputs.PRIVATE_FILE) as out:
+        try:
+            for batch in _batches(selection):
+                if "path" not in batch.column_names:
+                    raise PfsError(
+                        "selection has no 'path' column (select rows of a manifest, e.g. Manifest.to_dask())"
+                    )
+                names = [n for n in SELECTION_FIELDS if n in batch.column_names]
+                table = pa.Table.from_batches([batch]).select(names)
+                try:
+                    table = table.cast(pa.schema([(n, SELECTION_FIELDS[n]) for n in names]))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise PfsError(f"selection: path/path_raw of the wrong type ({exc})") from None
+                if writer is None:
+                    schema = table.schema
+                    writer = pq.ParquetWriter(out.file, schema)
+                writer.write_table(table.cast(schema))
+            if writer is None:  # no batches at all: an empty selection
+                schema = pa.schema([("path", pa.string())])
+                writer = pq.ParquetWriter(out.file, schema)
+        finally:
+            if writer is not None:
+                writer.close()
     return schema is not None and "path_raw" in schema.names
 
 

@@ -9,7 +9,6 @@ stream, out of core, in DuckDB.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -32,6 +31,7 @@ from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
 from dask_pfs.version import __version__
+from operators.core import outputs
 from operators.schema import (
     MARKER_NAME,
     PART_PREFIX,
@@ -324,6 +324,11 @@ def prepare_output(url: str, overwrite: bool, storage_options: dict | None = Non
     if fs.exists(path):
         if not fs.isdir(path):
             raise PfsError(f"{url}: exists and is not a directory")
+        if outputs.is_local(fs):  # one the one writer refuses is refused before anything in it goes
+            try:
+                outputs.open_dir(path).close()
+            except outputs.UnsafeOutput as exc:
+                raise PfsError(str(exc)) from None
         existing = fs.ls(path, detail=False)
         if existing:
             looks_like_manifest = any(
@@ -341,7 +346,12 @@ def prepare_output(url: str, overwrite: bool, storage_options: dict | None = Non
                 if os.path.basename(p.rstrip("/")).startswith(JOURNAL_PREFIX):
                     fs.rm(p, recursive=True)
     try:
-        fs.makedirs(path, exist_ok=True)
+        if outputs.is_local(fs):  # made and checked by the one writer: refused before any part is written
+            outputs.open_dir(path, create=True).close()
+        else:
+            outputs.remote_dirs(fs, path)
+    except outputs.UnsafeOutput as exc:
+        raise PfsError(str(exc)) from None
     except OSError as exc:  # a read-only or full parent: one line, exit 2 (nothing done yet)
         raise PfsError(f"{url}: cannot create the output directory: {exc.strerror or exc}") from None
 
@@ -371,20 +381,16 @@ def write_marker(url: str, info: dict[str, Any], storage_options: dict | None = 
     }
     if "root_identity" not in info:  # what binds the manifest to its tree (dask_pfs.manifests.root)
         info["root_identity"] = root_identity(info.get("root"))
-    final = f"{path.rstrip('/')}/{MARKER_NAME}"
-    data = json.dumps(info, indent=2, sort_keys=False, default=str)
-    tmp = final + ".tmp"
-    try:
-        if fs.protocol in ("file", "local") or "file" in fs.protocol:
-            with open(tmp, "w") as f:
-                f.write(data)
-            os.replace(tmp, final)
+    data = json.dumps(info, indent=2, sort_keys=False, default=str).encode()
+    try:  # the one writer: a random temp name in the checked directory renamed onto the marker; one put remotely
+        if outputs.is_local(fs):
+            outputs.write_bytes(f"{path.rstrip('/')}/{MARKER_NAME}", data)
         else:
-            with fs.open(final, "w") as f:
+            with outputs.remote_file(fs, f"{path.rstrip('/')}/{MARKER_NAME}") as f:
                 f.write(data)
+    except outputs.UnsafeOutput:
+        raise
     except OSError as exc:  # a full disk, a directory made read-only meanwhile: exit 1, resumable
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise OutputError(
             f"{url}: the manifest's marker could not be written ({exc.strerror or exc}); its parts are kept: "
             "fix that, then run the same command with --resume"

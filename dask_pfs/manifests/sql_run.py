@@ -142,14 +142,16 @@ def fetch_all(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list
 def write_parquet(con: duckdb.DuckDBPyConnection, sql: str, path: str, storage_options: dict | None = None) -> int:
     """Write the result of ``sql`` to the Parquet file ``path`` (pyarrow does the writing: the
     connection itself cannot write); returns the rows written."""
-    import fsspec
     import pyarrow.parquet as pq
+
+    from operators.core import outputs
 
     reader = arrow_reader(con, sql)
     rows = 0
-    local = "://" not in path and not storage_options  # a local name as it is (fsspec reads '::' and globs)
+    # the one writer: a random temp name in the checked directory, renamed onto ``path`` when complete
+    # (a local name is taken as it is: fsspec reads '::' and globs); one put on an object store
     with (
-        open(path, "wb") if local else fsspec.open(path, "wb", **(storage_options or {})) as f,
+        outputs.output_file(path, storage_options) as f,
         pq.ParquetWriter(f, reader.schema, compression="zstd") as writer,
     ):
         for batch in reader:

@@ -105,10 +105,8 @@ def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:
     """Write the selected rows (without scan errors) to the journal's ``selection.parquet``; the new
     selection and the file's digest (for ``job.json``)."""
     final = os.path.join(jr.path, SELECTION)
-    tmp = f"{final}.tmp"
     rows = sel.sql("path, path_raw, type, size, mtime, depth, error", also="error IS NULL", order=SELECTION_ORDER)
-    sel.write(rows, tmp)  # pyarrow writes: the connection the where-clause runs on cannot
-    os.replace(tmp, final)
+    sel.write(rows, final)  # pyarrow writes (the where-clause's connection cannot), through the one writer
     return Selection.of_file(final), file_digest(final)
 
 

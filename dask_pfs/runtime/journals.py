@@ -15,7 +15,6 @@ a different one is refused (exit 2, naming the option; :func:`check_options`).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
@@ -28,6 +27,7 @@ from typing import Any
 from dask_pfs.errors import OutputError, PfsError
 from dask_pfs.manifests.manifest import JOURNAL_PREFIX
 from dask_pfs.urls import Location
+from operators.core import outputs
 from operators.journal import ForgedJournalError, Journal
 
 KEY_FILE = "journal.key"
@@ -39,9 +39,20 @@ def pfs_cache(*parts: str) -> str:
     return os.path.join(cache, "pfs", *parts)
 
 
+def private_cache(*parts: str) -> str:
+    """``pfs_cache(*parts)``, made 0700 through the one writer where missing (every directory from
+    ``/`` down checked: one another user owns, or made writable to others, is refused, exit 2)."""
+    path = pfs_cache(*parts)
+    try:
+        outputs.private_dir(path).close()
+    except outputs.UnsafeOutput as exc:
+        raise PfsError(f"{exc} (pfs's cache directory; set XDG_CACHE_HOME elsewhere)") from None
+    return path
+
+
 def cache_dir(ident: str) -> str:
-    """A journal's directory in the cache: ``~/.cache/pfs/journals/<id>``."""
-    return pfs_cache("journals", ident)
+    """A journal's directory in the cache: ``~/.cache/pfs/journals/<id>`` (its parent made private)."""
+    return os.path.join(private_cache("journals"), ident)
 
 
 def ident(*parts: str) -> str:
@@ -76,31 +87,20 @@ def check_private_dir(path: str, what: str) -> None:
 
 
 def journal_key() -> bytes:
-    """This user's journal key (32 random bytes, made once) from a 0700 directory of the cache."""
-    keys = pfs_cache("keys")
-    os.makedirs(os.path.dirname(keys), exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(keys, 0o700)
-    check_private_dir(keys, "the journal key directory")
-    if stat.S_IMODE(os.lstat(keys).st_mode) & 0o077:
-        raise PfsError(f"{keys}: the journal key directory must be mode 700")
-    path = os.path.join(keys, KEY_FILE)
-    if not os.path.lexists(path):  # made whole under a temp name, then linked into place: never seen half written
-        tmp = os.path.join(keys, f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, secrets.token_bytes(32))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        with contextlib.suppress(FileExistsError):  # another process made it first: theirs is the key
-            os.link(tmp, path)
-        os.unlink(tmp)
+    """This user's journal key (32 random bytes, made once) from a 0700 directory of the cache,
+    reached through the one writer (every directory from ``/`` down checked: a ``pfs`` directory
+    another user owns or others can write is refused)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        reason = "a symlink" if exc.errno == errno.ELOOP else exc.strerror
-        raise PfsError(f"{path}: the journal key cannot be read ({reason})") from None
+        with outputs.private_dir(pfs_cache("keys"), strict=True) as keys:
+            keys.create_new(KEY_FILE, secrets.token_bytes(32), outputs.PRIVATE_FILE)  # whoever made it first: theirs
+            path = os.path.join(keys.path, KEY_FILE)
+            try:
+                fd = keys.open_fd(KEY_FILE, os.O_RDONLY)
+            except OSError as exc:
+                reason = "a symlink" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+                raise PfsError(f"{path}: the journal key cannot be read ({reason})") from None
+    except outputs.UnsafeOutput as exc:
+        raise PfsError(f"{exc} (the journal key directory)") from None
     try:
         key = os.read(fd, 64)
     finally:

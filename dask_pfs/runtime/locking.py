@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from dask_pfs.errors import PfsError
 from dask_pfs.runtime.journals import check_private_dir, ident
 from dask_pfs.urls import Location
+from operators.core import outputs
 
 
 class LockedError(PfsError):
@@ -66,7 +67,10 @@ def lock_dir() -> str:
     if runtime:
         return os.path.join(runtime, "pfs-locks")
     mine = os.path.join(tempfile.gettempdir(), f"pfs-{os.getuid()}")
-    os.makedirs(mine, 0o700, exist_ok=True)
+    try:  # made 0700 by the one writer, every directory above checked
+        outputs.private_dir(mine).close()
+    except outputs.UnsafeOutput as exc:
+        raise PfsError(f"{exc}; set PFS_LOCK_DIR to a directory of yours") from None
     s = os.lstat(mine)
     if not stat.S_ISDIR(s.st_mode) or s.st_uid != os.getuid():
         raise PfsError(f"{mine}: not a directory of this user; set PFS_LOCK_DIR to a directory of yours")
@@ -163,18 +167,15 @@ def _open_lock(path: str) -> int:
     through a symlink, and only a regular file of this user: a planted link or another user's file
     is refused (exit 2), never written through or held for someone else."""
     directory = os.path.dirname(path)
-    os.makedirs(directory, 0o700, exist_ok=True)
-    check_private_dir(directory, "the lock directory (PFS_LOCK_DIR)")
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    try:  # the one writer: the directory made 0700 and checked from / down, the file opened relative to it
+        with outputs.private_dir(directory) as d:
+            check_private_dir(directory, "the lock directory (PFS_LOCK_DIR)")
+            return d.open_fd(os.path.basename(path), os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, outputs.PRIVATE_FILE)
+    except outputs.UnsafeOutput as exc:
+        raise PfsError(f"{exc} (a lock file); refusing") from None
     except OSError as exc:
         why = "a symlink" if exc.errno == errno.ELOOP else exc.strerror
         raise PfsError(f"{path}: cannot open the lock file ({why}); refusing") from None
-    s = os.fstat(fd)
-    if not stat.S_ISREG(s.st_mode) or s.st_uid != os.getuid() or s.st_nlink != 1:
-        os.close(fd)
-        raise PfsError(f"{path}: the lock file is not a regular file of this user; refusing")
-    return fd
 
 
 def _acquire(path: str, key: str, what: str, url: str, group: str | None = None) -> int:

@@ -15,15 +15,16 @@ Airflow provider report any of them the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from operators.core import outputs
 from operators.names import decode
 
 SAMPLES = 20
@@ -66,8 +67,9 @@ class ProblemLog:
     """Entries a job could not do (or skipped on purpose): the first ``SAMPLES`` kept for the
     summary, every one appended to a Parquet file (``url``; None keeps none), opened on first use.
 
-    A local log is written under a hidden temp name and renamed into place when closed, so a
-    crashed run never leaves a truncated file under the name the user asked for.
+    The log is written through the one writer (``operators.core.outputs``): a random temp name in
+    its checked directory renamed into place when closed (one put on an object store), so a crashed
+    run never leaves a truncated file under the name the user asked for.
     """
 
     def __init__(self, url: str | None, storage_options: dict | None = None) -> None:
@@ -77,7 +79,10 @@ class ProblemLog:
         self.rows = 0
         self._writer: pq.ParquetWriter | None = None
         self._file: Any = None
-        self._tmp: str | None = None
+        if url is not None and "://" not in url and not self.storage_options:
+            # a directory the one writer refuses: refused now, not when the first failure is logged
+            with contextlib.suppress(FileNotFoundError):
+                outputs.open_dir(os.path.dirname(os.path.abspath(url))).close()
 
     def add(self, problems: Sequence[tuple[bytes | str, str, str]]) -> None:
         """``(path, status, error)`` each; ``path`` as exact bytes, or as text."""
@@ -101,22 +106,17 @@ class ProblemLog:
 
     def _open(self) -> None:
         assert self.url is not None
-        if "://" not in self.url:
-            head, name = os.path.split(os.path.abspath(self.url))
-            self._tmp = os.path.join(head, f".{name}.tmp")
-            self._file = open(self._tmp, "wb")  # noqa: SIM115 (closed in close())
-        else:
-            self._file = fsspec.open(self.url, "wb", **self.storage_options).open()
-        self._writer = pq.ParquetWriter(self._file, LOG_SCHEMA, compression="zstd")
+        self._file = contextlib.ExitStack()
+        # 0600: a job's failures name paths of trees that may be private (``chmod`` to share the log)
+        sink = self._file.enter_context(outputs.output_file(self.url, self.storage_options, outputs.PRIVATE_FILE))
+        self._writer = pq.ParquetWriter(sink, LOG_SCHEMA, compression="zstd")
 
     def close(self) -> str | None:
         """Finish the file (again: nothing more); its URL, or None when nothing was logged."""
         if self._writer is not None:
             self._writer.close()
-            self._file.close()
             self._writer = None
-            if self._tmp is not None:
-                os.replace(self._tmp, self.url)  # type: ignore[arg-type]
+            self._file.close()  # the one writer: renamed into place, or put whole on an object store
         return self.url if self.rows and self.url is not None else None
 
 

@@ -241,7 +241,7 @@ def start_server(where: str, key: str, wait: float = 0.0) -> bool:
     finally:
         os.close(lock)
     if not starting:
-        log = os.open(os.path.join(where, f"{key}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        log = identity.open_file(where, f"{key}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             subprocess.Popen(
                 [

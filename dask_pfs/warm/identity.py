@@ -18,6 +18,8 @@ import os
 import stat
 import sys
 
+from operators.core import outputs
+
 # Environment read once, at start-up or import (interpreter, loader, allocator, locale, numeric
 # libraries' thread pools): a different value needs a different server.  Everything else in the
 # environment is the command's own and is handed to the child as is.  Not OPENBLAS_*: pfs sets its
@@ -68,18 +70,23 @@ def socket_dir(create: bool = True) -> str | None:
     uid = os.getuid()
     base = socket_path_base()
     if create:
-        try:
-            os.mkdir(base, 0o700)
-        except FileExistsError:
-            pass
-        except OSError:
+        try:  # made 0700 by the one writer, every directory above checked
+            outputs.private_dir(base).close()
+        except OSError:  # refused (UnsafeOutput) or impossible: no warm server
             return None
     return base if _private_dir(base, uid) else None
 
 
+def open_file(where: str, name: str, flags: int) -> int:
+    """``name`` in the socket directory ``where``, through the one writer: never through a link, only
+    a regular file of this user's with one name."""
+    with outputs.open_dir(where) as d:
+        return d.open_fd(name, flags, outputs.PRIVATE_FILE)
+
+
 def open_lock(where: str, key: str) -> int:
     """``KEY.lock``, which a key's server holds (``flock``) while it lives: one server per key."""
-    return os.open(os.path.join(where, f"{key}.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return open_file(where, f"{key}.lock", os.O_RDWR | os.O_CREAT)
 
 
 def _private_dir(path: str, uid: int) -> bool:
