@@ -8,7 +8,7 @@ memory does not grow with the tree.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from operators.checksum import Sums, checksum_local_files, checksum_many, checksum_remote, fill_table
 from operators.core.concurrency import in_flight_cap
@@ -16,11 +16,11 @@ from operators.core.pool import get_pool
 from operators.names import to_bytes
 from operators.objmeta import fill_object_xattrs, has_metadata
 from operators.parts import part_name, release_arrow_memory, write_parts
+from operators.root_identity import RootIdentity, check_root
 from operators.rows import RowBuffer
 from operators.scan.local import LocalLister
 from operators.scan.prune import Prune
 from operators.scan.remote import FsspecLister
-from operators.scan.root_guard import RootId, check_root
 from operators.scan.walk import Budget, DirItem, Tally, walk
 from operators.scan.writer import PartWriter
 from operators.xattrs import fill_xattrs
@@ -40,7 +40,7 @@ class ScanSpec:
     checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
     prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
     xattrs: bool = False  # fill the xattrs/has_acl columns (operators.xattrs; S3: operators.objmeta)
-    root_id: RootId | None = None  # a local root's (device, inode) when the scan began (operators.scan.root_guard)
+    root_id: RootIdentity | None = None  # a local root's identity when the scan began (operators.root_identity)
 
     def lister(self):
         if self.protocol in ("file", "local"):
@@ -61,7 +61,9 @@ class ChunkResult:
 def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budget) -> ChunkResult:
     """Walk below ``items`` within ``budget``; write parts named after ``task_id``."""
     start = time.monotonic()
-    check_root(spec.root, spec.root_id)  # an unmounted root would list as empty
+    here = check_root(spec.root, spec.root_id)  # an unmounted root would list as empty
+    if here is not None and spec.prune is not None and spec.prune.device is not None:
+        spec = replace(spec, prune=replace(spec.prune, device=here[0]))  # -x: this host's device of the root
     parts: list[str] = []
     lister = spec.lister()
     if isinstance(lister, LocalLister):  # a step's descent stays a small share of the task's budget
