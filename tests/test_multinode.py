@@ -210,6 +210,12 @@ def test_scan_across_hosts_matches_one_host(cluster, source_tree, work, one_host
     with on_every_host(cluster, "scan"):
         pfs(cluster, "scan", source_tree, "-o", work[0] / "scan", "--json")
     assert _rows(str(work[0] / "scan")) == one_host
+    # -x compares each entry's device with the root's: this host's device, not the driver's
+    pfs(cluster, "scan", source_tree, "-o", work[0] / "scan-x", "-x")
+    assert _rows(str(work[0] / "scan-x")) == one_host
+    # the driver itself a task on one of the hosts: it pins the root there, the others check against it
+    pfs(cluster, "scan", source_tree, "-o", work[0] / "scan-driver", "--driver", "cluster")
+    assert _rows(str(work[0] / "scan-driver")) == one_host
 
 
 def test_cp_both_ways_across_hosts(cluster, source_tree, work, one_host):
