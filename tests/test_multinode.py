@@ -231,6 +231,30 @@ def test_cp_both_ways_across_hosts(cluster, source_tree, work, one_host):
     assert _rows(str(local / "back-scan")) == one_host
 
 
+def test_hard_links_scanned_by_different_hosts_stay_linked(cluster, source_tree, work):
+    """A manifest groups hard links by (dev, ino): rows scanned on different hosts carry one device
+    number (the job's), so a copy keeps links between files that different hosts listed."""
+    vol, local = work
+    tree = vol / "links"
+    pfs(cluster, "cp", source_tree, tree, "--chunk-files", "50")
+    tops = sorted(p for p in tree.iterdir() if p.is_dir())
+    pairs = []
+    for i, top in enumerate(tops):
+        first = sorted(p for p in top.rglob("*") if p.is_file())[0]
+        other = tops[(i + 1) % len(tops)] / f"link-{i}"
+        os.link(first, other)
+        pairs.append((first.relative_to(tree), other.relative_to(tree)))
+    with on_every_host(cluster, "scan"):
+        pfs(cluster, "scan", tree, "-o", local / "links-scan")
+    import pyarrow.dataset as ds
+
+    devs = set(ds.dataset(str(local / "links-scan"), format="parquet").to_table(columns=["dev"]).column(0).to_pylist())
+    assert devs == {os.stat(tree).st_dev}, devs  # the driver's numbering, whichever host scanned the row
+    pfs(cluster, "cp", "--manifest", local / "links-scan", local / "links-copy", "--chunk-files", "20")
+    for a, b in pairs:
+        assert os.stat(local / "links-copy" / a).st_ino == os.stat(local / "links-copy" / b).st_ino, (a, b)
+
+
 def test_sync_with_delete_across_hosts(cluster, source_tree, work, one_host):
     """A stale copy (a file changed, a file and a directory extra, a file missing) made a mirror."""
     vol, local = work

@@ -106,3 +106,27 @@ def test_a_manifest_marker_written_on_another_host_is_accepted(tmp_path):
     with pytest.raises(PfsError, match=r"not the tree manifest m was scanned from \(inode"):
         check_manifest_root(info, "m", destructive=True)
     assert root_identity(str(tree)) == identify(str(tree)).as_dict()
+
+
+def test_rows_scanned_on_another_host_carry_the_jobs_device(tmp_path):
+    """A manifest's (dev, ino) groups hard links across rows that different hosts scanned: rows of the
+    root's file system get the job's device number, whichever host's mount they were read through."""
+    from operators.scan.task import ScanSpec, scan_chunk
+    from operators.scan.walk import Budget
+
+    tree = make_tree(tmp_path / "t", TREE)
+    os.link(tree / "h", tree / "d" / "h2")
+    job = elsewhere(identify(str(tree)))
+    (tmp_path / "out").mkdir()
+    spec = ScanSpec("file", str(tree), str(tmp_path / "out"), root_id=job)
+    result = scan_chunk(spec, [(b"", None)], "0000000", Budget(10**6, 60))
+    import pyarrow.parquet as pq
+
+    rows = [
+        r
+        for part in result.parts
+        for r in pq.read_table(tmp_path / "out" / part, columns=["path", "dev", "ino"]).to_pylist()
+    ]
+    assert {r["dev"] for r in rows} == {job.dev} != {os.stat(tree).st_dev}
+    linked = [r for r in rows if r["path"] in ("h", "d/h2")]
+    assert len(linked) == 2 and linked[0]["ino"] == linked[1]["ino"]

@@ -10,6 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from operators.checksum import Sums, checksum_local_files, checksum_many, checksum_remote, fill_table
 from operators.core.concurrency import in_flight_cap
 from operators.core.pool import get_pool
@@ -58,6 +61,18 @@ class ChunkResult:
     seconds: float
 
 
+def one_numbering(table: pa.Table, here: tuple[int, int] | None, job: RootIdentity | None) -> pa.Table:
+    """Rows of the root's file system with the job's device number, not this host's: a device number is
+    per host (``operators.root_identity``), and a manifest's ``(dev, ino)`` groups hard links (cp) across
+    rows that different hosts scanned.  Entries of other file systems below the root keep this host's."""
+    if here is None or job is None or here[0] == job.dev:
+        return table
+    i = table.schema.get_field_index("dev")
+    col = table.column(i)
+    ours = pc.equal(col, pa.scalar(here[0], col.type))
+    return table.set_column(i, table.schema.field(i), pc.if_else(ours, pa.scalar(job.dev, col.type), col))
+
+
 def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budget) -> ChunkResult:
     """Walk below ``items`` within ``budget``; write parts named after ``task_id``."""
     start = time.monotonic()
@@ -80,7 +95,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
 
     def write(buf: RowBuffer) -> None:
         if len(buf):
-            table = buf.take_table()
+            table = one_numbering(buf.take_table(), here, spec.root_id)
             if spec.checksum:
                 table, failed = fill_table(table, sums_of)
                 sum_failures.extend(failed)
