@@ -20,13 +20,15 @@ from operators.names import to_bytes
 from operators.objmeta import fill_object_xattrs, has_metadata
 from operators.parts import part_name, release_arrow_memory, write_parts
 from operators.root_identity import RootIdentity, check_root
-from operators.rows import RowBuffer
+from operators.rows import ROW_COLUMNS, RowBuffer
 from operators.scan.local import LocalLister
 from operators.scan.prune import Prune
 from operators.scan.remote import FsspecLister
 from operators.scan.walk import Budget, DirItem, Tally, walk
 from operators.scan.writer import PartWriter
 from operators.xattrs import fill_xattrs
+
+_DEV = ROW_COLUMNS.index("dev")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,17 @@ def one_numbering(table: pa.Table, here: tuple[int, int] | None, job: RootIdenti
     col = table.column(i)
     ours = pc.equal(col, pa.scalar(here[0], col.type))
     return table.set_column(i, table.schema.field(i), pc.if_else(ours, pa.scalar(job.dev, col.type), col))
+
+
+def frontier_numbering(
+    frontier: list[DirItem], here: tuple[int, int] | None, job: RootIdentity | None
+) -> list[DirItem]:
+    """The directories handed back with their rows in the job's device numbering too: the task that walks
+    one (maybe on another host) writes the directory's own row from it (:func:`one_numbering`)."""
+    if here is None or job is None or here[0] == job.dev:
+        return frontier
+    fix = lambda row: row[:_DEV] + (job.dev,) + row[_DEV + 1 :] if row is not None and row[_DEV] == here[0] else row  # noqa: E731
+    return [(path, fix(row)) for path, row in frontier]
 
 
 def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budget) -> ChunkResult:
@@ -130,4 +143,5 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
     check_root(spec.root, spec.root_id)  # unmounted meanwhile: what this task listed may be incomplete
     tally.errors += len(sum_failures)
     tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])
+    frontier = frontier_numbering(frontier, here, spec.root_id)
     return ChunkResult(task_id, parts, tally, frontier, time.monotonic() - start)
