@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?=  # empty: a new private temp directory (mkdtemp, mode 0700)
 
-.PHONY: setup demo test test-airflow-deploy test-image image lint fmt bench clean
+.PHONY: setup demo test test-airflow-deploy test-image test-multinode image lint fmt bench clean
 
 setup:
 	@./scripts/setup.sh
@@ -33,6 +33,12 @@ test-image: setup image
 # ~5 min on 2 idle cores), kept out of `make test` for its time; .ci/run runs both.
 test-airflow-deploy: setup
 	$(VENV)/bin/python -m pytest -q -m airflow_deploy tests/airflow_deploy $(PYTEST_ARGS)
+
+# pfs across three client hosts (tests/test_multinode.py, marker `multinode`: network namespaces, each with its own
+# glusterfs mount of the ../shared/nas volume; docs/multinode.md): installs what it needs, brings the NAS harness
+# (if not up) and the hosts up, runs the tests, brings them down, on failure too. Root only; ~5 min.
+test-multinode: setup
+	./scripts/test-multinode.sh
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -23,6 +23,7 @@ from typing import TypeVar
 
 import operators._native as _native
 from operators.ratelimit import bytes_capped, take_bytes
+from operators.root_identity import RootIdentity, host_pin
 
 T = TypeVar("T")
 Sums = list[tuple[bool, str]]  # per file: (True, "xxh3:...") or (False, "PermissionError: ...")
@@ -71,21 +72,22 @@ def checksum_local_files(
     algorithm: str = DEFAULT,
     sizes: Sequence[int | None] | None = None,
     threads: int | None = None,
-    root_id: tuple[int, int] | None = None,
+    root_id: RootIdentity | None = None,
 ) -> Sums:
     """Checksums of the files ``rels`` (relative to ``root``; ``b""``: ``root`` is the file) in the
     core.  ``sizes`` (the rows' sizes) pace a ``--max-bandwidth`` cap: without one, one call.
-    ``root_id``: the root's (device, inode) when the job started; another directory renamed into
-    its place since fails every file (ESTALE) instead of being read."""
+    ``root_id``: the root's identity when the job started (``operators.root_identity``); another
+    directory renamed into its place since fails every file (ESTALE) instead of being read."""
     root_b = os.fsencode(root).rstrip(b"/") or b"/"
     rels = list(rels)
+    pinned = host_pin(root_b, root_id)  # this host's (device, inode) of it, checked on its first look
     step = CAPPED_BATCH if bytes_capped() else max(1, len(rels))
     out: Sums = []
     for lo in range(0, len(rels), step):
         hi = lo + step
         if sizes is not None and bytes_capped():
             take_bytes(sum(size or 0 for size in sizes[lo:hi]))
-        out.extend(_native.checksum_files(root_b, rels[lo:hi], algorithm, _threads(threads), root_id=root_id))
+        out.extend(_native.checksum_files(root_b, rels[lo:hi], algorithm, _threads(threads), root_id=pinned))
     return out
 
 
@@ -190,13 +192,13 @@ def checksum_table(
     name: str,
     algorithm: str = DEFAULT,
     out_storage_options: dict | None = None,
-    root_id: tuple[int, int] | None = None,
+    root_id: RootIdentity | None = None,
 ) -> tuple[int, int, list[str]]:
     """Checksum the files of a chunk of manifest rows (below ``root``) and write them as a part.
 
     Used when a manifest was scanned without checksums: the rows keep every column, the
     checksum column is (re)computed, read failures go to ``error``.  Returns (files, bytes, errors).
-    ``root_id``: a local root's pinned (device, inode) (:func:`checksum_local_files`): another
+    ``root_id``: a local root's pinned identity (:func:`checksum_local_files`): another
     directory renamed into its place fails every file instead of being hashed.
     """
     import fsspec

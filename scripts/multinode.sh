@@ -137,12 +137,16 @@ up() {
     for i in $(up_hosts); do [ "$i" -gt "$n" ] && host_down "$i"; done
     for i in $(seq "$n"); do host_up "$i"; done
     want=$(seq -f 'host%g' "$n" | sort | tr '\n' ' ')
-    if ! wait_for '[ "$(sched_workers | cut -d" " -f1 | sort | tr "\n" " ")" = "$want" ]' 300; then
-        for i in $(seq "$n"); do
-            alive $RUN/host$i.pid || echo "host$i worker exited: $(tail -3 $RUN/host$i.log 2>/dev/null)" >&2
+    local tries=0
+    until [ "$(sched_workers | cut -d" " -f1 | sort | tr "\n" " ")" = "$want" ]; do
+        for i in $(seq "$n"); do  # a host whose mount or worker failed: say so now, not after the wait
+            alive $RUN/host$i.pid || die "host$i worker exited: $(tail -3 $RUN/host$i.log 2>/dev/null)"
         done
-        die "the scheduler does not list exactly: $want(it lists: $(sched_workers | cut -d' ' -f1 | tr '\n' ' '))"
-    fi
+        tries=$((tries + 1))
+        [ $tries -lt 150 ] ||
+            die "the scheduler does not list exactly: $want(it lists: $(sched_workers | cut -d' ' -f1 | tr '\n' ' '))"
+        sleep 0.2
+    done
     status
 }
 

@@ -4,10 +4,11 @@ A manifest names its root by path (``_manifest.json``'s ``root``), and a path ca
 another tree: a copy made with ``cp -a`` (same names, sizes and times), a remount, a marker edited
 by whoever can write the manifest directory.  rm would then delete the other tree's files, since
 every row still matches what is there.  So the marker records the root's identity when it is
-written (``st_dev``, ``st_ino`` and the file system id ``statvfs().f_fsid``), and rm, cp and sync
-with ``--manifest`` compare it with the live root before acting (:func:`check_root`):
+written (``operators.root_identity``: inode, file system type and id, the mount's source for a mount
+point, and the device with the host it means something on), and rm, cp and sync with ``--manifest``
+compare it with the live root before acting (:func:`check_root`), from any host that mounts the tree:
 
-* another tree (any of the three differs): refused, exit 2, unless ``allow_other_root``;
+* another tree (the identity differs): refused, exit 2, unless ``allow_other_root``;
 * a relative root: refused always (it would resolve against whatever the current directory is);
 * a marker without identity (an older pfs, or a root that did not exist yet): rm refuses unless
   ``allow_other_root``; cp and sync warn (they read that tree; rm deletes in it).
@@ -30,6 +31,7 @@ from typing import Any
 import fsspec
 
 from dask_pfs.errors import PfsError
+from operators.root_identity import RootIdentity, identify
 
 OPTION = "--allow-other-root"
 
@@ -41,16 +43,16 @@ def _local_path(root: str) -> str | None:
     return root.removeprefix("file://")
 
 
-def root_identity(root: Any) -> dict[str, int] | None:
-    """``{"dev", "ino", "fsid"}`` of a local root as it is now (None: not local, or not there)."""
+def root_identity(root: Any) -> dict[str, Any] | None:
+    """A local root's identity as it is now, for a marker (:meth:`RootIdentity.as_dict`; None: not
+    local, or not there)."""
     path = _local_path(str(root)) if root else None
     if path is None:
         return None
     try:
-        s, v = os.stat(path), os.statvfs(path)
+        return identify(path).as_dict()
     except OSError:
         return None
-    return {"dev": s.st_dev, "ino": s.st_ino, "fsid": int(v.f_fsid)}
 
 
 def check_root(info: dict, url: str, root: str | None = None, *, destructive: bool, allow_other: bool = False) -> None:
@@ -74,19 +76,23 @@ def check_root(info: dict, url: str, root: str | None = None, *, destructive: bo
             raise PfsError(f"{message}; rescan it, or pass {OPTION}")
         warnings.warn(message, stacklevel=3)
         return
-    live = root_identity(target)
-    if live is None:
+    path = _local_path(str(target))
+    try:
+        live = identify(path or "")
+    except OSError:
         return  # not there: the job reports the missing root in its own words
-    if any(live.get(k) != recorded.get(k) for k in ("dev", "ino", "fsid")) and not allow_other:
+    expected = RootIdentity.from_dict(recorded)
+    why = expected.differs(live) if expected is not None else None
+    if why and not allow_other:
         raise PfsError(
-            f"{target} is not the tree manifest {url} was scanned from (device, inode or file system id differ: "
-            f"another copy, a remount or an edited marker); rescan it, or pass {OPTION}"
+            f"{target} is not the tree manifest {url} was scanned from ({why}: another copy, a remount, another "
+            f"volume or an edited marker); rescan it, or pass {OPTION}"
         )
 
 
-def pinned_root(info: dict, url: str, root: str, allow_other: bool = False) -> tuple[int, int] | None:
-    """The (device, inode) a job reading files below the local ``root`` pins it to, so that the core
-    fails every file (ESTALE) of another directory renamed into its place while the job runs.
+def pinned_root(info: dict, url: str, root: str, allow_other: bool = False) -> RootIdentity | None:
+    """The identity a job reading files below the local ``root`` pins it to, so that every host fails
+    every file (ESTALE) of another directory renamed into its place while the job runs.
 
     ``root`` the tree the manifest ``url`` was scanned from: the identity its marker recorded, and
     another tree there already is refused (:func:`check_root`, exit 2); rows read below another root
@@ -100,12 +106,12 @@ def pinned_root(info: dict, url: str, root: str, allow_other: bool = False) -> t
     scanned = _local_path(str(marked)) if marked else None
     if recorded and not allow_other and scanned is not None and os.path.normpath(scanned) == os.path.normpath(path):
         check_root(info, url, root, destructive=False)
-        return int(recorded["dev"]), int(recorded["ino"])
+        pinned = RootIdentity.from_dict(recorded)
+        return pinned.for_job() if pinned is not None else None
     try:
-        s = os.stat(path)
+        return identify(path).for_job()
     except OSError:
         return None  # not there: the job reports the missing root in its own words
-    return s.st_dev, s.st_ino
 
 
 __all__ = ["OPTION", "check_root", "pinned_root", "root_identity"]

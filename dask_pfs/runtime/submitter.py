@@ -32,7 +32,7 @@ from dask_pfs.clusters.client import ClusterOptions, connect, total_task_slots
 from dask_pfs.clusters.stall import Watch, storage_gone
 from dask_pfs.runtime.here import HereClient, here_client
 from dask_pfs.runtime.limits import Limits, job_limits
-from operators.scan.root_guard import RootChangedError
+from operators.root_identity import RootChangedError
 from operators.scan.walk import Budget, DirItem
 
 if TYPE_CHECKING:

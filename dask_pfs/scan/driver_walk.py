@@ -23,7 +23,7 @@ from dask_pfs.clusters.stall import in_thread_within_stall, storage_gone
 from dask_pfs.runtime.progress import Reporter
 from dask_pfs.scan import journal as sj
 from operators.journal import Journal
-from operators.scan.root_guard import RootChangedError
+from operators.root_identity import RootChangedError
 from operators.scan.task import ScanSpec, scan_chunk
 from operators.scan.walk import Budget, DirItem, Tally
 

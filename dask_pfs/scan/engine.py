@@ -48,8 +48,8 @@ from operators.checksum import check_algorithm
 from operators.core.concurrency import report as process_concurrency
 from operators.core.concurrency import summarize
 from operators.mounts import is_network
+from operators.root_identity import identify
 from operators.scan.prune import Prune
-from operators.scan.root_guard import root_id
 from operators.scan.task import ChunkResult, ScanSpec, scan_chunk
 from operators.scan.walk import Budget, DirItem, Tally
 from operators.xattrs import XATTRS_LOCAL, readable
@@ -148,7 +148,7 @@ class TreeScan:
             checksum=checksum,
             prune=prune,
             xattrs=xattrs,
-            root_id=root_id(loc.path) if loc.is_local else None,  # a task on an unmounted root fails
+            root_id=identify(loc.path).for_job() if loc.is_local else None,  # a task on an unmounted root fails
         )
 
     def start_here(self, limits: Limits | None = None, progress: Reporter | None = None) -> None:

@@ -27,6 +27,7 @@ from operators.copy.spec import CopySpec, Entry, local_path, temp_name
 from operators.core.concurrency import fanned
 from operators.names import check_relative
 from operators.ratelimit import bytes_capped, ops_capped, take_bytes, take_ops
+from operators.root_identity import host_pin
 from operators.safety import AncestorCheck
 
 CORE_BATCH = 64  # files per native call when a cap paces them (else a whole chunk per call)
@@ -146,6 +147,7 @@ class LocalDestination(Destination):
         src_root, dst_root = os.fsencode(spec.src_root), os.fsencode(spec.dst_root)
         step = CORE_BATCH if ops_capped() or bytes_capped() else max(1, len(entries))
         uid, gid = spec.core_ids()
+        src_root_id = host_pin(spec.src_root, spec.src_root_id)  # this host's mount of it (operators.root_identity)
         results: list[str | BaseException] = []
         for lo in range(0, len(entries), step):
             hi = min(len(entries), lo + step)
@@ -170,7 +172,7 @@ class LocalDestination(Destination):
                     on_exist,
                     umask(),
                     fan,
-                    src_root_id=spec.src_root_id,
+                    src_root_id=src_root_id,
                 )
 
             status, errnos, refused = fanned(spec.threads, hi - lo, call)

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from operators.names import check_relative
+from operators.root_identity import RootIdentity, job_pin
 from operators.rows import describe_error
 from operators.scan.remote import FLAT_PROTOCOLS
-from operators.scan.root_guard import RootId, pin
 
 Bytes = bytes  # Outcome's field ``bytes`` hides the type inside the class
 TEMP_MARK = b".pfs-tmp-"
@@ -58,12 +58,12 @@ class CopySpec:
     threads: int | None = None
     src_options: dict = field(default_factory=dict)
     dst_options: dict = field(default_factory=dict)
-    src_root_id: RootId | None = None  # a local source root's (device, inode) at the start (pinned): another is refused
+    src_root_id: RootIdentity | None = None  # a local source root's identity at the start (pinned): another is refused
 
     def pinned(self) -> CopySpec:
         """This spec with the source root's identity now (the job starting): from then on the core
         refuses another directory renamed into its place."""
-        return replace(self, src_root_id=pin(self.src_root, self.src_local))
+        return replace(self, src_root_id=job_pin(self.src_root, self.src_local))
 
     @property
     def keeps_owner(self) -> bool:

@@ -25,6 +25,7 @@ from operators.core.dirfd import OpenDirs
 from operators.names import check_relative, decode, join, to_bytes
 from operators.ratelimit import ops_capped, take_ops
 from operators.remove.counts import CHANGED, FAILED, NONEMPTY, RmCounts
+from operators.root_identity import host_pin
 from operators.rows import Row, dir_row, error_row
 from operators.scan.prune import DROP
 from operators.scan.walk import DirItem, Listing, open_listing
@@ -102,6 +103,7 @@ class LocalRemover:
         rels = [check_relative(to_bytes(e[0], e[1])) for e in entries]  # refuses '..' and absolute paths
         kinds = bytes(KIND_CODES.get(e[2], 255) for e in entries)
         sizes, mtimes = [e[3] for e in entries], [e[4] for e in entries]
+        root_id = host_pin(spec.root, spec.root_id)  # this host's mount of the job's root (operators.root_identity)
         counts = RmCounts()
         for lo, hi in _spans(len(rels)):
 
@@ -116,7 +118,7 @@ class LocalRemover:
                     spec.dry_run,
                     fan,
                     spec.sample_limit,
-                    root_id=spec.root_id,
+                    root_id=root_id,
                 )
 
             _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=False)
@@ -126,6 +128,7 @@ class LocalRemover:
         """Remove directories of one depth level (``b""``: the root); ``check``: only if still directories."""
         spec = self.spec
         rels = [check_relative(rel) if rel else rel for rel in rels]
+        root_id = host_pin(spec.root, spec.root_id)
         counts = RmCounts()
         for lo, hi in _spans(len(rels)):
 
@@ -137,7 +140,7 @@ class LocalRemover:
                     spec.dry_run,
                     fan,
                     spec.sample_limit,
-                    root_id=spec.root_id,
+                    root_id=root_id,
                 )
 
             _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=True)

@@ -34,10 +34,10 @@ from operators.names import to_bytes
 from operators.remove.backends import Entry, LocalRemover
 from operators.remove.counts import FAILED, SAMPLES, RmCounts
 from operators.remove.fsspec import FsspecRemover
+from operators.root_identity import RootIdentity, host_pin, job_pin
 from operators.rows import Row
 from operators.safety import check_paths
 from operators.scan.prune import STOP, Prune
-from operators.scan.root_guard import RootId, pin
 from operators.scan.walk import Budget, DirItem, walk
 
 
@@ -53,7 +53,7 @@ class RemoveSpec:
     ignore_changes: bool = False
     sample_limit: int = SAMPLES
     prune: Prune | None = None  # tree mode: what the walk leaves in place
-    root_id: RootId | None = None  # the local root's (device, inode) when the job started: the core refuses another
+    root_id: RootIdentity | None = None  # the local root's identity when the job started: every host refuses another
 
     @property
     def is_local(self) -> bool:
@@ -75,7 +75,15 @@ class RemoveSpec:
     def pinned(self) -> RemoveSpec:
         """This spec with the root's identity now (the job starting): from then on the core refuses
         another directory renamed into the root's place."""
-        return replace(self, root_id=pin(self.root, self.is_local))
+        return replace(self, root_id=job_pin(self.root, self.is_local))
+
+    def here(self) -> RemoveSpec:
+        """This spec on this host: ``--one-file-system``'s device is this host's own mount of the root
+        (a device number is per host: ``operators.root_identity``), checked against the job's root."""
+        if self.prune is None or self.prune.device is None or self.root_id is None:
+            return self
+        pinned = host_pin(self.root, self.root_id)
+        return replace(self, prune=replace(self.prune, device=pinned[0])) if pinned else self
 
     def remover(self) -> LocalRemover | FsspecRemover:
         """The backend for this file system (``operators.remove.backends``)."""
@@ -98,6 +106,7 @@ class TreeChunkResult:
 def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) -> TreeChunkResult:
     """Walk below ``items`` within ``budget``, unlinking as it goes; remove the subtrees it finished."""
     start = time.monotonic()
+    spec = spec.here()
     pool = spec.pool()
     remover = spec.remover()
     lister = remover.tree_lister()

@@ -8,7 +8,10 @@ memory does not grow with the tree.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from operators.checksum import Sums, checksum_local_files, checksum_many, checksum_remote, fill_table
 from operators.core.concurrency import in_flight_cap
@@ -16,14 +19,16 @@ from operators.core.pool import get_pool
 from operators.names import to_bytes
 from operators.objmeta import fill_object_xattrs, has_metadata
 from operators.parts import part_name, release_arrow_memory, write_parts
-from operators.rows import RowBuffer
+from operators.root_identity import RootIdentity, check_root
+from operators.rows import ROW_COLUMNS, RowBuffer
 from operators.scan.local import LocalLister
 from operators.scan.prune import Prune
 from operators.scan.remote import FsspecLister
-from operators.scan.root_guard import RootId, check_root
 from operators.scan.walk import Budget, DirItem, Tally, walk
 from operators.scan.writer import PartWriter
 from operators.xattrs import fill_xattrs
+
+_DEV = ROW_COLUMNS.index("dev")
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class ScanSpec:
     checksum: str | None = None  # algorithm: fill the checksum column of files (operators.checksum)
     prune: Prune | None = None  # what the walk leaves out (--exclude, --include, --max-depth, -x)
     xattrs: bool = False  # fill the xattrs/has_acl columns (operators.xattrs; S3: operators.objmeta)
-    root_id: RootId | None = None  # a local root's (device, inode) when the scan began (operators.scan.root_guard)
+    root_id: RootIdentity | None = None  # a local root's identity when the scan began (operators.root_identity)
 
     def lister(self):
         if self.protocol in ("file", "local"):
@@ -58,10 +63,35 @@ class ChunkResult:
     seconds: float
 
 
+def one_numbering(table: pa.Table, here: tuple[int, int] | None, job: RootIdentity | None) -> pa.Table:
+    """Rows of the root's file system with the job's device number, not this host's: a device number is
+    per host (``operators.root_identity``), and a manifest's ``(dev, ino)`` groups hard links (cp) across
+    rows that different hosts scanned.  Entries of other file systems below the root keep this host's."""
+    if here is None or job is None or here[0] == job.dev:
+        return table
+    i = table.schema.get_field_index("dev")
+    col = table.column(i)
+    ours = pc.equal(col, pa.scalar(here[0], col.type))
+    return table.set_column(i, table.schema.field(i), pc.if_else(ours, pa.scalar(job.dev, col.type), col))
+
+
+def frontier_numbering(
+    frontier: list[DirItem], here: tuple[int, int] | None, job: RootIdentity | None
+) -> list[DirItem]:
+    """The directories handed back with their rows in the job's device numbering too: the task that walks
+    one (maybe on another host) writes the directory's own row from it (:func:`one_numbering`)."""
+    if here is None or job is None or here[0] == job.dev:
+        return frontier
+    fix = lambda row: row[:_DEV] + (job.dev,) + row[_DEV + 1 :] if row is not None and row[_DEV] == here[0] else row  # noqa: E731
+    return [(path, fix(row)) for path, row in frontier]
+
+
 def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budget) -> ChunkResult:
     """Walk below ``items`` within ``budget``; write parts named after ``task_id``."""
     start = time.monotonic()
-    check_root(spec.root, spec.root_id)  # an unmounted root would list as empty
+    here = check_root(spec.root, spec.root_id)  # an unmounted root would list as empty
+    if here is not None and spec.prune is not None and spec.prune.device is not None:
+        spec = replace(spec, prune=replace(spec.prune, device=here[0]))  # -x: this host's device of the root
     parts: list[str] = []
     lister = spec.lister()
     if isinstance(lister, LocalLister):  # a step's descent stays a small share of the task's budget
@@ -78,7 +108,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
 
     def write(buf: RowBuffer) -> None:
         if len(buf):
-            table = buf.take_table()
+            table = one_numbering(buf.take_table(), here, spec.root_id)
             if spec.checksum:
                 table, failed = fill_table(table, sums_of)
                 sum_failures.extend(failed)
@@ -113,4 +143,5 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
     check_root(spec.root, spec.root_id)  # unmounted meanwhile: what this task listed may be incomplete
     tally.errors += len(sum_failures)
     tally.error_samples.extend(sum_failures[: max(0, 5 - len(tally.error_samples))])
+    frontier = frontier_numbering(frontier, here, spec.root_id)
     return ChunkResult(task_id, parts, tally, frontier, time.monotonic() - start)

@@ -1,9 +1,9 @@
 """A root directory replaced by another one (renamed into its place) is never worked in.
 
 Between the scan and ``rm``/``cp --manifest``: the manifest's root identity refuses it (exit 2).
-After the job started: the job's spec pins the root's (device, inode) (``RemoveSpec.pinned``,
-``CopySpec.pinned``, ``root_id=`` of ``checksum_local_files``) and the core opens the root once
-per call and compares (``native/core/src/parents.rs``, ``Root::open``): every row fails with
+After the job started: the job's spec pins the root's identity (``operators.root_identity``; on one
+host its (device, inode): ``RemoveSpec.pinned``, ``CopySpec.pinned``, ``root_id=`` of
+``checksum_local_files``) and the core opens the root once per call and compares (``native/core/src/parents.rs``, ``Root::open``): every row fails with
 ESTALE, nothing is removed, read or copied in the other tree.
 """
 
@@ -56,7 +56,9 @@ def test_a_root_replaced_after_the_job_started_is_refused_by_the_core(tmp_path):
     tree = make_tree(tmp_path / "t", TREE)
     rm_spec = RemoveSpec(protocol="file", root=str(tree)).pinned()
     cp_spec = CopySpec("file", str(tree), "file", str(tmp_path / "out"), token="t0", check_existing=False).pinned()
-    assert rm_spec.root_id == cp_spec.src_root_id == (os.stat(tree).st_dev, os.stat(tree).st_ino)
+    assert rm_spec.root_id and cp_spec.src_root_id  # one host: the core compares (device, inode)
+    pins = {(i.dev, i.ino) for i in (rm_spec.root_id, cp_spec.src_root_id)}
+    assert pins == {(os.stat(tree).st_dev, os.stat(tree).st_ino)}
     sums = checksum_local_files(tree, [b"h"], root_id=rm_spec.root_id)
     assert sums[0][0], sums  # the same root: read
     was = swap(tmp_path, tree)
@@ -112,7 +114,7 @@ def test_a_root_replaced_during_the_checksum_pass_fails_its_rows(tmp_path, dask_
     scan(tree, tmp_path / "m", dask_client)
     m = open_manifest(tmp_path / "m")
     pinned = pinned_root(m.info, m.url, str(tree))
-    assert pinned == (os.stat(tree).st_dev, os.stat(tree).st_ino)
+    assert pinned and (pinned.dev, pinned.ino) == (os.stat(tree).st_dev, os.stat(tree).st_ino)
     table = ds.dataset(str(tmp_path / "m"), format="parquet").to_table().cast(SCHEMA)
     swap(tmp_path, tree)
     args = ("file", str(tree), {}, table, str(tmp_path / "sums"), "part-sum-0000.parquet", "xxh3", None, pinned)

@@ -1,7 +1,9 @@
 //! Paths for rm, cp and checksums: paths relative to a root, opened one component at a time.
 //!
 //! The root is opened once per job call ([`Root`]: followed, as the path the user named, then pinned
-//! by its descriptor and its (device, inode), checked against the identity the caller expects).
+//! by its descriptor and its (device, inode), checked against the identity the caller expects). That
+//! identity is this host's: a device number is per host, so the caller (`operators/root_identity.py`)
+//! checks its own mount of the root against the job's host-independent identity and passes its own.
 //! Every component below it is opened relative to the one above with `O_NOFOLLOW | O_DIRECTORY`,
 //! so a directory swapped for a symlink is refused (ELOOP or ENOTDIR) instead of followed out of the
 //! tree, and a component that is `..`, `.` or empty is refused before any system call.
