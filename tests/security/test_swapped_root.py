@@ -3,8 +3,9 @@
 Between the scan and ``rm``/``cp --manifest``: the manifest's root identity refuses it (exit 2).
 After the job started: the job's spec pins the root's identity (``operators.root_identity``; on one
 host its (device, inode): ``RemoveSpec.pinned``, ``CopySpec.pinned``, ``root_id=`` of
-``checksum_local_files``) and the core opens the root once per call and compares (``native/core/src/parents.rs``, ``Root::open``): every row fails with
-ESTALE, nothing is removed, read or copied in the other tree.
+``checksum_local_files``) and the core opens the root once per call and compares
+(``native/core/src/parents.rs``, ``Root::open``): every row fails with ESTALE,
+nothing is removed, read or copied in the other tree.
 """
 
 from __future__ import annotations
