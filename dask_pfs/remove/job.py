@@ -29,6 +29,8 @@ from dask_pfs.urls import Location, probe, pruned_at, refuse_target, resolve
 from operators.journal import Journal
 from operators.names import decode
 from operators.remove.tasks import (
+    CONSISTENT,
+    Checked,
     RemoveSpec,
     RmCounts,
     TreeChunkResult,
@@ -112,6 +114,7 @@ class Removal:
         self.prune = prune  # tree mode: what the walk leaves in place
         self.target = ""
         self.mode = "tree"
+        self.manifest_url = ""
         self.spec: RemoveSpec | None = None
         self.sel: Selection | None = None  # manifest mode: the rows to remove (frozen into the journal)
         self.totals = {"entries": 0, "bytes": 0, "dirs": 0}
@@ -209,7 +212,7 @@ class Removal:
         if found.kind != "directory":
             raise PfsError(f"{m.root} (root of manifest {url}) is not a directory")
         self.spec = self._spec(loc)
-        self.target, self.mode = m.root, "manifest"
+        self.target, self.mode, self.manifest_url = m.root, "manifest", m.url
         self.sel = Selection(m, where)
         totals = self.sel.totals()
         self.counts["skipped_error"] = totals["errors"]
@@ -325,20 +328,28 @@ class Removal:
     def _run_manifest(self, sub: Submitter) -> None:
         sel = self.sel
         assert sel is not None
-        # 1. every selected row is checked before anything is removed
-        refused = 0
-        samples: list[str] = []
+        # 1. every selected row is checked before anything is removed: below the root, and the row
+        # agreeing with its own path (a where-clause on a rewritten name must not reach another entry)
+        found = Checked()
 
-        def on_check(res: tuple[int, list[tuple[bytes, str]]]) -> None:
-            nonlocal refused
-            refused += res[0]
-            samples.extend(f"{decode(rel)[0]!r}: {why}" for rel, why in res[1][: 5 - len(samples)])
+        def on_check(res: Checked) -> None:
+            found.refused += res.refused
+            found.damaged += res.damaged
+            found.samples.extend(res.samples[: 5 - len(found.samples)])
+            found.damage.extend(res.damage[: 1 - len(found.damage)])
 
-        rows = sel.batches(sel.sql("path, path_raw", also="error IS NULL"), CHECK_CHUNK)
+        rows = sel.batches(sel.sql(", ".join(CONSISTENT), also="error IS NULL"), CHECK_CHUNK)
         self._chunks(sub, check_batch, ((None, batch) for batch in rows), on_check)
-        if refused:
+        if found.damaged:
+            rel, why = found.damage[0]
             raise PfsError(
-                f"refusing: {refused:,} selected manifest rows could act outside {self.target} "
+                f"refusing: manifest {self.manifest_url} is damaged: {found.damaged:,} selected rows disagree "
+                f"with their own path, e.g. {decode(rel)[0]!r}: {why} (nothing removed; scan again)"
+            )
+        if found.refused:
+            samples = [f"{decode(rel)[0]!r}: {why}" for rel, why in found.samples]
+            raise PfsError(
+                f"refusing: {found.refused:,} selected manifest rows could act outside {self.target} "
                 f"(nothing removed), e.g. " + "; ".join(samples)
             )
         t = self.totals

@@ -92,13 +92,16 @@ def manifest_job(
     return jr, new, {}, chunk, True
 
 
+# what a removal ships of each non-directory row: the path, and what the identity rule compares
+# (``operators.remove.backends.Entry``; the rule itself is the core's ``Expect::differs``)
+IDENTITY_COLUMNS = "path, path_raw, type, size, epoch_ns(mtime) AS mtime, ino, epoch_ns(ctime) AS ctime"
+
+
 def files_sql(sel: Selection) -> str:
     """The selection's files to unlink, a few of every directory at a time (``manifests.spread``); a frozen
-    selection is stored in that order already (and has no ``parent`` column)."""
+    selection is stored in that order already."""
     order = spread_order() if sel.manifest is not None else None
-    return sel.sql(
-        "path, path_raw, type, size, epoch_ns(mtime) AS mtime", "error IS NULL AND type <> 'directory'", order
-    )
+    return sel.sql(IDENTITY_COLUMNS, "error IS NULL AND type <> 'directory'", order)
 
 
 def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:
@@ -106,7 +109,8 @@ def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:
     selection and the file's digest (for ``job.json``)."""
     final = os.path.join(jr.path, SELECTION)
     tmp = f"{final}.tmp"
-    rows = sel.sql("path, path_raw, type, size, mtime, depth, error", also="error IS NULL", order=SELECTION_ORDER)
+    cols = "path, path_raw, name, parent, type, size, mtime, ino, ctime, depth, error"  # what removing checks
+    rows = sel.sql(cols, also="error IS NULL", order=SELECTION_ORDER)
     sel.write(rows, tmp)  # pyarrow writes: the connection the where-clause runs on cannot
     os.replace(tmp, final)
     return Selection.of_file(final), file_digest(final)
