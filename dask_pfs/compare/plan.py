@@ -27,6 +27,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY
 from dask_pfs.manifests.manifest import Manifest, open_manifest, remove_manifest_files, write_marker
 from dask_pfs.manifests.sql import Filter, connect, file_table, literal, write_parquet
+from dask_pfs.places import local_path
 from dask_pfs.urls import Location
 from operators.journal import write_atomic
 
@@ -197,7 +198,7 @@ def check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str
         if p.info.get(key) != value:
             raise PfsError(f"{p.path}: the plan of another sync ({key} {p.info.get(key)!r}); not resuming it")
     for key, path in (("src_manifest", src_m), ("dst_manifest", dst_m)):
-        if os.path.abspath(str(p.info.get(key, "")).removeprefix("file://")) != os.path.abspath(path):
+        if local_path(str(p.info.get(key, ""))) != local_path(path):
             raise PfsError(f"{p.path}: the plan names {key} {p.info.get(key)!r}, not {path}; not resuming it")
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import fsspec
 
 from dask_pfs.errors import PfsError
+from dask_pfs.guard import check_target, selection_reach
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.check import check_parts
 from dask_pfs.manifests.manifest import Selection, open_manifest
@@ -25,7 +26,7 @@ from dask_pfs.runtime.journals import records, same_job
 from dask_pfs.runtime.progress import Reporter, human_bytes
 from dask_pfs.runtime.results import JobResult, ProblemLog
 from dask_pfs.runtime.submitter import Submitter, WalkTuning, walk_frontier
-from dask_pfs.urls import Location, probe, pruned_at, refuse_target, resolve
+from dask_pfs.urls import Location, probe, pruned_at, resolve
 from operators.journal import Journal
 from operators.names import decode
 from operators.remove.tasks import (
@@ -156,8 +157,8 @@ class Removal:
         loc = resolve(url, storage_options)
         self.target = loc.url
         found = probe(loc)
-        if found.exists and found.kind != "link":
-            refuse_target(loc, self.force)  # before anything else is said or made
+        if found.exists and found.kind != "link":  # before anything else is said or made
+            check_target(loc, action="remove", deletes=True, force=self.force)
         jr = None if self.dry_run else rm_journal.tree_journal(loc, self.journal_opt)
         if not found.exists:
             if self.resume and jr is not None and jr.exists:  # killed after its last rmdir: done
@@ -165,8 +166,6 @@ class Removal:
                 jr.remove()
                 return False
             raise PfsError(f"{loc.url}: no such file or directory")
-        if found.kind != "link":
-            refuse_target(loc, self.force)
         self._log(log, job_log("rm", loc.url) if not self.dry_run else "")
         if found.kind == "directory":
             self.spec = self._spec(loc)
@@ -207,13 +206,17 @@ class Removal:
         found = probe(loc)
         if not found.exists:
             raise PfsError(f"{m.root} (root of manifest {url}): no such file or directory")
-        if not where:
-            refuse_target(loc, self.force)  # the whole manifest is the whole tree
         if found.kind != "directory":
             raise PfsError(f"{m.root} (root of manifest {url}) is not a directory")
+        self.sel = sel = Selection(m, where)
+
+        def under(rel: str) -> int:  # selected rows at or below rel ("": any)
+            return sel.count("path = ? OR starts_with(path, ?)", [rel, rel + "/"]) if rel else sel.count()
+
+        # whatever the where-clause: what it selects is what the guard weighs (a home directory inside)
+        check_target(loc, action="remove", deletes=True, force=self.force, reach=selection_reach(sel.share(), under))
         self.spec = self._spec(loc)
         self.target, self.mode, self.manifest_url = m.root, "manifest", m.url
-        self.sel = Selection(m, where)
         totals = self.sel.totals()
         self.counts["skipped_error"] = totals["errors"]
         self.selected = totals["entries"] + totals["dirs"] + totals["errors"]
