@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import operators._native as _native
-from dask_pfs import PfsError, remove, scan
-from tests.conftest import make_tree
+from dask_pfs import PfsError, copy, remove, scan, sync
+from tests.conftest import make_tree, tree_digest
 
 
 def _replace_same_size_and_mtime(path) -> None:
@@ -94,3 +94,28 @@ def test_a_row_that_disagrees_with_its_path_refuses_the_manifest(tmp_path, dask_
         remove(manifest=tmp_path / "m", where=where, client=dask_client)
     assert "\n" not in str(err.value) and "data/keep.db" in str(err.value)
     assert (tree / "data" / "keep.db").read_bytes() == b"precious" and (tree / "tmp" / "a.tmp").exists()
+
+
+def test_cp_leaves_a_users_file_named_like_a_temp_file(tmp_path, dask_client, monkeypatch):
+    """cp removes only temp files carrying this job's token: ``.mine.pfs-tmp-old`` is a user's file."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = make_tree(tmp_path / "src", {"d/f": b"new"})
+    dst = make_tree(tmp_path / "dst", {"d/.mine.pfs-tmp-old": b"mine", ".top.pfs-tmp-old": b"mine too"})
+    result = copy(f"{src}/", dst, client=dask_client)
+    assert result.exit_code == 0
+    assert (dst / "d" / ".mine.pfs-tmp-old").read_bytes() == b"mine" and (dst / ".top.pfs-tmp-old").exists()
+    assert (dst / "d" / "f").read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("name", [".x.pfs-tmp-old", ".pfs-journal-0123456789ab"])
+def test_sync_copies_a_source_file_named_like_pfs_own_and_reaches_a_steady_state(
+    tmp_path, dask_client, monkeypatch, name
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    src = make_tree(tmp_path / "src", {name: b"user data", "d/f": b"f"})
+    dst = tmp_path / "dst"
+    first = sync(src, dst, client=dask_client, delete=True)
+    assert first.failed == 0 and (dst / name).read_bytes() == b"user data"
+    again = sync(src, dst, client=dask_client, delete=True)
+    assert again.failed == 0 and again.counts["new"] == again.counts["changed"] == 0, again.counts
+    assert tree_digest(dst) == tree_digest(src)

@@ -50,7 +50,7 @@ def test_sync_delete_with_the_source_inside_the_destination_is_refused(tmp_path,
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     dst = make_tree(tmp_path / "dst", {"a/f": b"1", "other/g": b"2"})
     before = tree_digest(dst)
-    with pytest.raises(PfsError, match="source .* is inside it"):
+    with pytest.raises(PfsError, match=r"source .* is inside it"):
         sync(dst / "a", dst, client=dask_client, delete=True)
     assert tree_digest(dst) == before
     # without --delete nothing there is removed: allowed; a destination inside its source never is

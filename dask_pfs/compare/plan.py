@@ -36,8 +36,11 @@ PLAN_INFO = "_plan.json"
 ACTIONS = ("new", "changed", "type-changed", "unchanged", "extra", "error")
 COPY_ACTIONS = ("new", "changed", "type-changed")
 COPY_CONDITION = "action IN ('new', 'changed', 'type-changed')"  # COPY_ACTIONS, as pfs's own SQL
-# never part of a destination's contents: journals and temp files of pfs runs
-IGNORED_DST = "NOT (starts_with(path, '.pfs-journal-') OR contains(name, '.pfs-tmp-'))"
+# named like pfs's own entries in a destination: journals and temp files of pfs runs.  Such a destination row
+# is left out of the plan (neither compared, nor deleted as an extra) only when the source has no entry of
+# that path: a source file named like one copies, and then compares, as any other (a sync reaches its steady
+# state), and a user's file so named, or another job's temp file, is never deleted for its name.
+PFS_NAMES = "(starts_with(path, '.pfs-journal-') OR contains(name, '.pfs-tmp-'))"
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool,
         differs = "s.size IS DISTINCT FROM d.size"
     return (
         f"WITH s AS (SELECT {cols} FROM {src_rel} AS m), "
-        f"d AS (SELECT {cols} FROM {dst_rel} AS m WHERE {IGNORED_DST}), "
+        f"d AS (SELECT {cols} FROM {dst_rel} AS m WHERE NOT ({PFS_NAMES} AND {KEY} NOT IN (SELECT k FROM s))), "
         "j AS (SELECT coalesce(s.k, d.k) AS key, coalesce(s.path, d.path) AS path, "
         "coalesce(s.path_raw, d.path_raw) AS path_raw, s.type AS src_type, d.type AS dst_type, "
         "s.size AS size, d.size AS dst_size, s.mtime AS mtime, d.mtime AS dst_mtime, "

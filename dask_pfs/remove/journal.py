@@ -136,14 +136,17 @@ def frozen(jr: Journal, job: dict, sel: Selection) -> Selection | None:
 
 
 def _not_selected(sel: Selection, path: str) -> int:
-    """Rows of the frozen file ``path`` that ``sel`` does not select, with the same type, size and mtime."""
+    """Rows of the frozen file ``path`` that ``sel`` does not select, with the same columns (all the
+    removal reads: what it acts on, what the identity rule compares, what the damage check reads)."""
     assert sel.manifest is not None
     con = locked(sel.manifest, reads=[path, *(sel.filter.reads if sel.filter else ())])
     sql = (
         f"SELECT count(*) FROM {file_table(path)} AS f ANTI JOIN "
-        f"({sel.sql('path, path_raw, type, size, mtime, depth', also='error IS NULL')}) AS s "
+        f"({sel.sql('path, path_raw, name, parent, type, size, mtime, ino, ctime, depth', also='error IS NULL')}) AS s "
         "ON f.path = s.path AND f.path_raw IS NOT DISTINCT FROM s.path_raw AND f.type = s.type "
-        "AND f.size IS NOT DISTINCT FROM s.size AND f.mtime IS NOT DISTINCT FROM s.mtime AND f.depth = s.depth"
+        "AND f.size IS NOT DISTINCT FROM s.size AND f.mtime IS NOT DISTINCT FROM s.mtime AND f.depth = s.depth "
+        "AND f.name = s.name AND f.parent = s.parent "
+        "AND f.ino IS NOT DISTINCT FROM s.ino AND f.ctime IS NOT DISTINCT FROM s.ctime"
     )
     return int(con.execute(sql).fetchall()[0][0])
 
