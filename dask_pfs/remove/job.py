@@ -20,6 +20,7 @@ from dask_pfs.manifests.check import check_parts
 from dask_pfs.manifests.manifest import Selection, open_manifest
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.remove import journal as rm_journal
+from dask_pfs.remove.journal import ROW_DAMAGE
 from dask_pfs.remove.tree_count import describe_tree
 from dask_pfs.runtime.job_logs import default_log as job_log
 from dask_pfs.runtime.journals import records, same_job
@@ -215,6 +216,12 @@ class Removal:
 
         # whatever the where-clause: what it selects is what the guard weighs (a home directory inside)
         check_target(loc, action="remove", deletes=True, force=self.force, reach=selection_reach(sel.share(), under))
+        damaged = sel.fetch(sel.sql("count(*), min(path)", also=ROW_DAMAGE))[0]
+        if damaged[0]:  # a where-clause on a rewritten name must not reach another entry (data/keep.db)
+            raise PfsError(
+                f"refusing: manifest {m.url} is damaged: {damaged[0]:,} selected rows disagree with their own "
+                f"path (name, parent or depth), e.g. {damaged[1]!r} (nothing removed; scan again)"
+            )
         self.spec = self._spec(loc)
         self.target, self.mode, self.manifest_url = m.root, "manifest", m.url
         totals = self.sel.totals()

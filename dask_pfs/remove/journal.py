@@ -92,6 +92,14 @@ def manifest_job(
     return jr, new, {}, chunk, True
 
 
+# a row whose name, parent or depth is not what its path says: damage (``operators.safety.row_damage`` for one
+# row; this is the same test over a whole selection, in DuckDB, before anything is removed)
+ROW_DAMAGE = (
+    "name IS DISTINCT FROM (CASE WHEN parent = '' THEN path ELSE substr(path, length(parent) + 2) END) "
+    "OR contains(name, '/') OR (parent <> '' AND NOT starts_with(path, parent || '/')) "
+    "OR depth IS DISTINCT FROM length(path) - length(replace(path, '/', '')) + 1"
+)
+
 # what a removal ships of each non-directory row: the path, and what the identity rule compares
 # (``operators.remove.backends.Entry``; the rule itself is the core's ``Expect::differs``)
 IDENTITY_COLUMNS = "path, path_raw, type, size, epoch_ns(mtime) AS mtime, ino, epoch_ns(ctime) AS ctime"
@@ -126,7 +134,13 @@ def frozen(jr: Journal, job: dict, sel: Selection) -> Selection | None:
         return None
     if os.path.islink(path) or file_digest(path) != job["selection"]:
         raise PfsError(f"{path}: not the selection this job froze (changed since); delete {jr.path} to start over")
-    strays = _not_selected(sel, path)
+    import duckdb  # imported when used, as everywhere in the engine (start-up time)
+
+    try:
+        strays = _not_selected(sel, path)
+    except duckdb.Error as exc:  # columns missing: an older pfs's, or not pfs's
+        first = str(exc).strip().splitlines()[0]
+        raise PfsError(f"{path}: not a selection this pfs froze ({first}); delete {jr.path} to start over") from None
     if strays:
         raise PfsError(
             f"{path}: {strays} frozen rows are not rows the manifest and --where select now; "

@@ -181,8 +181,11 @@ def unlink_entries(spec: RemoveSpec, entries: list[Entry]) -> RmCounts:
 # ---------------------------------------------------------------- manifest rows as the driver ships them
 
 
-# the columns the safety pass compares with each row's path (those a batch carries)
-CONSISTENT = ("path", "path_raw", "name", "parent", "depth")
+# the columns the safety pass ships: name, parent and depth are checked in SQL before (``ROW_DAMAGE``)
+CONSISTENT = ("path", "path_raw")
+
+
+ALL_CONSISTENT = ("path", "path_raw", "name", "parent", "depth")  # what ``row_damage`` compares
 
 
 def batch_rels(batch: pa.RecordBatch | pa.Table) -> list[bytes]:
@@ -203,13 +206,16 @@ class Checked:
 
 
 def check_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> Checked:
-    """The safety pass over one Arrow batch of (path, path_raw[, name, parent, depth]): every row
-    stays below the root and agrees with its own path (``operators.safety.row_damage``)."""
+    """The safety pass over one Arrow batch of (path, path_raw): every row stays below the root and
+    its raw bytes are its path's (``operators.safety.row_damage``; a batch carrying name, parent or
+    depth has them checked too)."""
     rels = batch_rels(batch)
     out = Checked(*check_paths(spec.root_bytes, rels, spec.is_local))
     n = batch.num_rows
-    cols = {c: batch.column(c).to_pylist() if c in batch.schema.names else [None] * n for c in CONSISTENT}
+    cols = {c: batch.column(c).to_pylist() if c in batch.schema.names else [None] * n for c in ALL_CONSISTENT}
     for rel, *row in zip(rels, *cols.values(), strict=True):
+        if row[1] is None and row[2] is None and row[3] is None and row[4] is None:
+            continue  # a UTF-8 path, and nothing else to compare: the common case, no work
         why = row_damage(*row)
         if why is not None:
             out.damaged += 1
