@@ -30,12 +30,19 @@ def to_url(value: Any, what: str) -> tuple[str, dict]:
     if not isinstance(value, str):
         raise AirflowException(f"{what} must be a path, URL or ObjectStoragePath, got {type(value).__name__}")
     value = value.strip()
-    if "://" in value and not value.startswith("file://"):
+    from dask_pfs.places import local_path  # the one reading of a place
+
+    if "://" in value and local_path(value) is None:
         return value, {}
-    return _local(value.removeprefix("file://"), what), {}
+    bare = value.split("://", 1)[1] if "://" in value else value
+    _local(bare, what)
+    path = local_path(value)
+    assert path is not None, value
+    return path, {}
 
 
 def _local(path: str, what: str) -> str:
+    """A worker's working directory is not the DAG author's: a local place must be absolute."""
     if not os.path.isabs(path):
         raise AirflowException(f"{what} must be an absolute path or a URL, got {path!r}")
     return path

@@ -18,6 +18,7 @@ import fsspec
 from fsspec.registry import available_protocols
 
 from dask_pfs.errors import PfsError
+from dask_pfs.places import LOCAL_PROTOCOLS, local_path
 from operators.scan.prune import Prune
 
 EXTRAS = {
@@ -39,7 +40,7 @@ class Location:
 
     @property
     def is_local(self) -> bool:
-        return self.protocol in ("file", "local")
+        return self.protocol in LOCAL_PROTOCOLS
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
         return fsspec.filesystem(self.protocol, **self.storage_options)
@@ -53,8 +54,8 @@ def resolve(url: str | os.PathLike, storage_options: dict | None = None) -> Loca
     """Resolve ``url``; raise :class:`PfsError` naming the extra to install if a backend is missing."""
     url = os.fspath(url)
     protocol = fsspec.utils.get_protocol(url)
-    if protocol in ("file", "local"):
-        path = os.path.abspath(fsspec.utils.stringify_path(url.removeprefix("file://")))
+    path = local_path(url)
+    if path is not None:
         return Location(path, "file", path, dict(storage_options or {}))
     if protocol not in available_protocols():
         raise PfsError(f"unknown protocol {protocol!r} in {url!r}; known: file, s3, sftp, gs, az, http, ...")
@@ -131,28 +132,6 @@ def root_times_from(src: Location, dst: Location) -> None:
     if src.is_local and dst.is_local and os.path.isdir(src.path) and os.path.isdir(dst.path):
         s = os.stat(src.path)
         os.utime(dst.path, ns=(s.st_atime_ns, s.st_mtime_ns))
-
-
-def refuse_target(loc: Location, force: bool) -> None:
-    """PfsError unless ``force`` when the target is ``/``, holds the home directory, or is a mount point / bucket."""
-    if force:
-        return
-    reason = None
-    if loc.is_local:
-        path = os.path.realpath(loc.path)
-        home = os.path.realpath(os.path.expanduser("~"))
-        if path == "/":
-            reason = "it is the root directory"
-        elif home == path or home.startswith(path.rstrip("/") + "/"):
-            reason = "it is (or holds) your home directory"
-        elif os.path.ismount(path):
-            reason = "it is a mount point"
-    else:
-        bare = loc.path.strip("/")
-        if not bare or "/" not in bare:
-            reason = "it is a whole bucket or file system root"
-    if reason:
-        raise PfsError(f"refusing to remove {loc.url}: {reason} (pass --force to remove it anyway)")
 
 
 def pruned_at(loc: Location, prune: Prune | None) -> Prune | None:

@@ -62,7 +62,13 @@ def rm_unlink_rels(
     fanout: int,
     sample_limit: int,
     root_id: tuple[int, int] | None = None,
+    inos: list[int | None] | None = None,
+    ctimes: list[int | None] | None = None,
 ) -> RmBatch: ...
+
+Identity = tuple[int, int | None, int | None, int | None, int | None]  # (kind code, size, mtime ns, ino, ctime ns)
+
+def rm_identity_changed(want: Identity, now: Identity) -> str | None: ...
 def rm_rmdir_rels(
     root: bytes,
     rels: list[bytes],

@@ -14,7 +14,7 @@ import os
 import stat as st
 from dataclasses import dataclass, field
 
-from operators.names import UnsafePathError, check_relative
+from operators.names import UnsafePathError, check_relative, decode, depth, split_parent
 
 
 def full_path(root: bytes, rel: bytes) -> bytes:
@@ -86,3 +86,24 @@ def check_paths(root: bytes, rels: list[bytes], local: bool, limit: int = 20) ->
             if len(samples) < limit:
                 samples.append((rel, str(exc)))
     return refused, samples
+
+
+def row_damage(path: str, raw: bytes | None, name: str | None, parent: str | None, level: int | None) -> str | None:
+    """Why a manifest row disagrees with its own ``path``, or ``None``.
+
+    A where-clause selects by any column, a removal acts on ``path`` (``path_raw``): a row whose
+    ``name``, ``parent``, ``depth`` or raw bytes say something else would let a clause on one entry
+    remove another (a rewritten ``name`` sending ``name LIKE '%.tmp'`` to ``data/keep.db``).  The
+    scan derives all of them from the path (``operators.rows``); any difference is damage.
+    ``None`` for a column the rows do not carry (a frozen selection has no name or parent).
+    """
+    if raw is not None and decode(raw)[0] != path:
+        return "path_raw is not the bytes of path"
+    want_parent, want_name = split_parent(path)
+    if name is not None and name != want_name:
+        return f"name {name!r}, its path says {want_name!r}"
+    if parent is not None and parent != want_parent:
+        return f"parent {parent!r}, its path says {want_parent!r}"
+    if level is not None and level != depth(path):
+        return f"depth {level}, its path says {depth(path)}"
+    return None

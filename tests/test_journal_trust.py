@@ -154,7 +154,7 @@ def every_row(m: Path, out: Path) -> str:
     import pyarrow.dataset as ds
 
     rows = ds.dataset(str(m), format="parquet").to_table(
-        columns=["path", "path_raw", "type", "size", "mtime", "depth", "error"]
+        columns=["path", "path_raw", "name", "parent", "type", "size", "mtime", "ino", "ctime", "depth", "error"]
     )
     pq.write_table(rows, out)
     from operators.journal import file_digest

@@ -175,7 +175,8 @@ def cp_cmd(
     SRC is scanned (pfs scan) and the copy runs from that manifest; into a new local
     destination, files are copied as the scan lists them (--no-stream, and by default when SRC or DST
     is a network or FUSE mount: after it). Files land under a
-    temporary name (.NAME.pfs-tmp-*) and are renamed when complete; a rerun removes leftovers.
+    temporary name (.NAME.pfs-tmp-<job token>) and are renamed when complete; a resumed run
+    goes on with its own; pfs never removes temp files of another job (nor a user's file so named).
     Symlinks stay symlinks (-L copies what they point at), hard links within the tree stay
     linked, sparse files stay sparse, mode and mtime are kept, and so are extended attributes
     and ACLs (--no-xattrs: not) and, as root, ownership (--no-owner: not; --chown sets it).

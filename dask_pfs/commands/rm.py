@@ -30,10 +30,18 @@ if TYPE_CHECKING:
     help="With --manifest: refuse (exit 2, nothing removed) when the selection has more rows than this.",
 )
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation (asked only on a terminal).")
-@click.option("--force", is_flag=True, help="Allow removing /, your home directory, a mount point or a bucket.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Allow removing /, your home directory (or entries in it), a whole mount point or bucket, whatever --where.",
+)
 @click.option("-n", "--dry-run", is_flag=True, help="Remove nothing; print what would go and the totals.")
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Paths a dry run prints.")
-@click.option("--ignore-changes", is_flag=True, help="Remove manifest entries even if they changed since the scan.")
+@click.option(
+    "--ignore-changes",
+    is_flag=True,
+    help="Remove manifest entries even if they changed since the scan (type, size, mtime, inode or ctime).",
+)
 @click.option("--log", help="Parquet log of failed and skipped entries (default: MANIFEST/_rm-failures.parquet).")
 @click.option("--chunk-files", type=click.IntRange(1), default=2000, show_default=True, help="Manifest rows per task.")
 @click.option("--resume", is_flag=True, help="Go on with an interrupted run: skip the chunks its journal lists.")
@@ -71,6 +79,9 @@ def rm_cmd(
     """Remove a tree (URL), or the entries of a manifest selected by --where.
 
     Symlinks are never followed; nothing outside the tree (or the manifest's root) is touched.
+    A manifest entry is removed only if it is still the one the scan saw (same type, size,
+    mtime, inode and ctime; else skipped as changed), and a manifest whose rows disagree with
+    their own paths (name, parent, depth) is refused as damaged.
     --where may only filter: it is parsed as one SQL condition over the manifest's columns
     and runs on a DuckDB connection that reads nothing but the manifest. --max-entries N (or
     N% of the manifest's rows) refuses a bigger selection, dry runs included.

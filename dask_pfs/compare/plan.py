@@ -28,6 +28,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY
 from dask_pfs.manifests.manifest import MARKER_NAME, Manifest, open_manifest, remove_manifest_files, write_marker
 from dask_pfs.manifests.sql import Filter, connect, file_table, literal, write_parquet
+from dask_pfs.places import local_path
 from dask_pfs.urls import Location
 from operators.core import outputs
 from operators.journal import write_atomic
@@ -37,8 +38,11 @@ PLAN_INFO = "_plan.json"
 ACTIONS = ("new", "changed", "type-changed", "unchanged", "extra", "error")
 COPY_ACTIONS = ("new", "changed", "type-changed")
 COPY_CONDITION = "action IN ('new', 'changed', 'type-changed')"  # COPY_ACTIONS, as pfs's own SQL
-# never part of a destination's contents: journals and temp files of pfs runs
-IGNORED_DST = "NOT (starts_with(path, '.pfs-journal-') OR contains(name, '.pfs-tmp-'))"
+# named like pfs's own entries in a destination: journals and temp files of pfs runs.  Such a destination row
+# is left out of the plan (neither compared, nor deleted as an extra) only when the source has no entry of
+# that path: a source file named like one copies, and then compares, as any other (a sync reaches its steady
+# state), and a user's file so named, or another job's temp file, is never deleted for its name.
+PFS_NAMES = "(starts_with(path, '.pfs-journal-') OR contains(name, '.pfs-tmp-'))"
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool,
         differs = "s.size IS DISTINCT FROM d.size"
     return (
         f"WITH s AS (SELECT {cols} FROM {src_rel} AS m), "
-        f"d AS (SELECT {cols} FROM {dst_rel} AS m WHERE {IGNORED_DST}), "
+        f"d AS (SELECT {cols} FROM {dst_rel} AS m WHERE NOT ({PFS_NAMES} AND {KEY} NOT IN (SELECT k FROM s))), "
         "j AS (SELECT coalesce(s.k, d.k) AS key, coalesce(s.path, d.path) AS path, "
         "coalesce(s.path_raw, d.path_raw) AS path_raw, s.type AS src_type, d.type AS dst_type, "
         "s.size AS size, d.size AS dst_size, s.mtime AS mtime, d.mtime AS dst_mtime, "
@@ -197,7 +201,7 @@ def check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str
         if p.info.get(key) != value:
             raise PfsError(f"{p.path}: the plan of another sync ({key} {p.info.get(key)!r}); not resuming it")
     for key, path in (("src_manifest", src_m), ("dst_manifest", dst_m)):
-        if os.path.abspath(str(p.info.get(key, "")).removeprefix("file://")) != os.path.abspath(path):
+        if local_path(str(p.info.get(key, ""))) != local_path(path):
             raise PfsError(f"{p.path}: the plan names {key} {p.info.get(key)!r}, not {path}; not resuming it")
 
 

@@ -47,6 +47,7 @@ from dask_pfs.compare.plan import (
 from dask_pfs.compare.sides import Side, manifest_side, scan_sides, with_checksums
 from dask_pfs.copy import MiB, copy
 from dask_pfs.errors import PfsError
+from dask_pfs.guard import LATER, check_target
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.manifest import (
     has_marker,
@@ -152,6 +153,8 @@ def sync(
     progress = progress or NullProgress()
     s_loc = resolve(os.fspath(src), storage_options)
     d_loc = resolve(os.fspath(dst), dst_storage_options)
+    # what --delete removes is weighed row by row when it is removed (dask_pfs.remove): here, the trees
+    check_target(d_loc, action="sync", deletes=delete, sources=(s_loc,), reach=LATER)
     algorithm = check_checksum(DEFAULT if checksum is True else str(checksum)) if checksum else None
     xattrs = xattrs and readable(s_loc.protocol) and readable(d_loc.protocol)  # S3: metadata (operators.objmeta)
     cap = Cap.parse(max_delete, "--max-delete")

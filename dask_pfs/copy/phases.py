@@ -304,13 +304,13 @@ class CopyJob:
             where = union if settled else self.where  # (our own record is there, unless removed by hand)
             rows = CopyRows(self.rows.m, where, self.limits.split_size, self.spec.dst_local, ())
             try:
-                # no writer of this destination is left running: every temp file there is stale (a
-                # killed part's), ours included (``CopySpec.token`` empty: none kept)
-                cleanup = replace(self.spec, token="", check_existing=True)
+                # no part of this job is left running: its temp files there are stale (a killed
+                # part's); another job's, or a user's file named like one, are not ours to remove
+                cleanup = replace(self.spec, sweep_temps=True, check_existing=True)
                 self.in_chunks("cleanup", make_dirs, rows.dirs_sql(), DIR_CHUNK, rows, cleanup)
                 pinned = PinnedRoot(self.spec.dst_root)  # and in the root itself (no manifest row)
                 try:
-                    pinned.remove_stale_temps(b"")
+                    pinned.remove_stale_temps(b"", self.spec.token)
                 finally:
                     pinned.close()
                 self.settle(rows)

@@ -19,9 +19,10 @@ import os
 from dataclasses import dataclass
 
 from dask_pfs.errors import PfsError
+from dask_pfs.guard import check_target
 from dask_pfs.manifests.manifest import JOURNAL_PREFIX
 from dask_pfs.runtime.journals import ident, journal_dir, open_journal, read_job
-from dask_pfs.urls import Location, Probe, is_dir, is_inside, probe, resolve, root_times_from
+from dask_pfs.urls import Location, Probe, is_dir, probe, resolve, root_times_from
 from operators.journal import Journal
 from operators.mounts import is_network
 
@@ -138,5 +139,4 @@ def _is(loc: Location, found: Probe) -> tuple[bool, bool]:
 
 
 def _refuse_inside(s: Location, d: Location) -> None:
-    if is_inside(d, s):
-        raise PfsError(f"{d.url} is inside the source {s.url}; refusing to copy a tree into itself")
+    check_target(d, action="copy", deletes=False, sources=(s,))  # the one guard (dask_pfs.guard)

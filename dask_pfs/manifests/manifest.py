@@ -30,6 +30,7 @@ from dask_pfs.manifests.sql import Filter, file_table, literal, utf8, where_filt
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
+from dask_pfs.places import local_path
 from dask_pfs.version import __version__
 from operators.core import outputs
 from operators.schema import (
@@ -75,7 +76,9 @@ class Manifest:
     @property
     def local_dir(self) -> str:
         """The absolute directory of a local manifest."""
-        return os.path.abspath(self.url.removeprefix("file://"))
+        path = local_path(self.url)  # the one reading of a place (dask_pfs.urls)
+        assert path is not None, self.url
+        return path
 
     @property
     def table_name(self) -> str:

@@ -28,19 +28,16 @@ import os
 import warnings
 from typing import Any
 
-import fsspec
-
 from dask_pfs.errors import PfsError
 from operators.root_identity import RootIdentity, identify
+from dask_pfs.places import local_path
 
 OPTION = "--allow-other-root"
 
 
 def _local_path(root: str) -> str | None:
     """The local path of ``root``, or None for a root on another file system (object store, sftp)."""
-    if fsspec.utils.get_protocol(root) not in ("file", "local"):
-        return None
-    return root.removeprefix("file://")
+    return local_path(root)  # the one reading of a place (dask_pfs.urls)
 
 
 def root_identity(root: Any) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask_pfs.clusters.client import ClusterOptions, connect, dashboard_link, wants_dashboard
 from dask_pfs.errors import PfsError
+from dask_pfs.places import local_path
 from dask_pfs.remote.control import forget, start
 from dask_pfs.remote.driver import (
     ASKING,
@@ -43,11 +44,9 @@ def local_paths(locations: Iterable[str | os.PathLike | None]) -> list[str]:
     for loc in locations:
         if loc is None:
             continue
-        text = os.fspath(loc)
-        if text.startswith("file://"):
-            paths.append(text[len("file://") :])
-        elif "://" not in text:
-            paths.append(text)
+        path = local_path(loc)  # the one reading of a place (dask_pfs.urls)
+        if path is not None:
+            paths.append(path)
     return paths
 
 

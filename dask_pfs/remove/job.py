@@ -14,21 +14,25 @@ from typing import TYPE_CHECKING
 import fsspec
 
 from dask_pfs.errors import PfsError
+from dask_pfs.guard import check_target, selection_reach
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.check import check_parts
 from dask_pfs.manifests.manifest import Selection, open_manifest
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.remove import journal as rm_journal
+from dask_pfs.remove.journal import ROW_DAMAGE
 from dask_pfs.remove.tree_count import describe_tree
 from dask_pfs.runtime.job_logs import default_log as job_log
 from dask_pfs.runtime.journals import records, same_job
 from dask_pfs.runtime.progress import Reporter, human_bytes
 from dask_pfs.runtime.results import JobResult, ProblemLog
 from dask_pfs.runtime.submitter import Submitter, WalkTuning, walk_frontier
-from dask_pfs.urls import Location, probe, pruned_at, refuse_target, resolve
+from dask_pfs.urls import Location, probe, pruned_at, resolve
 from operators.journal import Journal
 from operators.names import decode
 from operators.remove.tasks import (
+    CONSISTENT,
+    Checked,
     RemoveSpec,
     RmCounts,
     TreeChunkResult,
@@ -112,6 +116,7 @@ class Removal:
         self.prune = prune  # tree mode: what the walk leaves in place
         self.target = ""
         self.mode = "tree"
+        self.manifest_url = ""
         self.spec: RemoveSpec | None = None
         self.sel: Selection | None = None  # manifest mode: the rows to remove (frozen into the journal)
         self.totals = {"entries": 0, "bytes": 0, "dirs": 0}
@@ -153,8 +158,8 @@ class Removal:
         loc = resolve(url, storage_options)
         self.target = loc.url
         found = probe(loc)
-        if found.exists and found.kind != "link":
-            refuse_target(loc, self.force)  # before anything else is said or made
+        if found.exists and found.kind != "link":  # before anything else is said or made
+            check_target(loc, action="remove", deletes=True, force=self.force)
         jr = None if self.dry_run else rm_journal.tree_journal(loc, self.journal_opt)
         if not found.exists:
             if self.resume and jr is not None and jr.exists:  # killed after its last rmdir: done
@@ -162,8 +167,6 @@ class Removal:
                 jr.remove()
                 return False
             raise PfsError(f"{loc.url}: no such file or directory")
-        if found.kind != "link":
-            refuse_target(loc, self.force)
         self._log(log, job_log("rm", loc.url) if not self.dry_run else "")
         if found.kind == "directory":
             self.spec = self._spec(loc)
@@ -204,13 +207,23 @@ class Removal:
         found = probe(loc)
         if not found.exists:
             raise PfsError(f"{m.root} (root of manifest {url}): no such file or directory")
-        if not where:
-            refuse_target(loc, self.force)  # the whole manifest is the whole tree
         if found.kind != "directory":
             raise PfsError(f"{m.root} (root of manifest {url}) is not a directory")
+        self.sel = sel = Selection(m, where)
+
+        def under(rel: str) -> int:  # selected rows at or below rel ("": any)
+            return sel.count("path = ? OR starts_with(path, ?)", [rel, rel + "/"]) if rel else sel.count()
+
+        # whatever the where-clause: what it selects is what the guard weighs (a home directory inside)
+        check_target(loc, action="remove", deletes=True, force=self.force, reach=selection_reach(sel.share(), under))
+        damaged = sel.fetch(sel.sql("count(*), min(path)", also=ROW_DAMAGE))[0]
+        if damaged[0]:  # a where-clause on a rewritten name must not reach another entry (data/keep.db)
+            raise PfsError(
+                f"refusing: manifest {m.url} is damaged: {damaged[0]:,} selected rows disagree with their own "
+                f"path (name, parent or depth), e.g. {damaged[1]!r} (nothing removed; scan again)"
+            )
         self.spec = self._spec(loc)
-        self.target, self.mode = m.root, "manifest"
-        self.sel = Selection(m, where)
+        self.target, self.mode, self.manifest_url = m.root, "manifest", m.url
         totals = self.sel.totals()
         self.counts["skipped_error"] = totals["errors"]
         self.selected = totals["entries"] + totals["dirs"] + totals["errors"]
@@ -325,20 +338,28 @@ class Removal:
     def _run_manifest(self, sub: Submitter) -> None:
         sel = self.sel
         assert sel is not None
-        # 1. every selected row is checked before anything is removed
-        refused = 0
-        samples: list[str] = []
+        # 1. every selected row is checked before anything is removed: below the root, and the row
+        # agreeing with its own path (a where-clause on a rewritten name must not reach another entry)
+        found = Checked()
 
-        def on_check(res: tuple[int, list[tuple[bytes, str]]]) -> None:
-            nonlocal refused
-            refused += res[0]
-            samples.extend(f"{decode(rel)[0]!r}: {why}" for rel, why in res[1][: 5 - len(samples)])
+        def on_check(res: Checked) -> None:
+            found.refused += res.refused
+            found.damaged += res.damaged
+            found.samples.extend(res.samples[: 5 - len(found.samples)])
+            found.damage.extend(res.damage[: 1 - len(found.damage)])
 
-        rows = sel.batches(sel.sql("path, path_raw", also="error IS NULL"), CHECK_CHUNK)
+        rows = sel.batches(sel.sql(", ".join(CONSISTENT), also="error IS NULL"), CHECK_CHUNK)
         self._chunks(sub, check_batch, ((None, batch) for batch in rows), on_check)
-        if refused:
+        if found.damaged:
+            rel, why = found.damage[0]
             raise PfsError(
-                f"refusing: {refused:,} selected manifest rows could act outside {self.target} "
+                f"refusing: manifest {self.manifest_url} is damaged: {found.damaged:,} selected rows disagree "
+                f"with their own path, e.g. {decode(rel)[0]!r}: {why} (nothing removed; scan again)"
+            )
+        if found.refused:
+            samples = [f"{decode(rel)[0]!r}: {why}" for rel, why in found.samples]
+            raise PfsError(
+                f"refusing: {found.refused:,} selected manifest rows could act outside {self.target} "
                 f"(nothing removed), e.g. " + "; ".join(samples)
             )
         t = self.totals

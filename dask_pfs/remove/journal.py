@@ -92,20 +92,32 @@ def manifest_job(
     return jr, new, {}, chunk, True
 
 
+# a row whose name, parent or depth is not what its path says: damage (``operators.safety.row_damage`` for one
+# row; this is the same test over a whole selection, in DuckDB, before anything is removed)
+ROW_DAMAGE = (
+    "name IS DISTINCT FROM (CASE WHEN parent = '' THEN path ELSE substr(path, length(parent) + 2) END) "
+    "OR contains(name, '/') OR (parent <> '' AND NOT starts_with(path, parent || '/')) "
+    "OR depth IS DISTINCT FROM length(path) - length(replace(path, '/', '')) + 1"
+)
+
+# what a removal ships of each non-directory row: the path, and what the identity rule compares
+# (``operators.remove.backends.Entry``; the rule itself is the core's ``Expect::differs``)
+IDENTITY_COLUMNS = "path, path_raw, type, size, epoch_ns(mtime) AS mtime, ino, epoch_ns(ctime) AS ctime"
+
+
 def files_sql(sel: Selection) -> str:
     """The selection's files to unlink, a few of every directory at a time (``manifests.spread``); a frozen
-    selection is stored in that order already (and has no ``parent`` column)."""
+    selection is stored in that order already."""
     order = spread_order() if sel.manifest is not None else None
-    return sel.sql(
-        "path, path_raw, type, size, epoch_ns(mtime) AS mtime", "error IS NULL AND type <> 'directory'", order
-    )
+    return sel.sql(IDENTITY_COLUMNS, "error IS NULL AND type <> 'directory'", order)
 
 
 def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:
     """Write the selected rows (without scan errors) to the journal's ``selection.parquet``; the new
     selection and the file's digest (for ``job.json``)."""
     final = os.path.join(jr.path, SELECTION)
-    rows = sel.sql("path, path_raw, type, size, mtime, depth, error", also="error IS NULL", order=SELECTION_ORDER)
+    cols = "path, path_raw, name, parent, type, size, mtime, ino, ctime, depth, error"  # what removing checks
+    rows = sel.sql(cols, also="error IS NULL", order=SELECTION_ORDER)
     sel.write(rows, final)  # pyarrow writes (the where-clause's connection cannot), through the one writer
     return Selection.of_file(final), file_digest(final)
 
@@ -120,7 +132,13 @@ def frozen(jr: Journal, job: dict, sel: Selection) -> Selection | None:
         return None
     if os.path.islink(path) or file_digest(path) != job["selection"]:
         raise PfsError(f"{path}: not the selection this job froze (changed since); delete {jr.path} to start over")
-    strays = _not_selected(sel, path)
+    import duckdb  # imported when used, as everywhere in the engine (start-up time)
+
+    try:
+        strays = _not_selected(sel, path)
+    except duckdb.Error as exc:  # columns missing: an older pfs's, or not pfs's
+        first = str(exc).strip().splitlines()[0]
+        raise PfsError(f"{path}: not a selection this pfs froze ({first}); delete {jr.path} to start over") from None
     if strays:
         raise PfsError(
             f"{path}: {strays} frozen rows are not rows the manifest and --where select now; "
@@ -130,14 +148,17 @@ def frozen(jr: Journal, job: dict, sel: Selection) -> Selection | None:
 
 
 def _not_selected(sel: Selection, path: str) -> int:
-    """Rows of the frozen file ``path`` that ``sel`` does not select, with the same type, size and mtime."""
+    """Rows of the frozen file ``path`` that ``sel`` does not select, with the same columns (all the
+    removal reads: what it acts on, what the identity rule compares, what the damage check reads)."""
     assert sel.manifest is not None
     con = locked(sel.manifest, reads=[path, *(sel.filter.reads if sel.filter else ())])
     sql = (
         f"SELECT count(*) FROM {file_table(path)} AS f ANTI JOIN "
-        f"({sel.sql('path, path_raw, type, size, mtime, depth', also='error IS NULL')}) AS s "
+        f"({sel.sql('path, path_raw, name, parent, type, size, mtime, ino, ctime, depth', also='error IS NULL')}) AS s "
         "ON f.path = s.path AND f.path_raw IS NOT DISTINCT FROM s.path_raw AND f.type = s.type "
-        "AND f.size IS NOT DISTINCT FROM s.size AND f.mtime IS NOT DISTINCT FROM s.mtime AND f.depth = s.depth"
+        "AND f.size IS NOT DISTINCT FROM s.size AND f.mtime IS NOT DISTINCT FROM s.mtime AND f.depth = s.depth "
+        "AND f.name = s.name AND f.parent = s.parent "
+        "AND f.ino IS NOT DISTINCT FROM s.ino AND f.ctime IS NOT DISTINCT FROM s.ctime"
     )
     return int(con.execute(sql).fetchall()[0][0])
 

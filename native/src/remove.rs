@@ -3,7 +3,7 @@
 use std::os::fd::BorrowedFd;
 
 use pfs_core::remove::{
-    self, Check, ClearOptions, Devices, Done, Expect, Kind, Mode, RelOptions, Status,
+    self, Check, ClearOptions, Devices, Done, Expect, Found, Kind, Mode, RelOptions, Status,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -131,11 +131,11 @@ fn batch_result(done: Vec<Done>, dry_run: bool, sample_limit: usize) -> BatchRes
 }
 
 /// Unlink manifest rows below `root`: `rels` (exact bytes), `kinds` (one code per row, 255:
-/// unknown), `sizes` and `mtimes` in ns (None: unknown).  With `check`, a row whose type, size or
-/// mtime (to the microsecond) changed since the scan is skipped.
+/// unknown), `sizes`, `mtimes` in ns, `inos` and `ctimes` in ns (None: unknown).  With `check`, a
+/// row whose entry is not the one the scan saw (`Expect::differs`) is skipped.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)] // the Python API, kept stable; the core takes RelOptions
-#[pyo3(signature = (root, rels, kinds, sizes, mtimes, check, dry_run, fanout, sample_limit, root_id=None))]
+#[pyo3(signature = (root, rels, kinds, sizes, mtimes, check, dry_run, fanout, sample_limit, root_id=None, inos=None, ctimes=None))]
 fn rm_unlink_rels(
     py: Python<'_>,
     root: &[u8],
@@ -148,7 +148,10 @@ fn rm_unlink_rels(
     fanout: usize,
     sample_limit: usize,
     root_id: Option<(u64, u64)>,
+    inos: Option<Vec<Option<u64>>>,
+    ctimes: Option<Vec<Option<i128>>>,
 ) -> PyResult<BatchResult> {
+    let at = |v: &Option<Vec<Option<i128>>>, i: usize| v.as_ref().and_then(|v| v.get(i).copied().flatten());
     let rows: Vec<(Vec<u8>, Expect)> = names_of(rels)?
         .into_iter()
         .enumerate()
@@ -157,6 +160,8 @@ fn rm_unlink_rels(
                 kind: kinds.get(i).copied().and_then(kind_of),
                 size: sizes.get(i).copied().flatten(),
                 mtime_ns: mtimes.get(i).copied().flatten(),
+                ino: inos.as_ref().and_then(|v| v.get(i).copied().flatten()),
+                ctime_ns: at(&ctimes, i),
             };
             (r, want)
         })
@@ -169,6 +174,32 @@ fn rm_unlink_rels(
     };
     let done = py.allow_threads(|| remove::unlink_rels(root, &rows, o));
     Ok(batch_result(done, dry_run, sample_limit))
+}
+
+/// The identity rule (`Expect::differs`) for an entry another file system reported (fsspec):
+/// `want` is the manifest row's `(kind code, size, mtime ns, ino, ctime ns)`, `now` what is there;
+/// None when it is the same entry, else why not.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn rm_identity_changed(
+    want: (u8, Option<i64>, Option<i128>, Option<u64>, Option<i128>),
+    now: (u8, Option<i64>, Option<i128>, Option<u64>, Option<i128>),
+) -> Option<String> {
+    let expect = Expect {
+        kind: kind_of(want.0),
+        size: want.1,
+        mtime_ns: want.2,
+        ino: want.3,
+        ctime_ns: want.4,
+    };
+    let found = Found {
+        kind: kind_of(now.0).unwrap_or_default(),
+        size: now.1,
+        mtime_ns: now.2,
+        ino: now.3,
+        ctime_ns: now.4,
+    };
+    expect.differs(&found)
 }
 
 /// Remove directories below `root` (`b""`: the root itself, relative to its parent); with `check`,
@@ -201,5 +232,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rm_clear_dir, m)?)?;
     m.add_function(wrap_pyfunction!(rm_unlink_rels, m)?)?;
     m.add_function(wrap_pyfunction!(rm_rmdir_rels, m)?)?;
+    m.add_function(wrap_pyfunction!(rm_identity_changed, m)?)?;
     Ok(())
 }

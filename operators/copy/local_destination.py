@@ -73,12 +73,12 @@ class LocalDestination(Destination):
     # directories ------------------------------------------------------------
 
     def make_dir(self, e: Entry) -> bool:
-        """Owner-writable for now (its real mode comes last); an existing one loses the stale temp
-        files of interrupted runs, before any file task of this run starts.  A symlink where the
+        """Owner-writable for now (its real mode comes last); when sweeping (``CopySpec.sweep_temps``)
+        an existing one loses the temp files this job's killed parts left, never another's.  A symlink where the
         directory or one of its parents should be fails the entry (``PlantedLinkError``)."""
         made = self.root.make_dir(check_relative(e.out_rel), 0o700)
-        if not made and self.spec.check_existing:
-            self.root.remove_stale_temps(e.out_rel, keep=self.spec.token)
+        if not made and self.spec.sweep_temps:
+            self.root.remove_stale_temps(e.out_rel, self.spec.token)
         return made
 
     def set_meta(self, src: Source, e: Entry) -> None:

@@ -18,7 +18,7 @@ import os
 import stat as st
 from collections.abc import Callable, Iterator
 
-from operators.copy.spec import TEMP_MARK, is_temp_name
+from operators.copy.spec import is_temp_name
 from operators.core.dirfd import OPEN_DIR, OpenDirs
 from operators.names import check_relative
 
@@ -157,17 +157,19 @@ class PinnedRoot:
                 os.utime(fd, ns=times_ns)
         return refused
 
-    def remove_stale_temps(self, rel: bytes, keep: str | None = None) -> int:
-        """Delete ``.*.pfs-tmp-*`` files that killed or interrupted runs left in the directory ``rel``.
+    def remove_stale_temps(self, rel: bytes, token: str) -> int:
+        """Delete the temp files of the job ``token`` names (``.NAME.pfs-tmp-<token>``) that its killed
+        parts left in the directory ``rel``.
 
-        Temp files of the run ``keep`` names are kept: a resumed run (same token) still needs the
-        byte ranges it wrote before it was interrupted."""
-        mine = TEMP_MARK + keep.encode() if keep else None
+        Only this job's: a name like ``.mine.pfs-tmp-old`` may be a user's file, or another job's
+        temp file that job still needs; neither is this job's to remove."""
+        if not token:
+            raise ValueError("a job's token names the temp files it may remove")
         removed = 0
         with self.directory(rel) as fd:
             for name in os.listdir(fd):
                 raw = os.fsencode(name)
-                if (mine is not None and raw.endswith(mine)) or not is_temp_name(raw):
+                if not is_temp_name(raw, token):
                     continue
                 with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
                     if not st.S_ISDIR(os.stat(raw, dir_fd=fd, follow_symlinks=False).st_mode):

@@ -47,6 +47,7 @@ class CopySpec:
     dst_protocol: str
     dst_root: str
     token: str  # names this run's temp files; the same in every attempt of a task
+    sweep_temps: bool = False  # remove this job's temp files from existing directories (a group's last part)
     on_exist: str = "error"  # error | skip (--update) | overwrite | ignore (--ignore-existing); dask_pfs.copy
     check_existing: bool = True  # False when the destination root did not exist before the run
     follow_symlinks: bool = False
@@ -166,8 +167,9 @@ def temp_name(name: bytes, token: str) -> bytes:
     return b"." + name + suffix
 
 
-def is_temp_name(name: bytes) -> bool:
-    return name.startswith(b".") and TEMP_MARK in name
+def is_temp_name(name: bytes, token: str) -> bool:
+    """Whether ``name`` is a temp file of the job ``token`` names (what :func:`temp_name` makes)."""
+    return name.startswith(b".") and name.endswith(TEMP_MARK + token.encode())
 
 
 def temp_of(path: bytes, token: str) -> bytes:

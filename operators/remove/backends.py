@@ -37,8 +37,18 @@ BATCH = 64  # entries per pool job: a few syscalls each, so jobs stay cheap to s
 
 P = TypeVar("P", bytes, str)  # where an entry is: a local path, or a URL
 
-# one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns)
-Entry = tuple[str, bytes | None, str, int | None, int | None]
+# one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns, ino, ctime ns);
+# ino and ctime may be left off (None: not compared), as for one named file (``rm FILE``)
+ENTRY_COLUMNS = ("path", "path_raw", "type", "size", "mtime", "ino", "ctime")
+Entry = (
+    tuple[str, bytes | None, str, int | None, int | None]
+    | tuple[str, bytes | None, str, int | None, int | None, int | None, int | None]
+)
+
+
+def identity(entry: Entry) -> tuple[int | None, int | None]:
+    """(ino, ctime ns) of a row, None where it does not say."""
+    return (entry[5], entry[6]) if len(entry) > 5 else (None, None)
 
 
 class EntryRemover(Generic[P]):
@@ -59,12 +69,11 @@ class EntryRemover(Generic[P]):
                 _, now = counts.tried(rel, self.look, where)
                 if now is None:
                     continue
-                kind, size_now, mtime_now = now
-                why = _changed(entry, kind, size_now, mtime_now)
+                why = _changed(entry, *now)
                 if why:
                     counts.problem(rel, CHANGED, why)
                     continue
-                size = size_now if size_now is not None else size
+                size = now[1] if now[1] is not None else size
             found.append((rel, where, size or 0))
         gone = [(rel, size) for rel, _, size in found] if self.spec.dry_run else self.unlink_now(found, counts)
         for rel, size in gone:
@@ -78,8 +87,9 @@ class EntryRemover(Generic[P]):
         """Where ``rel`` is (checked to stay below the root)."""
         raise NotImplementedError
 
-    def look(self, where: P) -> tuple[str, int | None, int | None]:
-        """(type, size, mtime in ns or None) of what is there now; FileNotFoundError when nothing is."""
+    def look(self, where: P) -> tuple[str, int | None, int | None, int | None, int | None]:
+        """(type, size, mtime ns, ino, ctime ns; None: not reported) of what is there now;
+        FileNotFoundError when nothing is."""
         raise NotImplementedError
 
     def unlink_now(self, found: list[tuple[bytes, P, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
@@ -104,6 +114,8 @@ class LocalRemover:
         kinds = bytes(KIND_CODES.get(e[2], 255) for e in entries)
         sizes, mtimes = [e[3] for e in entries], [e[4] for e in entries]
         root_id = host_pin(spec.root, spec.root_id)  # this host's mount of the job's root (operators.root_identity)
+        ids = [identity(e) for e in entries]
+        inos, ctimes = [i for i, _ in ids], [c for _, c in ids]
         counts = RmCounts()
         for lo, hi in _spans(len(rels)):
 
@@ -119,6 +131,8 @@ class LocalRemover:
                     fan,
                     spec.sample_limit,
                     root_id=root_id,
+                    inos=inos[lo:hi],
+                    ctimes=ctimes[lo:hi],
                 )
 
             _add_batch(counts, rels[lo:hi], fanned(spec.threads, hi - lo, call), spec.sample_limit, dirs=False)
@@ -304,13 +318,9 @@ def pooled(spec: RemoveSpec, fn: Callable[[list], RmCounts], items: list) -> RmC
     return counts
 
 
-def _changed(entry: Entry, kind: str, size: int | None, mtime_ns: int | None) -> str | None:
-    _, _, want_kind, want_size, want_mtime = entry
-    if kind != want_kind:
-        return f"type {want_kind} -> {kind}"
-    if want_size is not None and size is not None and want_size != size:
-        return f"size {want_size} -> {size}"
-    # DuckDB may hand timestamps back at microsecond precision: compare at that precision
-    if want_mtime is not None and mtime_ns is not None and want_mtime // 1000 != mtime_ns // 1000:
-        return "mtime differs from the manifest"
-    return None
+def _changed(
+    entry: Entry, kind: str, size: int | None, mtime_ns: int | None, ino: int | None = None, ctime_ns: int | None = None
+) -> str | None:
+    """The identity rule, the core's (``Expect::differs``), on what another file system reported."""
+    want = (KIND_CODES.get(entry[2], 255), entry[3], entry[4], *identity(entry))
+    return _native.rm_identity_changed(want, (KIND_CODES.get(kind, 255), size, mtime_ns, ino, ctime_ns))

@@ -41,9 +41,15 @@ class FsspecRemover(EntryRemover[str]):
         resolve_under(self.spec.root_bytes, rel)  # refuses '..' and absolute paths
         return self.spec.remote(rel)
 
-    def look(self, url: str) -> tuple[str, int | None, int | None]:
-        info = self.fs.info(url)
-        return {"file": "file", "directory": "directory"}.get(info.get("type"), "other"), info.get("size"), None
+    def look(self, url: str) -> tuple[str, int | None, int | None, int | None, int | None]:
+        info = self.fs.info(url)  # object stores report no mtime, inode or ctime here: not compared
+        return (
+            {"file": "file", "directory": "directory"}.get(info.get("type"), "other"),
+            info.get("size"),
+            None,
+            None,
+            None,
+        )
 
     def unlink_now(self, found: list[tuple[bytes, str, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
         """One bulk request: its failure is every key's."""

@@ -5,8 +5,9 @@ Three kinds of task, all returning counters and a bounded list of problems, neve
 - :func:`remove_tree_chunk` walks a bounded slice of a live tree (``operators.scan.walk``) and unlinks
   every non-directory as soon as its directory is listed.  Directories whose whole subtree was
   handled inside the task are removed there, deepest first; the others go back to the driver.
-- :func:`unlink_entries` removes non-directory manifest rows, skipping entries that changed
-  since the scan (``lstat`` type, size, mtime) unless told to ignore changes.
+- :func:`unlink_entries` removes non-directory manifest rows, skipping entries that are not the
+  ones the scan saw (type, size, mtime, inode, ctime from the ``lstat`` made anyway: the core's
+  ``Expect::differs``) unless told to ignore changes.
 - :func:`rmdir_entries` removes directories (one depth level at a time, driven from outside);
   a directory that is still not empty is left and counted, not failed.
 
@@ -31,12 +32,12 @@ import pyarrow as pa
 from operators.core.concurrency import in_flight_cap
 from operators.core.pool import get_pool
 from operators.names import to_bytes
-from operators.remove.backends import Entry, LocalRemover
+from operators.remove.backends import ENTRY_COLUMNS, Entry, LocalRemover
 from operators.remove.counts import FAILED, SAMPLES, RmCounts
 from operators.remove.fsspec import FsspecRemover
 from operators.root_identity import RootIdentity, host_pin, job_pin
 from operators.rows import Row
-from operators.safety import check_paths
+from operators.safety import check_paths, row_damage
 from operators.scan.prune import STOP, Prune
 from operators.scan.walk import Budget, DirItem, walk
 
@@ -189,20 +190,53 @@ def unlink_entries(spec: RemoveSpec, entries: list[Entry]) -> RmCounts:
 # ---------------------------------------------------------------- manifest rows as the driver ships them
 
 
+# the columns the safety pass ships: name, parent and depth are checked in SQL before (``ROW_DAMAGE``)
+CONSISTENT = ("path", "path_raw")
+
+
+ALL_CONSISTENT = ("path", "path_raw", "name", "parent", "depth")  # what ``row_damage`` compares
+
+
 def batch_rels(batch: pa.RecordBatch | pa.Table) -> list[bytes]:
     """Exact path bytes of an Arrow batch (or table) with ``path`` and ``path_raw`` columns."""
     paths, raws = batch.column("path").to_pylist(), batch.column("path_raw").to_pylist()
     return [raw if raw is not None else path.encode("utf-8") for path, raw in zip(paths, raws, strict=True)]
 
 
-def check_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> tuple[int, list[tuple[bytes, str]]]:
-    """The safety pass over one Arrow batch of (path, path_raw): refused rows and a few of them."""
-    return check_paths(spec.root_bytes, batch_rels(batch), spec.is_local)
+@dataclass
+class Checked:
+    """What the safety pass found in one batch: rows that could act outside the root, rows that
+    disagree with their own path (a damaged manifest), each counted with a few samples."""
+
+    refused: int = 0
+    samples: list[tuple[bytes, str]] = field(default_factory=list)
+    damaged: int = 0
+    damage: list[tuple[bytes, str]] = field(default_factory=list)
+
+
+def check_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> Checked:
+    """The safety pass over one Arrow batch of (path, path_raw): every row stays below the root and
+    its raw bytes are its path's (``operators.safety.row_damage``; a batch carrying name, parent or
+    depth has them checked too)."""
+    rels = batch_rels(batch)
+    out = Checked(*check_paths(spec.root_bytes, rels, spec.is_local))
+    n = batch.num_rows
+    cols = {c: batch.column(c).to_pylist() if c in batch.schema.names else [None] * n for c in ALL_CONSISTENT}
+    for rel, *row in zip(rels, *cols.values(), strict=True):
+        if row[1] is None and row[2] is None and row[3] is None and row[4] is None:
+            continue  # a UTF-8 path, and nothing else to compare: the common case, no work
+        why = row_damage(*row)
+        if why is not None:
+            out.damaged += 1
+            if len(out.damage) < SAMPLES:
+                out.damage.append((rel, why))
+    return out
 
 
 def unlink_batch(spec: RemoveSpec, batch: pa.RecordBatch | pa.Table) -> RmCounts:
-    """The unlink pass over one Arrow batch of manifest rows (path, path_raw, type, size, mtime ns)."""
-    cols = [batch.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "mtime")]
+    """The unlink pass over one Arrow batch of manifest rows (path, path_raw, type, size, mtime ns,
+    ino, ctime ns: ``dask_pfs.remove.journal.IDENTITY_COLUMNS``)."""
+    cols = [batch.column(n).to_pylist() for n in ENTRY_COLUMNS]
     return unlink_entries(spec, list(zip(*cols, strict=True)))
 
 

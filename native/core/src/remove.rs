@@ -4,7 +4,8 @@
 //! - [`clear_dir`]: a tree walk's directory: listed in bounded batches (memory flat in directory size,
 //!   as coreutils' fts), every non-directory `unlinkat`-ed, the subdirectories handed back to the walk
 //!   (never opened here: the walk opens them relative to this one with `O_NOFOLLOW`).
-//! - [`unlink_rels`]: manifest rows, looked at again (type, size, mtime) unless changes are trusted,
+//! - [`unlink_rels`]: manifest rows, looked at again ([`Expect::differs`]: type, size, mtime, inode,
+//!   ctime, from the one `lstat` made anyway) unless changes are trusted,
 //!   then unlinked relative to their parent, opened component by component.
 //! - [`rmdir_rels`]: directories, `unlinkat(AT_REMOVEDIR)` relative to their parent; the root
 //!   itself relative to its own parent, once checked to be the directory pinned at the start.
@@ -260,32 +261,80 @@ pub fn clear_dir(dir: BorrowedFd<'_>, names: Option<Vec<Vec<u8>>>, o: ClearOptio
     }
 }
 
-/// What a manifest row says an entry was (None: unknown).
+/// What a manifest row says an entry was (None: unknown).  `ino` and `ctime_ns` are what tell a file
+/// replaced since the scan by another of the same type, size and mtime (`cp -p`, `rsync -a`, a
+/// restore): a new inode, a new ctime.  The device is not part of it: `st_dev` is per host.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Expect {
     pub kind: Option<Kind>,
     pub size: Option<i64>,
     pub mtime_ns: Option<i128>,
+    pub ino: Option<u64>,
+    pub ctime_ns: Option<i128>,
+}
+
+/// What is there now, as [`Expect::differs`] compares it (from the `lstat` the removal makes anyway,
+/// or from what another file system reports: `operators.remove.backends`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Found {
+    pub kind: Kind,
+    pub size: Option<i64>,
+    pub mtime_ns: Option<i128>,
+    pub ino: Option<u64>,
+    pub ctime_ns: Option<i128>,
+}
+
+impl Found {
+    pub fn of(st: &libc::stat) -> Found {
+        Found {
+            kind: Kind::of(st.st_mode),
+            size: Some(st.st_size),
+            mtime_ns: Some(Time::mtime(st).nanos()),
+            ino: Some(st.st_ino),
+            ctime_ns: Some(Time::ctime(st).nanos()),
+        }
+    }
+}
+
+impl Expect {
+    /// The one identity rule of every removal of a manifest row (rm --manifest, sync --delete, the
+    /// Airflow remove operator; local in the core, other file systems through `rm_identity_changed`):
+    /// why the entry there now is not the one the manifest saw, or None.  Type, size, mtime and ctime
+    /// (to the microsecond, the manifest's precision) and inode number; what either side does not
+    /// know is not compared.
+    pub fn differs(&self, now: &Found) -> Option<String> {
+        if let Some(k) = self.kind {
+            if k != now.kind {
+                return Some(format!("type {} -> {}", k.name(), now.kind.name()));
+            }
+        }
+        if let (Some(want), Some(size)) = (self.size, now.size) {
+            if want != size {
+                return Some(format!("size {want} -> {size}"));
+            }
+        }
+        let micros = |ns: i128| ns.div_euclid(1000);
+        if let (Some(want), Some(mtime)) = (self.mtime_ns, now.mtime_ns) {
+            if micros(want) != micros(mtime) {
+                return Some("mtime differs from the manifest".to_string());
+            }
+        }
+        if let (Some(want), Some(ino)) = (self.ino, now.ino) {
+            if want != ino {
+                return Some(format!("inode {want} -> {ino}: replaced since the scan"));
+            }
+        }
+        if let (Some(want), Some(ctime)) = (self.ctime_ns, now.ctime_ns) {
+            if micros(want) != micros(ctime) {
+                return Some("ctime differs from the manifest: changed since the scan".to_string());
+            }
+        }
+        None
+    }
 }
 
 fn changed(want: &Expect, st: &libc::stat) -> Option<String> {
-    let kind = Kind::of(st.st_mode);
-    if let Some(k) = want.kind {
-        if k != kind {
-            return Some(format!("type {} -> {}", k.name(), kind.name()));
-        }
-    }
-    if let Some(size) = want.size {
-        if size != st.st_size {
-            return Some(format!("size {} -> {}", size, st.st_size));
-        }
-    }
-    if let Some(mtime) = want.mtime_ns {
-        if mtime.div_euclid(1000) != Time::mtime(st).micros_floor() {
-            return Some("mtime differs from the manifest".to_string());
-        }
-    }
-    None
+    want.differs(&Found::of(st))
 }
 
 /// Why a parent could not be opened, as the fate of the entry below it.
@@ -412,8 +461,8 @@ fn without_root<T>(items: &[T], e: Error) -> Vec<Done> {
     items.iter().map(|_| parent_problem(e.clone())).collect()
 }
 
-/// Unlinks manifest rows `(rel, expect)` below `root` (a row whose type, size or mtime to the
-/// microsecond changed since the scan is skipped when `check` is `Recheck`).
+/// Unlinks manifest rows `(rel, expect)` below `root` (a row whose entry is not the one the scan saw,
+/// [`Expect::differs`], is skipped when `check` is `Recheck`).
 pub fn unlink_rels(root: &[u8], rows: &[(Vec<u8>, Expect)], o: RelOptions) -> Vec<Done> {
     match Root::open(root, o.root_id) {
         Ok(r) => fan_out_under(&r, rows, o.fanout, |parents, (rel, want)| {

@@ -158,6 +158,7 @@ fn far_future_times_are_exact_in_the_scan_rm_and_cp() {
                 kind: Some(Kind::File),
                 size: Some(1),
                 mtime_ns: Some(mtime_ns),
+                ..Expect::default()
             },
         )]
     };
@@ -619,8 +620,7 @@ fn rm_cp_and_checksums_refuse_a_root_replaced_since_the_job_started() {
     };
     let want = Expect {
         kind: Some(Kind::File),
-        size: None,
-        mtime_ns: None,
+        ..Expect::default()
     };
     let done = remove::unlink_rels(rb, &[(b"f".to_vec(), want)], o);
     assert!(

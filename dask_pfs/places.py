@@ -1,0 +1,27 @@
+"""Reading a place argument: the one function that says whether a path or URL is local, and where.
+
+Paths, ``file://`` and ``local://`` URLs name the local file system (and the NFS, Lustre, CephFS
+mounts on it); everything else is for fsspec (``dask_pfs.urls.resolve``).  Every reading of a
+place goes through :func:`local_path` (``resolve``, manifests' roots and directories, the remote
+driver's inputs, a plan's manifests, the Airflow operators' arguments): a ``local:///tmp/x`` read
+by its own ``removeprefix("file://")`` became ``<cwd>/local:/tmp/x``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import fsspec
+
+LOCAL_PROTOCOLS = ("file", "local")
+
+
+def local_path(place: str | os.PathLike) -> str | None:
+    """The absolute local path ``place`` names (a path, ``file://`` or ``local://`` URL), or None
+    for a place on another file system."""
+    text = os.fspath(place)
+    if fsspec.utils.get_protocol(text) not in LOCAL_PROTOCOLS:
+        return None
+    for scheme in LOCAL_PROTOCOLS:
+        text = text.removeprefix(f"{scheme}://")
+    return os.path.abspath(text or ".")
