@@ -29,8 +29,8 @@ import warnings
 from typing import Any
 
 from dask_pfs.errors import PfsError
-from operators.root_identity import RootIdentity, identify
 from dask_pfs.places import local_path
+from operators.root_identity import RootIdentity, identify
 
 OPTION = "--allow-other-root"
 
