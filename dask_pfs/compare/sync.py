@@ -46,6 +46,7 @@ from dask_pfs.compare.plan import (
 )
 from dask_pfs.compare.sides import Side, manifest_side, scan_sides, with_checksums
 from dask_pfs.copy import MiB, copy
+from dask_pfs.copy.owners import parse_chown
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.manifest import (
@@ -62,6 +63,7 @@ from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import check_checksum
 from dask_pfs.urls import Location, is_dir, resolve, root_times_from
 from operators.checksum import DEFAULT
+from operators.copy.spec import may_chown
 from operators.scan.prune import Prune
 from operators.xattrs import readable
 
@@ -209,6 +211,7 @@ def sync(
                 compare_mtime=not sides[1].flat,
                 info=info,
                 xattrs=xattrs and _attributes_known(sides),
+                owners=_owners(owner, chown),
             )
         result = _act(
             client, p, sides, s_loc, d_loc, delete=delete, cap=cap, dry_run=dry_run,
@@ -220,6 +223,14 @@ def sync(
     if not result.failed and not dry_run:  # a dry run's plan stays resumable (--resume reads its manifests)
         _drop_scans(result, None if src_manifest else src_m, None if dst_manifest or update_dst_manifest else dst_m)
     return result
+
+
+def _owners(owner: bool | None, chown: str | None) -> tuple[int | None, int | None] | None:
+    """The owner and group the copy gives every entry, for the plan to compare (``plan.plan_sql``): None
+    when it keeps no owners (not root, ``--no-owner``); a None part: the source entry's own, else ``--chown``'s."""
+    if not (owner if owner is not None else may_chown()):
+        return None
+    return parse_chown(chown)
 
 
 def _drop_scans(result: SyncResult, src_m: str | None, dst_m: str | None) -> None:

@@ -75,8 +75,8 @@ class CopyRows:
                 "NULL::BLOB AS link_first_raw WHERE false)"
             )
         return (
-            "hl AS (SELECT dev, ino, min(path) AS link_first, arg_min(path_raw, path) AS link_first_raw FROM sel "
-            "WHERE type = 'file' AND nlink > 1 AND error IS NULL AND ino IS NOT NULL "
+            "hl AS (SELECT dev, ino, min(path) AS link_first, arg_min_null(path_raw, path) AS link_first_raw "
+            "FROM sel WHERE type <> 'directory' AND nlink > 1 AND error IS NULL AND ino IS NOT NULL "
             "GROUP BY dev, ino HAVING count(*) > 1)"
         )
 
@@ -138,9 +138,9 @@ class CopyRows:
 
 def streamable(split_size: int) -> str:
     """Rows a streamed copy takes as they are listed: all but directories (their files make them; every
-    one is made, and given its times, after the scan), hard links (a group's first copy needs the
-    whole manifest), and files big enough to be copied in ranges."""
+    one is made, and given its times, after the scan), hard links of any type (a group's first copy
+    needs the whole manifest), and files big enough to be copied in ranges."""
     return (
-        "type <> 'directory' AND error IS NULL AND NOT (type = 'file' AND "
-        f"(coalesce(nlink, 1) > 1 OR coalesce(size, 0) > {int(split_size)}))"
+        "type <> 'directory' AND error IS NULL AND coalesce(nlink, 1) < 2 AND NOT (type = 'file' AND "
+        f"coalesce(size, 0) > {int(split_size)})"
     )

@@ -236,26 +236,29 @@ class LocalDestination(Destination):
         return "symlink"
 
     def special(self, src: Source, e: Entry) -> str | BaseException:
-        """FIFOs are recreated; device nodes only by root with ``preserve``; sockets are skipped."""
+        """FIFOs and sockets are recreated (a socket as the inode ``cp -a`` and ``rsync -a`` make: ``mknod``,
+        bound to no process); device nodes only by root with ``preserve``."""
         if e.mode is None:
             return "skip"
         e = src.fresh(e)
         mode = e.mode or 0
         root = self.spec.keeps_owner and os.geteuid() == 0
         device = src.device(e) if (st.S_ISCHR(mode) or st.S_ISBLK(mode)) and root else None
-        if not st.S_ISFIFO(mode) and device is None:
+        if not (st.S_ISFIFO(mode) or st.S_ISSOCK(mode)) and device is None:
             return "skip"
         with self.root.parent(check_relative(e.out_rel)) as (pfd, name):
             tmp = temp_name(name, self.spec.token)
             _unlink_at(pfd, tmp)
             if device is not None:
                 os.mknod(tmp, mode, device, dir_fd=pfd)
+            elif st.S_ISSOCK(mode):
+                os.mknod(tmp, st.S_IFSOCK | 0o600, dir_fd=pfd)
             else:
                 os.mkfifo(tmp, 0o600, dir_fd=pfd)
 
             def meta() -> list[tuple[bytes, int]]:
                 refused = self._own(pfd, tmp, e)
-                os.chmod(tmp, st.S_IMODE(mode), dir_fd=pfd)  # a FIFO or device node just made: not a link
+                os.chmod(tmp, st.S_IMODE(mode), dir_fd=pfd)  # a FIFO, socket or device node just made: not a link
                 return refused + self._xattrs(src, e, pfd, tmp)
 
             self._into_place(pfd, tmp, name, e, meta)
