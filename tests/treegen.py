@@ -51,24 +51,27 @@ class Node:
 
 TARGETS = (b"nowhere", b"../..", b"/etc/passwd", b"\xfe", b"a/b/c", b".")
 
-names = hs.one_of(
-    hs.sampled_from(SPECIAL_NAMES),
-    hs.binary(min_size=1, max_size=12)
-    .map(lambda b: b.replace(b"/", b"_").replace(b"\x00", b"0"))
-    .filter(lambda b: b not in (b".", b"..")),
-)
+PFS_LIKE = (b".x.pfs-tmp-0123456789abcdef", b".pfs-journal-cp")
+plain = hs.binary(min_size=1, max_size=12).map(lambda b: b.replace(b"/", b"_").replace(b"\x00", b"0"))
+plain = plain.filter(lambda b: b not in (b".", b"..") and b"pfs-tmp" not in b and not b.startswith(b".pfs-journal-"))
+
+
+def names(own_names: bool = True) -> hs.SearchStrategy[bytes]:
+    """Entry names; ``own_names=False``: none like pfs's temp and journal names."""
+    special = SPECIAL_NAMES if own_names else tuple(n for n in SPECIAL_NAMES if n not in PFS_LIKE)
+    return hs.one_of(hs.sampled_from(special), plain)
 
 
 @hs.composite
-def nodes(draw: hs.DrawFn, max_nodes: int = 12, kinds: tuple[str, ...] = KINDS) -> list[Node]:
-    """A tree spec of up to ``max_nodes`` entries (names unique per directory)."""
+def nodes(draw: hs.DrawFn, max_nodes: int = 12, kinds: tuple[str, ...] = KINDS, own_names: bool = True) -> list[Node]:
+    """A tree spec of up to ``max_nodes`` entries (names unique per directory; ``own_names``: see :func:`names`)."""
     count = draw(hs.integers(1, max_nodes))
     out: list[Node] = []
     taken: set[tuple[int, bytes]] = set()
     for _ in range(count):
         dirs = [-1] + [i for i, n in enumerate(out) if n.kind == "directory"]
         parent = draw(hs.sampled_from(dirs))
-        name = draw(names)
+        name = draw(names(own_names))
         if (parent, name) in taken:
             continue
         taken.add((parent, name))
@@ -90,7 +93,7 @@ def nodes(draw: hs.DrawFn, max_nodes: int = 12, kinds: tuple[str, ...] = KINDS) 
             node.target = draw(hs.integers(0, len(TARGETS) - 1))
         elif kind == "link":
             node.target = draw(hs.sampled_from(others))
-        if kind not in ("symlink", "link", "socket") and draw(hs.booleans()):
+        if kind in ("directory", "file", "sparse") and draw(hs.booleans()):  # user.* only on these (kernel)
             node.xattrs = {b"user.k": draw(hs.binary(max_size=8)), **draw(hs.sampled_from(({}, {b"user.\xfe": b"v"})))}
         if kind in ("directory", "file") and draw(hs.booleans()):
             node.acl = True

@@ -9,7 +9,8 @@ disk, not memory.  Paths reach SQL only as parameters or as relations ``sql.conn
 * ``changed``: a file whose size or mtime differ (``checksum=True``: size or content hash;
   object-store destinations keep no source mtime, so there size only), a symlink whose
   target differs, or a directory whose mtime or mode differ (its metadata is set again); on a
-  POSIX destination also a file or special file whose mode differs, a symlink whose mtime differs,
+  POSIX destination also a file or special file whose mode differs, a symlink, FIFO, socket or device
+  whose mtime differs,
   and (``owners``: the copy keeps owners, or sets them with ``--chown``) any entry whose owner or
   group differs from what the copy gives it (``rsync -a`` sets such metadata in place; pfs copies
   the entry again); with ``xattrs``, any entry whose extended attributes (names, value digests) or
@@ -89,10 +90,10 @@ def plan_sql(
     else:
         differs = "s.size IS DISTINCT FROM d.size"
     meta = "false"
-    if compare_mtime:  # a POSIX destination: modes (a symlink's is always 0777) and a symlink's own mtime
+    if compare_mtime:  # a POSIX destination: modes (a symlink's is always 0777), the mtime of what has no size
         meta = (
             "(s.type <> 'directory' AND s.mode IS DISTINCT FROM d.mode) "
-            "OR (s.type = 'symlink' AND s.mtime IS DISTINCT FROM d.mtime)"
+            "OR (s.type NOT IN ('directory', 'file') AND s.mtime IS DISTINCT FROM d.mtime)"
         )
         if owners is not None:
             uid, gid = (f"s.{col}" if o is None else str(int(o)) for col, o in zip(("uid", "gid"), owners, strict=True))
@@ -199,6 +200,17 @@ def read_plan(out: str) -> Plan | None:
     if not os.path.exists(os.path.join(out, PLAN_FILE)):
         return None
     return Plan(out, info["counts"], info)
+
+
+def emptied_dirs(p: Plan, deleted: bool) -> str:
+    """A condition over the plan: source directories otherwise unchanged that lose entries (the extras
+    ``--delete`` removes, with ``deleted``, and what ``remove_first`` clears), so the copy sets their mtime
+    from the source again, as ``rsync --delete`` leaves it (the removal itself moved it to now)."""
+    gone = "remove_first" + (" OR action = 'extra'" if deleted else "")
+    parents = (
+        f"SELECT regexp_replace(path, '/[^/]*$', '') FROM {file_table(p.file)} WHERE ({gone}) AND contains(path, '/')"
+    )
+    return f"(action = 'unchanged' AND src_type = 'directory' AND path IN ({parents}))"
 
 
 def count_new_bytes(p: Plan) -> int:

@@ -38,7 +38,9 @@ from dask_pfs.compare.plan import (
     COPY_CONDITION,
     Plan,
     check_plan,
+    count,
     count_new_bytes,
+    emptied_dirs,
     extras_removed_first,
     read_plan,
     update_manifest,
@@ -355,14 +357,20 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         r = removal("extras", "action = 'extra' AND NOT remove_first")
         c["deleted"] = r.counts["removed_files"] + r.counts["removed_dirs"]
     copied = None
-    actions = ("new",) if ignore_existing else COPY_ACTIONS
-    if any(c[a] for a in actions):
+    actions: tuple[str, ...] = ("new",) if ignore_existing else COPY_ACTIONS
+    condition = "action = 'new'" if ignore_existing else COPY_CONDITION
+    if removed:  # directories that lost entries get their source mtime back
+        emptied = emptied_dirs(p, result.delete)
+        if count(p, emptied):
+            condition = f"{condition} OR {emptied}"
+            actions = ()
+    if not actions or any(c[a] for a in actions):
         files, nbytes, split = limits
         copied = copy(
             sides[0].root,
             d_loc.url,
             manifest=sides[0].manifest.url,
-            where=p.where("action = 'new'" if ignore_existing else COPY_CONDITION),
+            where=p.where(condition),
             client=client,
             overwrite=not ignore_existing,
             ignore_existing=ignore_existing,

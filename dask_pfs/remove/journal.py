@@ -94,10 +94,11 @@ def manifest_job(
 
 def files_sql(sel: Selection) -> str:
     """The selection's files to unlink, a few of every directory at a time (``manifests.spread``); a frozen
-    selection is stored in that order already (and has no ``parent`` column)."""
+    selection is stored in that order already (and has no ``parent`` column).  Times in microseconds:
+    ``epoch_ns`` of an mtime past 2262 overflows (the job failed)."""
     order = spread_order() if sel.manifest is not None else None
     return sel.sql(
-        "path, path_raw, type, size, epoch_ns(mtime) AS mtime", "error IS NULL AND type <> 'directory'", order
+        "path, path_raw, type, size, epoch_us(mtime) AS mtime_us", "error IS NULL AND type <> 'directory'", order
     )
 
 

@@ -28,6 +28,7 @@ from operators.core.concurrency import fanned
 from operators.names import check_relative
 from operators.ratelimit import bytes_capped, ops_capped, take_bytes, take_ops
 from operators.safety import AncestorCheck
+from operators.schema import micros
 
 CORE_BATCH = 64  # files per native call when a cap paces them (else a whole chunk per call)
 CP_COPIED, CP_SKIP, CP_ERROR, CP_DIFFERS, CP_NO_PARENT = range(5)  # cp_files status codes (native/src/copy.rs)
@@ -114,7 +115,7 @@ class LocalDestination(Destination):
         return (
             st.S_ISREG(s.st_mode)
             and s.st_size == e.size
-            and (e.mtime_ns is None or s.st_mtime_ns // 1000 == e.mtime_ns // 1000)
+            and (e.mtime_ns is None or micros(s.st_mtime_ns) == micros(e.mtime_ns))
         )
 
     # files ----------------------------------------------------------------------

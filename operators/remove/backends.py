@@ -28,6 +28,7 @@ from operators.remove.counts import CHANGED, FAILED, NONEMPTY, RmCounts
 from operators.rows import Row, dir_row, error_row
 from operators.scan.prune import DROP
 from operators.scan.walk import DirItem, Listing, open_listing
+from operators.schema import micros
 
 if TYPE_CHECKING:
     from operators.remove.tasks import RemoveSpec
@@ -307,7 +308,7 @@ def _changed(entry: Entry, kind: str, size: int | None, mtime_ns: int | None) ->
         return f"type {want_kind} -> {kind}"
     if want_size is not None and size is not None and want_size != size:
         return f"size {want_size} -> {size}"
-    # DuckDB may hand timestamps back at microsecond precision: compare at that precision
-    if want_mtime is not None and mtime_ns is not None and want_mtime // 1000 != mtime_ns // 1000:
+    # the manifest holds microseconds (truncated toward zero): compare at that precision, that rounding
+    if want_mtime is not None and mtime_ns is not None and micros(want_mtime) != micros(mtime_ns):
         return "mtime differs from the manifest"
     return None

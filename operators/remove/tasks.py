@@ -192,8 +192,9 @@ def check_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> tuple[int, list[tupl
 
 
 def unlink_batch(spec: RemoveSpec, batch: pa.RecordBatch | pa.Table) -> RmCounts:
-    """The unlink pass over one Arrow batch of manifest rows (path, path_raw, type, size, mtime ns)."""
-    cols = [batch.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "mtime")]
+    """The unlink pass over one Arrow batch of manifest rows (path, path_raw, type, size, mtime_us)."""
+    cols = [batch.column(n).to_pylist() for n in ("path", "path_raw", "type", "size", "mtime_us")]
+    cols[4] = [None if us is None else us * 1000 for us in cols[4]]  # the entries' ns, any year
     return unlink_entries(spec, list(zip(*cols, strict=True)))
 
 

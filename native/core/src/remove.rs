@@ -281,7 +281,7 @@ fn changed(want: &Expect, st: &libc::stat) -> Option<String> {
         }
     }
     if let Some(mtime) = want.mtime_ns {
-        if mtime.div_euclid(1000) != Time::mtime(st).micros_floor() {
+        if mtime / 1000 != Time::mtime(st).micros_trunc() {
             return Some("mtime differs from the manifest".to_string());
         }
     }
