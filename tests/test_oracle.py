@@ -74,7 +74,6 @@ def workspace():
     try:
         yield where
     finally:
-        subprocess.run(["chattr", "-R", "-i", where], capture_output=True, check=False)
         shutil.rmtree(where, ignore_errors=True)
 
 

@@ -145,11 +145,4 @@ def differences(
     return lines
 
 
-def walk_rows(root: str | bytes) -> dict[bytes, tuple]:
-    """What a scan of ``root`` must report per entry, from ``lstat`` alone: {path: (type, size, mode,
-    uid, gid, mtime_ns, nlink, link target)} (the root is not a row of a scan)."""
-    snap = snapshot(root)
-    return {p: r for p, r in snap.items() if p}
-
-
-__all__ = ["ATTRS", "differences", "snapshot", "walk_rows"]
+__all__ = ["ATTRS", "differences", "snapshot"]
