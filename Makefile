@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?=  # empty: a new private temp directory (mkdtemp, mode 0700)
 
-.PHONY: setup demo test test-airflow-deploy test-image test-multinode image lint fmt bench clean
+.PHONY: setup demo test fuzz test-airflow-deploy test-image test-multinode image lint fmt bench clean
 
 setup:
 	@./scripts/setup.sh
@@ -19,6 +19,13 @@ test: setup
 	$(VENV)/bin/mypy
 	./scripts/test-native.sh
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+# The differential oracle (tests/test_oracle.py: pfs cp/sync/scan against cp -a, rsync -aHAXS --delete and an lstat
+# walk on Hypothesis-generated trees) run long: random examples (PFS_ORACLE_SCALE=40 times make test's), shrinking on.
+# `make test` runs the same tests derandomized with a few examples each.
+fuzz: setup
+	@./scripts/ensure-tools.sh
+	HYPOTHESIS_PROFILE=fuzz $(VENV)/bin/python -m pytest -q -p no:timeout tests/test_oracle.py tests/test_fidelity.py $(PYTEST_ARGS)
 
 # The container image the Helm chart runs by default (charts/pfs), built with podman: docs/deploy.md.
 image:

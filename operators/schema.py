@@ -23,6 +23,15 @@ TYPES = ("file", "directory", "symlink", "other")
 # as written.  Everything in pfs compares times at this precision (see TIME_UNIT_NS).
 _TS = pa.timestamp("us", tz="UTC")
 TIME_UNIT_NS = 1000
+
+
+def micros(ns: int) -> int:
+    """Nanoseconds as the manifest's microseconds: truncated toward zero (``pc.divide`` and the core's
+    ``Time::micros``), so a live time before 1970 compares equal with its own manifest row."""
+    q = abs(ns) // TIME_UNIT_NS
+    return q if ns >= 0 else -q
+
+
 _DICT = pa.dictionary(pa.int32(), pa.string())
 # ``scan --xattrs`` (operators.xattrs): per entry its extended attributes, sorted by name: the name (text,
 # undecodable bytes as \xNN), "xxh3:<hex>" of the value, and the value itself when at most 256 bytes.

@@ -2,7 +2,7 @@
 # System tools the test suite uses besides Python packages: OpenSSH server (SFTP tests),
 # setpriv (util-linux, permission tests), strace (counting the system calls of a pruned scan)
 # setfacl/getfacl (acl) and setfattr/getfattr (attr) (cp's xattr and ACL tests),
-# helm (chart tests), and gcc + libfuse3-dev + fuse3 (latfs, for the fault suite). Installs what is missing.
+# rsync (the differential tests' oracle), helm (chart tests), and gcc + libfuse3-dev + fuse3 (latfs, for the fault suite). Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -12,6 +12,8 @@ command -v strace >/dev/null 2>&1 || missing+=(strace)
 # getfattr/setfattr and getfacl/setfacl: the xattr and ACL tests (tests/test_xattrs_manifest.py)
 command -v setfattr >/dev/null 2>&1 || missing+=(attr)
 command -v setfacl >/dev/null 2>&1 || missing+=(acl)
+# rsync: the oracle of the differential sync tests (tests/test_oracle.py: pfs sync against rsync -aHAX --delete)
+command -v rsync >/dev/null 2>&1 || missing+=(rsync)
 # latfs (benchmarks/latfs), the FUSE file system the fault suite stops and unmounts mid-job (tests/faults/)
 command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 [ -f /usr/include/fuse3/fuse.h ] || missing+=(libfuse3-dev)

@@ -178,7 +178,8 @@ def cp_cmd(
     temporary name (.NAME.pfs-tmp-<job token>) and are renamed when complete; a resumed run
     goes on with its own; pfs never removes temp files of another job (nor a user's file so named).
     Symlinks stay symlinks (-L copies what they point at), hard links within the tree stay
-    linked, sparse files stay sparse, mode and mtime are kept, and so are extended attributes
+    linked (of files, symlinks, FIFOs and sockets), FIFOs and sockets are made again, sparse
+    files stay sparse, mode and mtime are kept, and so are extended attributes
     and ACLs (--no-xattrs: not) and, as root, ownership (--no-owner: not; --chown sets it).
     Existing files: identical ones (size and mtime) are skipped; one that differs is an
     error unless --update (replace it), --ignore-existing (leave every existing file alone)
@@ -192,6 +193,12 @@ def cp_cmd(
     client, the same command with --resume copies only what is left. The journal is
     deleted when a run ends without failures (see docs/journal.md); delete it by hand to
     drop an interrupted run.
+
+    Differs from cp -a (README, "Where pfs differs"): with -L, two symlinks to one file give
+    two copies (cp -aL links them) and a symlink to a directory fails that entry (cp -L copies
+    the directory); a tree past about 1,000 levels fails (RecursionError, exit 1) and misses
+    entries; below a path past 4,096 bytes directories' metadata is refused (exit 1) and their
+    mtimes are cut to microseconds.
 
     Exit codes: 0 done; 1 some files failed (see the failure log); 2 refused, nothing copied;
     130 interrupted (the journal is kept for --resume).

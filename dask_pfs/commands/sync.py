@@ -83,7 +83,9 @@ def sync_cmd(
     Both trees are scanned at once (or --src-manifest/--dst-manifest are used), joined on
     exact path bytes into a Parquet plan (actions: new, changed, unchanged, extra,
     type-changed, error), then new and changed entries are copied by the copy engine.
-    Changed means size or mtime differ (--checksum: content); on object stores, size only.
+    Changed means size or mtime differ (--checksum: content); on object stores, size only;
+    on POSIX destinations also a mode, an owner (as root, or --chown) or the mtime of a
+    symlink or special file (rsync -a sets such metadata in place; pfs copies the entry again).
     A destination entry whose type changed (file <-> directory) is removed before the copy.
     --delete removes extras; it is switched off, with a warning, when the source scan
     reported errors (an unreadable directory is not a deleted one). --max-delete caps it.
@@ -97,6 +99,12 @@ def sync_cmd(
 
     -n lists the first --show changes (-i all of them, with or without -n) as rsync -i does.
     After a clean run only the plan stays in ~/.cache/pfs/sync-<id>/ (the default work directory).
+
+    Differs from rsync -aHAX (README, "Where pfs differs"): times are compared in microseconds
+    (a change of nanoseconds only is not seen); a file that became a hard link of another
+    in the source stays a separate copy unless both are copied in that run; a destination
+    entry named like pfs's temp or journal files (.*.pfs-tmp-*, .pfs-journal-*) is never
+    deleted; trees past about 1,000 levels and paths past 4,096 bytes are not mirrored whole.
 
     Exit codes: 0 in sync; 1 some entries failed; 2 refused (nothing changed); 130 interrupted.
     """

@@ -8,8 +8,13 @@ disk, not memory.  Paths reach SQL only as parameters or as relations ``sql.conn
 * ``new``: only in the source;  ``extra``: only in the destination;
 * ``changed``: a file whose size or mtime differ (``checksum=True``: size or content hash;
   object-store destinations keep no source mtime, so there size only), a symlink whose
-  target differs, or a directory whose mtime or mode differ (its metadata is set again); with
-  ``xattrs``, any entry whose extended attributes (names, value digests) or ACL presence differ;
+  target differs, or a directory whose mtime or mode differ (its metadata is set again); on a
+  POSIX destination also a file or special file whose mode differs, a symlink, FIFO, socket or device
+  whose mtime differs,
+  and (``owners``: the copy keeps owners, or sets them with ``--chown``) any entry whose owner or
+  group differs from what the copy gives it (``rsync -a`` sets such metadata in place; pfs copies
+  the entry again); with ``xattrs``, any entry whose extended attributes (names, value digests) or
+  ACL presence differ;
 * ``type-changed``: a file became a directory or the reverse (the destination entry, and
   everything below it, is removed before the copy: ``remove_first``);
 * ``unchanged``; ``error``: either side could not be read (never acted on).
@@ -68,8 +73,19 @@ class Plan:
         return Filter(f"{KEY} IN {self.keys_sql(condition)}", reads=(self.file,))
 
 
-def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool, xattrs: bool = False) -> str:
-    cols = f"{KEY} AS k, path, path_raw, type, size, mtime, mode, checksum, link_target, error, xattrs, has_acl"
+def plan_sql(
+    src_rel: str,
+    dst_rel: str,
+    *,
+    checksum: bool,
+    compare_mtime: bool,
+    xattrs: bool = False,
+    owners: tuple[int | None, int | None] | None = None,
+) -> str:
+    """``owners``: None when the copy keeps no owners; else the uid and gid the copy gives every entry
+    (None: the source entry's own, ``--chown`` values otherwise), compared with the destination's."""
+    cols = f"{KEY} AS k, path, path_raw, type, size, mtime, mode, uid, gid, checksum, link_target, error, xattrs, "
+    cols += "has_acl"
     xattrs_differ = "s.xattrs IS DISTINCT FROM d.xattrs" if xattrs else "false"
     acl_differs = "s.has_acl IS DISTINCT FROM d.has_acl" if xattrs else "false"
     attrs = f"WHEN {xattrs_differ} OR {acl_differs} THEN 'changed' "
@@ -79,6 +95,15 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool,
         differs = "s.size IS DISTINCT FROM d.size OR s.mtime IS DISTINCT FROM d.mtime"
     else:
         differs = "s.size IS DISTINCT FROM d.size"
+    meta = "false"
+    if compare_mtime:  # a POSIX destination: modes (a symlink's is always 0777), the mtime of what has no size
+        meta = (
+            "(s.type <> 'directory' AND s.mode IS DISTINCT FROM d.mode) "
+            "OR (s.type NOT IN ('directory', 'file') AND s.mtime IS DISTINCT FROM d.mtime)"
+        )
+        if owners is not None:
+            uid, gid = (f"s.{col}" if o is None else str(int(o)) for col, o in zip(("uid", "gid"), owners, strict=True))
+            meta += f" OR {uid} IS DISTINCT FROM d.uid OR {gid} IS DISTINCT FROM d.gid"
     return (
         f"WITH s AS (SELECT {cols} FROM {src_rel} AS m), "
         f"d AS (SELECT {cols} FROM {dst_rel} AS m WHERE NOT ({PFS_NAMES} AND {KEY} NOT IN (SELECT k FROM s))), "
@@ -95,6 +120,7 @@ def plan_sql(src_rel: str, dst_rel: str, *, checksum: bool, compare_mtime: bool,
         "WHEN s.type <> d.type THEN 'type-changed' "
         f"WHEN s.type = 'file' AND ({differs}) THEN 'changed' "
         "WHEN s.type = 'symlink' AND s.link_target IS DISTINCT FROM d.link_target THEN 'changed' "
+        f"WHEN {meta} THEN 'changed' "
         f"WHEN s.type = 'directory' AND {'true' if compare_mtime else 'false'} "
         "AND (s.mtime IS DISTINCT FROM d.mtime OR s.mode IS DISTINCT FROM d.mode) THEN 'changed' "
         + (attrs if xattrs else "")
@@ -116,13 +142,20 @@ def write_plan(
     compare_mtime: bool,
     info: dict | None = None,
     xattrs: bool = False,
+    owners: tuple[int | None, int | None] | None = None,
 ) -> Plan:
-    """Join the two manifests and write ``out/plan.parquet`` and ``out/_plan.json``."""
+    """Join the two manifests and write ``out/plan.parquet`` and ``out/_plan.json`` (``owners``: see
+    :func:`plan_sql`)."""
     outputs.open_dir(out, create=True).close()  # checked (the one writer): refused before any work
     target = os.path.join(out, PLAN_FILE)
     con = connect(src, dst, reads=[target])
     sql = plan_sql(
-        src.relation_sql(), dst.relation_sql(), checksum=checksum, compare_mtime=compare_mtime, xattrs=xattrs
+        src.relation_sql(),
+        dst.relation_sql(),
+        checksum=checksum,
+        compare_mtime=compare_mtime,
+        xattrs=xattrs,
+        owners=owners,
     )
     try:
         write_parquet(con, sql, target)  # the one writer: a random temp name renamed onto plan.parquet
@@ -171,6 +204,17 @@ def read_plan(out: str) -> Plan | None:
     if not os.path.exists(os.path.join(out, PLAN_FILE)):
         return None
     return Plan(out, info["counts"], info)
+
+
+def emptied_dirs(p: Plan, deleted: bool) -> str:
+    """A condition over the plan: source directories otherwise unchanged that lose entries (the extras
+    ``--delete`` removes, with ``deleted``, and what ``remove_first`` clears), so the copy sets their mtime
+    from the source again, as ``rsync --delete`` leaves it (the removal itself moved it to now)."""
+    gone = "remove_first" + (" OR action = 'extra'" if deleted else "")
+    parents = (
+        f"SELECT regexp_replace(path, '/[^/]*$', '') FROM {file_table(p.file)} WHERE ({gone}) AND contains(path, '/')"
+    )
+    return f"(action = 'unchanged' AND src_type = 'directory' AND path IN ({parents}))"
 
 
 def count_new_bytes(p: Plan) -> int:

@@ -38,7 +38,9 @@ from dask_pfs.compare.plan import (
     COPY_CONDITION,
     Plan,
     check_plan,
+    count,
     count_new_bytes,
+    emptied_dirs,
     extras_removed_first,
     read_plan,
     update_manifest,
@@ -46,6 +48,7 @@ from dask_pfs.compare.plan import (
 )
 from dask_pfs.compare.sides import Side, manifest_side, scan_sides, with_checksums
 from dask_pfs.copy import MiB, copy
+from dask_pfs.copy.owners import parse_chown
 from dask_pfs.errors import PfsError
 from dask_pfs.guard import LATER, check_target
 from dask_pfs.manifests.caps import Cap
@@ -63,6 +66,7 @@ from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import check_checksum
 from dask_pfs.urls import Location, is_dir, resolve, root_times_from
 from operators.checksum import DEFAULT
+from operators.copy.spec import may_chown
 from operators.scan.prune import Prune
 from operators.xattrs import readable
 
@@ -212,6 +216,7 @@ def sync(
                 compare_mtime=not sides[1].flat,
                 info=info,
                 xattrs=xattrs and _attributes_known(sides),
+                owners=_owners(owner, chown),
             )
         result = _act(
             client, p, sides, s_loc, d_loc, delete=delete, cap=cap, dry_run=dry_run,
@@ -223,6 +228,14 @@ def sync(
     if not result.failed and not dry_run:  # a dry run's plan stays resumable (--resume reads its manifests)
         _drop_scans(result, None if src_manifest else src_m, None if dst_manifest or update_dst_manifest else dst_m)
     return result
+
+
+def _owners(owner: bool | None, chown: str | None) -> tuple[int | None, int | None] | None:
+    """The owner and group the copy gives every entry, for the plan to compare (``plan.plan_sql``): None
+    when it keeps no owners (not root, ``--no-owner``); a None part: the source entry's own, else ``--chown``'s."""
+    if not (owner if owner is not None else may_chown()):
+        return None
+    return parse_chown(chown)
 
 
 def _drop_scans(result: SyncResult, src_m: str | None, dst_m: str | None) -> None:
@@ -347,14 +360,20 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
         r = removal("extras", "action = 'extra' AND NOT remove_first")
         c["deleted"] = r.counts["removed_files"] + r.counts["removed_dirs"]
     copied = None
-    actions = ("new",) if ignore_existing else COPY_ACTIONS
-    if any(c[a] for a in actions):
+    actions: tuple[str, ...] = ("new",) if ignore_existing else COPY_ACTIONS
+    condition = "action = 'new'" if ignore_existing else COPY_CONDITION
+    if removed:  # directories that lost entries get their source mtime back
+        emptied = emptied_dirs(p, result.delete)
+        if count(p, emptied):
+            condition = f"{condition} OR {emptied}"
+            actions = ()
+    if not actions or any(c[a] for a in actions):
         files, nbytes, split = limits
         copied = copy(
             sides[0].root,
             d_loc.url,
             manifest=sides[0].manifest.url,
-            where=p.where("action = 'new'" if ignore_existing else COPY_CONDITION),
+            where=p.where(condition),
             client=client,
             overwrite=not ignore_existing,
             ignore_existing=ignore_existing,

@@ -18,8 +18,9 @@ from dask_pfs.manifests.spread import spread_order
 from dask_pfs.manifests.sql import Filter, literal
 from operators.names import UnsafePathError, check_relative, to_bytes
 
-# the columns operators.copy.plan.entries_from_batch reads
-META = "path, path_raw, type, size, epoch_ns(mtime) AS mtime_ns, epoch_ns(atime) AS atime_ns, mode, uid, gid"
+# the columns operators.copy.plan.entries_from_batch reads; times in microseconds (the manifest's unit): in
+# nanoseconds a 64-bit integer ends in 2262, and epoch_ns() of a later mtime failed the whole copy
+META = "path, path_raw, type, size, epoch_us(mtime) AS mtime_us, epoch_us(atime) AS atime_us, mode, uid, gid"
 UNSAFE = r"'(^/|//|(^|/)\.\.?(/|$)|/$|\x00)'"
 REST = "pfs_rest"  # the rows a streamed copy did not take (``CopyRows._name_rest``)
 
@@ -75,8 +76,8 @@ class CopyRows:
                 "NULL::BLOB AS link_first_raw WHERE false)"
             )
         return (
-            "hl AS (SELECT dev, ino, min(path) AS link_first, arg_min(path_raw, path) AS link_first_raw FROM sel "
-            "WHERE type = 'file' AND nlink > 1 AND error IS NULL AND ino IS NOT NULL "
+            "hl AS (SELECT dev, ino, min(path) AS link_first, arg_min_null(path_raw, path) AS link_first_raw "
+            "FROM sel WHERE type <> 'directory' AND nlink > 1 AND error IS NULL AND ino IS NOT NULL "
             "GROUP BY dev, ino HAVING count(*) > 1)"
         )
 
@@ -93,8 +94,8 @@ class CopyRows:
             "anc AS (SELECT DISTINCT array_to_string(string_split(path, '/')[1:i], '/') AS path "
             "FROM (SELECT path, unnest(range(1, len(string_split(path, '/')))) AS i FROM sel)), "
             "want AS (SELECT path FROM sel WHERE type = 'directory' UNION SELECT path FROM anc) "
-            "SELECT want.path, alld.path_raw, 'directory' AS type, alld.size, epoch_ns(alld.mtime) AS mtime_ns, "
-            "epoch_ns(alld.atime) AS atime_ns, alld.mode, alld.uid, alld.gid "
+            "SELECT want.path, alld.path_raw, 'directory' AS type, alld.size, epoch_us(alld.mtime) AS mtime_us, "
+            "epoch_us(alld.atime) AS atime_us, alld.mode, alld.uid, alld.gid "
             f"FROM want LEFT JOIN alld USING (path) ORDER BY len(string_split(want.path, '/')) {order}, want.path"
         )
 
@@ -138,9 +139,9 @@ class CopyRows:
 
 def streamable(split_size: int) -> str:
     """Rows a streamed copy takes as they are listed: all but directories (their files make them; every
-    one is made, and given its times, after the scan), hard links (a group's first copy needs the
-    whole manifest), and files big enough to be copied in ranges."""
+    one is made, and given its times, after the scan), hard links of any type (a group's first copy
+    needs the whole manifest), and files big enough to be copied in ranges."""
     return (
-        "type <> 'directory' AND error IS NULL AND NOT (type = 'file' AND "
-        f"(coalesce(nlink, 1) > 1 OR coalesce(size, 0) > {int(split_size)}))"
+        "type <> 'directory' AND error IS NULL AND coalesce(nlink, 1) < 2 AND NOT (type = 'file' AND "
+        f"coalesce(size, 0) > {int(split_size)})"
     )

@@ -95,6 +95,8 @@ def live_target(src: str, dst: str, so: dict | None, dso: dict | None, resume: b
     if source.kind != "directory":  # one file
         if d_dir:
             return Target(s, d, False, {}, False)
+        if d.is_local and dst.endswith("/"):  # as cp: a name with a slash at its end is a directory's
+            raise PfsError(f"{dst}: not a directory; not copied (a trailing slash names a directory)")
         parent = os.path.dirname(d.path.rstrip("/")) or "/"
         ploc = resolve(parent if d.is_local else f"{d.protocol}://{parent}", dso)
         if d.is_local and not os.path.isdir(parent):

@@ -102,12 +102,13 @@ ROW_DAMAGE = (
 
 # what a removal ships of each non-directory row: the path, and what the identity rule compares
 # (``operators.remove.backends.Entry``; the rule itself is the core's ``Expect::differs``)
-IDENTITY_COLUMNS = "path, path_raw, type, size, epoch_ns(mtime) AS mtime, ino, epoch_ns(ctime) AS ctime"
+IDENTITY_COLUMNS = "path, path_raw, type, size, epoch_us(mtime) AS mtime_us, ino, epoch_us(ctime) AS ctime_us"
 
 
 def files_sql(sel: Selection) -> str:
     """The selection's files to unlink, a few of every directory at a time (``manifests.spread``); a frozen
-    selection is stored in that order already."""
+    selection is stored in that order already.  Times in microseconds (the manifest's precision):
+    ``epoch_ns`` of a time past 2262 overflows."""
     order = spread_order() if sel.manifest is not None else None
     return sel.sql(IDENTITY_COLUMNS, "error IS NULL AND type <> 'directory'", order)
 

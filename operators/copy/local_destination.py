@@ -29,6 +29,7 @@ from operators.names import check_relative
 from operators.ratelimit import bytes_capped, ops_capped, take_bytes, take_ops
 from operators.root_identity import host_pin
 from operators.safety import AncestorCheck
+from operators.schema import micros
 
 CORE_BATCH = 64  # files per native call when a cap paces them (else a whole chunk per call)
 CP_COPIED, CP_SKIP, CP_ERROR, CP_DIFFERS, CP_NO_PARENT = range(5)  # cp_files status codes (native/src/copy.rs)
@@ -115,7 +116,7 @@ class LocalDestination(Destination):
         return (
             st.S_ISREG(s.st_mode)
             and s.st_size == e.size
-            and (e.mtime_ns is None or s.st_mtime_ns // 1000 == e.mtime_ns // 1000)
+            and (e.mtime_ns is None or micros(s.st_mtime_ns) == micros(e.mtime_ns))
         )
 
     # files ----------------------------------------------------------------------
@@ -238,26 +239,29 @@ class LocalDestination(Destination):
         return "symlink"
 
     def special(self, src: Source, e: Entry) -> str | BaseException:
-        """FIFOs are recreated; device nodes only by root with ``preserve``; sockets are skipped."""
+        """FIFOs and sockets are recreated (a socket as the inode ``cp -a`` and ``rsync -a`` make: ``mknod``,
+        bound to no process); device nodes only by root with ``preserve``."""
         if e.mode is None:
             return "skip"
         e = src.fresh(e)
         mode = e.mode or 0
         root = self.spec.keeps_owner and os.geteuid() == 0
         device = src.device(e) if (st.S_ISCHR(mode) or st.S_ISBLK(mode)) and root else None
-        if not st.S_ISFIFO(mode) and device is None:
+        if not (st.S_ISFIFO(mode) or st.S_ISSOCK(mode)) and device is None:
             return "skip"
         with self.root.parent(check_relative(e.out_rel)) as (pfd, name):
             tmp = temp_name(name, self.spec.token)
             _unlink_at(pfd, tmp)
             if device is not None:
                 os.mknod(tmp, mode, device, dir_fd=pfd)
+            elif st.S_ISSOCK(mode):
+                os.mknod(tmp, st.S_IFSOCK | 0o600, dir_fd=pfd)
             else:
                 os.mkfifo(tmp, 0o600, dir_fd=pfd)
 
             def meta() -> list[tuple[bytes, int]]:
                 refused = self._own(pfd, tmp, e)
-                os.chmod(tmp, st.S_IMODE(mode), dir_fd=pfd)  # a FIFO or device node just made: not a link
+                os.chmod(tmp, st.S_IMODE(mode), dir_fd=pfd)  # a FIFO, socket or device node just made: not a link
                 return refused + self._xattrs(src, e, pfd, tmp)
 
             self._into_place(pfd, tmp, name, e, meta)

@@ -16,7 +16,7 @@ from operators.copy.spec import Entry
 from operators.names import check_relative, to_bytes
 
 # columns the driver's SQL must select, in this order (link_first* only for the hard-link query)
-ENTRY_COLUMNS = ("path", "path_raw", "type", "size", "mtime_ns", "atime_ns", "mode", "uid", "gid")
+ENTRY_COLUMNS = ("path", "path_raw", "type", "size", "mtime_us", "atime_us", "mode", "uid", "gid")
 LINK_COLUMNS = ("link_target", "link_target_raw")
 
 
@@ -40,6 +40,11 @@ class BigFile:
     ranges: list[tuple[int, int]]  # (offset, length)
 
 
+def _ns(us: int | None) -> int | None:
+    """Microseconds (the manifest's unit; any year) as the nanoseconds an :class:`Entry` holds."""
+    return None if us is None else us * 1000
+
+
 def entries_from_batch(batch: pa.RecordBatch, dst_rel: dict[bytes, bytes] | None = None) -> Iterator[Entry]:
     """Rows -> :class:`Entry`, exact path bytes checked to stay below the root."""
     cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
@@ -52,8 +57,8 @@ def entries_from_batch(batch: pa.RecordBatch, dst_rel: dict[bytes, bytes] | None
             rel=rel,
             kind=cols["type"][i],
             size=cols["size"][i],
-            mtime_ns=cols["mtime_ns"][i],
-            atime_ns=cols["atime_ns"][i],
+            mtime_ns=_ns(cols["mtime_us"][i]),
+            atime_ns=_ns(cols["atime_us"][i]),
             mode=cols["mode"][i],
             uid=cols["uid"][i],
             gid=cols["gid"][i],

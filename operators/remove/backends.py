@@ -39,7 +39,7 @@ P = TypeVar("P", bytes, str)  # where an entry is: a local path, or a URL
 
 # one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns, ino, ctime ns);
 # ino and ctime may be left off (None: not compared), as for one named file (``rm FILE``)
-ENTRY_COLUMNS = ("path", "path_raw", "type", "size", "mtime", "ino", "ctime")
+ENTRY_COLUMNS = ("path", "path_raw", "type", "size", "mtime_us", "ino", "ctime_us")  # times in us: any year
 Entry = (
     tuple[str, bytes | None, str, int | None, int | None]
     | tuple[str, bytes | None, str, int | None, int | None, int | None, int | None]

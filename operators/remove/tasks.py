@@ -234,9 +234,11 @@ def check_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> Checked:
 
 
 def unlink_batch(spec: RemoveSpec, batch: pa.RecordBatch | pa.Table) -> RmCounts:
-    """The unlink pass over one Arrow batch of manifest rows (path, path_raw, type, size, mtime ns,
-    ino, ctime ns: ``dask_pfs.remove.journal.IDENTITY_COLUMNS``)."""
+    """The unlink pass over one Arrow batch of manifest rows (path, path_raw, type, size, mtime us,
+    ino, ctime us: ``dask_pfs.remove.journal.IDENTITY_COLUMNS``)."""
     cols = [batch.column(n).to_pylist() for n in ENTRY_COLUMNS]
+    for i in (4, 6):  # microseconds, any year, to the entries' ns
+        cols[i] = [None if us is None else us * 1000 for us in cols[i]]
     return unlink_entries(spec, list(zip(*cols, strict=True)))
 
 

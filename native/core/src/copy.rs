@@ -272,7 +272,7 @@ fn verdict(
         && Some(st.st_size) == job.size
         && job
             .mtime_ns
-            .is_none_or(|m| Time::mtime(&st).micros_floor() == m.div_euclid(1000));
+            .is_none_or(|m| Time::mtime(&st).micros_trunc() == m / 1000);
     Ok(match o.on_exist {
         OnExist::Ignore => Some(Copied::Skip),
         OnExist::Overwrite => None,

@@ -313,7 +313,9 @@ impl Expect {
                 return Some(format!("size {want} -> {size}"));
             }
         }
-        let micros = |ns: i128| ns.div_euclid(1000);
+        // truncated toward zero, as the manifest's microseconds are (rounding down made every time before
+        // 1970 look changed since the scan)
+        let micros = |ns: i128| ns / 1000;
         if let (Some(want), Some(mtime)) = (self.mtime_ns, now.mtime_ns) {
             if micros(want) != micros(mtime) {
                 return Some("mtime differs from the manifest".to_string());

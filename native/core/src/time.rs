@@ -42,9 +42,11 @@ impl Time {
         i64::try_from(self.nanos() / 1000).ok()
     }
 
-    /// Microseconds rounded down, for comparing with a manifest's time (`div_euclid`).
-    pub fn micros_floor(self) -> i128 {
-        self.nanos().div_euclid(1000)
+    /// Microseconds truncated toward zero, as the manifest stores them ([`Time::micros`]), in i128 (no
+    /// bound), for comparing with a manifest's time: rounding a time before 1970 down instead made every
+    /// such entry look changed since the scan (`rm --manifest` and `sync --delete` skipped it).
+    pub fn micros_trunc(self) -> i128 {
+        self.nanos() / 1000
     }
 
     /// As a `timespec` for `futimens`.
