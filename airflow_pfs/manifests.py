@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
@@ -24,6 +25,7 @@ from dask_pfs.errors import IncompleteManifestError, PfsError
 from dask_pfs.manifests.manifest import Manifest, has_marker, open_manifest
 from dask_pfs.manifests.query import run_query, select_sql
 from dask_pfs.manifests.sql import connect, utf8
+from dask_pfs.runtime.allowed import check_allowed, normalise_roots
 
 from .paths import check_where, manifest_url
 
@@ -34,8 +36,14 @@ log = logging.getLogger(__name__)
 class PfsManifest:
     """A manifest given as a path, URL, ObjectStoragePath or an upstream pfs result (``scan.output``)."""
 
-    def __init__(self, manifest: Any) -> None:
+    def __init__(self, manifest: Any, allowed_roots: Sequence[str] | None = None) -> None:
+        """``allowed_roots``: the manifest must lie under one of them (``dask_pfs.runtime.allowed``; a
+        DAG author's limit on what a run's conf may point at), checked before it is read."""
         self.url = manifest_url(manifest)[0]
+        try:
+            check_allowed({"manifest": self.url}, normalise_roots(allowed_roots))
+        except PfsError as exc:
+            raise AirflowException(str(exc)) from None
 
     def is_complete(self) -> bool:
         """The completion marker is there (the scan that writes it finished)."""

@@ -9,6 +9,7 @@ Results are small dicts (manifest URI, counts, bytes, errors): file lists never 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -19,6 +20,8 @@ from distributed import Client
 from dask_pfs.clusters.client import client_of_scheduler
 from dask_pfs.errors import PfsError
 from dask_pfs.remote.client import follow, remote_driver
+from dask_pfs.remote.driver import job_places
+from dask_pfs.runtime.allowed import check_allowed, normalise_roots
 from dask_pfs.runtime.progress import LogProgress
 from operators.ratelimit import Limits, parse_bandwidth
 
@@ -53,6 +56,12 @@ class PfsBaseOperator(BaseOperator):
         ``--max-ops-per-second``): a job that shares a metadata server with others stays polite.
     :param max_bandwidth: job-wide cap on bytes read per second, e.g. ``"200M"`` (``--max-bandwidth``).
     :param fail_on_errors: fail the task when the engine reports per-entry errors.
+    :param allowed_roots: the places this task may touch (paths or URLs): every path it is given, after
+        templating and after resolving ``..`` and symbolic links, must be one of them or lie below one, or
+        the task fails before any I/O; the engine checks again where it runs, with the roots the input
+        manifests recorded.  Not templated: a run's conf cannot widen it.  The ``pfs_dask`` connection's
+        extra ``allowed_roots`` (a list, or one string separated by commas) applies as well: a place must
+        then satisfy both.
     """
 
     engine: ClassVar[str]
@@ -72,9 +81,14 @@ class PfsBaseOperator(BaseOperator):
         fail_on_errors: bool | None = None,
         max_ops_per_second: float | None = None,
         max_bandwidth: str | None = None,
+        allowed_roots: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        try:
+            self.allowed_roots = normalise_roots(allowed_roots)
+        except PfsError as exc:
+            raise AirflowException(f"{kwargs.get('task_id')}: {exc}") from None
         self.pfs_dask_conn_id = pfs_dask_conn_id
         self.workers = workers
         self.threads = threads
@@ -140,12 +154,25 @@ class PfsBaseOperator(BaseOperator):
             raise AirflowException(f"max_bandwidth: {exc}") from None
         return Limits(float(ops) if ops is not None else None, rate)
 
+    def confine(self, spec: jobs.JobSpec, hook: PfsDaskHook) -> jobs.JobSpec:
+        """Refuse a place outside the allowed roots (the operator's and the connection's) before any I/O,
+        and hand the roots to the engine, which checks again where it runs (``JobSpec.allowed_roots``)."""
+        sets = tuple(roots for roots in (self.allowed_roots, hook.allowed_roots()) if roots)
+        if not sets:
+            return spec
+        try:
+            check_allowed(job_places(spec), *sets)
+        except PfsError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
+        return dataclasses.replace(spec, allowed_roots=sets)
+
     def execute(self, context: Context) -> dict:
         spec = self.job_spec(context)
         limits = self.limits()
         if limits is not None:
-            spec = jobs.JobSpec(spec.engine, spec.args, {**spec.kwargs, "limits": limits})
+            spec = dataclasses.replace(spec, kwargs={**spec.kwargs, "limits": limits})
         hook = self.hook
+        spec = self.confine(spec, hook)
         if self.deferrable:
             self._submit_and_defer(context, hook, spec)
         progress = LogProgress(self.log, self.progress_interval)

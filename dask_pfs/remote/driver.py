@@ -29,12 +29,14 @@ import logging
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from dask_pfs.errors import PfsError
+from dask_pfs.runtime.allowed import check_allowed
 from dask_pfs.runtime.progress import LogProgress, Reporter
 
 if TYPE_CHECKING:
@@ -71,12 +73,15 @@ class JobCancelled(Exception):
 class JobSpec:
     """One engine call: ``ENGINES[engine](*args, client=..., progress=..., **kwargs)``.
 
-    ``engine`` may also be ``"module:function"`` for an engine outside the table.
+    ``engine`` may also be ``"module:function"`` for an engine outside the table.  ``allowed_roots``: sets
+    of roots (an Airflow operator's, its connection's) every place of the call must lie under
+    (:mod:`dask_pfs.runtime.allowed`), checked here, where the I/O happens, before the engine runs.
     """
 
     engine: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    allowed_roots: tuple[tuple[str, ...], ...] = ()
 
     def function(self) -> Callable[..., Any]:
         module, _, name = ENGINES.get(self.engine, self.engine).partition(":")
@@ -84,7 +89,36 @@ class JobSpec:
 
     def call(self, client: Client | None, progress: Reporter, **extra: Any) -> Any:
         """Run the engine; ``extra`` keyword arguments go with the spec's."""
+        if self.allowed_roots:
+            check_allowed(job_places(self, with_manifest_roots=True), *self.allowed_roots)
         return self.function()(*self.args, client=client, progress=progress, **self.kwargs, **extra)
+
+
+PLACE_KWARGS = ("url", "manifest", "src_manifest", "dst_manifest", "manifest_out", "plan", "report")
+MANIFEST_KWARGS = ("manifest", "src_manifest", "dst_manifest")
+
+
+def job_places(spec: JobSpec, with_manifest_roots: bool = False) -> dict[str, str]:
+    """``{what: path or URL}`` a job touches: its positional places (the tree scanned, copied, synced or
+    verified, the destination), its place keywords and, ``with_manifest_roots``, the tree each input
+    manifest recorded (what a remove or copy by manifest acts on; read from its marker)."""
+    places = {f"argument {i + 1}": a for i, a in enumerate(spec.args) if isinstance(a, str | os.PathLike)}
+    places |= {k: spec.kwargs[k] for k in PLACE_KWARGS if isinstance(spec.kwargs.get(k), str | os.PathLike)}
+    if with_manifest_roots:
+        from dask_pfs.manifests.manifest import open_manifest
+
+        for k in MANIFEST_KWARGS:
+            if isinstance(spec.kwargs.get(k), str | os.PathLike):
+                options = spec.kwargs.get("dst_storage_options" if k == "dst_manifest" else "storage_options")
+                try:
+                    with warnings.catch_warnings():  # an incomplete one has no root yet: nothing to check
+                        warnings.simplefilter("ignore")
+                        root = open_manifest(spec.kwargs[k], allow_incomplete=True, storage_options=options).root
+                except PfsError:  # no such manifest: the engine says so in its own words
+                    continue
+                if isinstance(root, str):
+                    places[f"the root recorded in {k}"] = root
+    return {k: os.fspath(v) for k, v in places.items()}
 
 
 def state_name(name: str) -> str:
