@@ -59,3 +59,34 @@ def test_engine_refuses_a_manifest_that_recorded_a_tree_outside(tmp_path, dask_c
     with pytest.raises(PfsError, match=r"the root recorded in manifest: .* outside the allowed roots"):
         spec.call(dask_client, NullProgress())
     assert (victim / "precious").exists()
+
+
+def test_manifest_urls_take_only_the_protocols_pfs_keeps_manifests_on(tmp_path):
+    """``http://`` (a GET its query string steers) and other fsspec protocols are refused in one line,
+    before any request; the URL's credentials are not in the message (issue 44, items 5 and 6)."""
+    import http.server
+    import threading
+
+    from dask_pfs.manifests.manifest import open_manifest
+
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for url in (f"http://127.0.0.1:{server.server_port}/plain?x=", "ftp://bob:Pa55w0rdXYZ@host/m", "memory://m"):
+            with pytest.raises(PfsError, match="is not one pfs keeps manifests on") as exc:
+                open_manifest(url)
+            assert "\n" not in str(exc.value) and "Pa55w0rdXYZ" not in str(exc.value)
+    finally:
+        server.shutdown()
+    assert hits == []

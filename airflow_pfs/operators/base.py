@@ -19,6 +19,7 @@ from distributed import Client
 
 from dask_pfs.clusters.client import client_of_scheduler
 from dask_pfs.errors import PfsError
+from dask_pfs.redact import redact
 from dask_pfs.remote.client import follow, remote_driver
 from dask_pfs.remote.driver import job_places
 from dask_pfs.runtime.allowed import check_allowed, normalise_roots
@@ -182,12 +183,17 @@ class PfsBaseOperator(BaseOperator):
                 if remote_driver(hook.get_conn(), job_inputs(spec)):
                     # like the CLI's --driver auto: an input this Airflow worker does not mount is read
                     # by a driver on the cluster, whose progress this task follows
-                    self.log.info("%s not on this host; the job's driver runs on the cluster", job_inputs(spec))
+                    inputs = redact(", ".join(job_inputs(spec)))
+                    self.log.info("%s not on this host; the job's driver runs on the cluster", inputs)
                     summary = jobs.summarize(follow(client, spec, hook.get_conn(), progress, None))
                 else:
                     summary = jobs.run_engine(spec, client, progress)
         except PfsError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from None
+        except (OSError, ValueError, RuntimeError, TypeError, KeyError) as exc:
+            # a storage library's own error may quote a URL with its credentials: the task log and the
+            # OpenLineage FAIL event (errorMessage, stackTrace) get the redacted line only
+            raise AirflowException(redact(f"{self.task_id}: {type(exc).__name__}: {exc}")) from None
         finally:
             self._client = None
         return self._finish(context, summary)
@@ -196,26 +202,30 @@ class PfsBaseOperator(BaseOperator):
         address = hook.scheduler_address()
         ti = context["ti"]
         name = jobs.job_name(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index)
-        with hook.client() as client:
-            action = jobs.attach_or_submit(client, name, spec, self.progress_interval)
+        token = jobs.job_token(name, job_secret())
+        try:
+            with client_of_scheduler(hook.get_conn(), untrusted=True) as client:
+                action = jobs.attach_or_submit(client, name, spec, self.progress_interval, token)
+        except PfsError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
         self.log.info("pfs job %s on %s: %s", name, address, action)
-        self.defer(
-            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval, tls=hook.tls_settings()),
-            method_name="execute_complete",
+        trigger = PfsJobTrigger(
+            address, name, self.poll_interval, self.progress_interval, tls=hook.tls_settings(), token=token
         )
+        self.defer(trigger=trigger, method_name="execute_complete")
 
     def execute_complete(self, context: Context, event: dict) -> dict:
         """Resume after the trigger fired: forget the job on the scheduler, then report."""
         name, status = event.get("name"), event.get("status")
         if status != jobs.MISSING and name is not None:
             try:
-                with client_of_scheduler(self.hook.get_conn()) as client:
+                with client_of_scheduler(self.hook.get_conn(), untrusted=True) as client:
                     jobs.forget(client, name)
             except (OSError, PfsError) as exc:
                 self.log.warning("Could not clean up pfs job %s on the scheduler: %s", name, exc)
         if status != jobs.FINISHED:
             detail = event.get("error") or "no result recorded"
-            raise AirflowException(f"{self.task_id}: pfs job {name} {status}: {detail}")
+            raise AirflowException(redact(f"{self.task_id}: pfs job {name} {status}: {detail}"))
         return self._finish(context, event["result"])
 
     def _finish(self, context: Context, summary: dict) -> dict:
@@ -238,3 +248,17 @@ class PfsBaseOperator(BaseOperator):
         if client is not None:
             self.log.info("Killed: closing the Dask client, which cancels the running tasks")
             client.close()
+
+
+def job_secret() -> str:
+    """This Airflow deployment's secret for job tokens (``jobs.job_token``): its ``[core] fernet_key``, which
+    every Airflow process of the deployment shares and no Dask peer has; without one, a random secret (then a
+    retry cannot re-attach to the job its first try started, and says so)."""
+    import secrets
+
+    from airflow.sdk.configuration import conf
+
+    key = conf.get("core", "fernet_key", fallback="") or ""
+    if not key or key.startswith("{"):  # unset: the default config's placeholder ("{FERNET_KEY}") is no secret
+        return secrets.token_hex(32)
+    return key

@@ -81,3 +81,49 @@ def test_wait_for_manifest_conf_cannot_point_at_another_manifest(airflow_db, das
     states = run_states(dag_run)
     assert states["wait_for_manifest"] == "success" and states["copy_part"] == "failed", states
     assert not (tmp_path / "a").exists() or not any((tmp_path / "a").rglob("important*"))
+
+
+def test_credentials_in_urls_are_redacted(airflow_db, tmp_path, caplog):
+    """``sftp://bob:Pa55w0rdXYZ@host/x`` (issue 44, item 6): the task's failure and its log lines carry
+    ``sftp://***@host/x``, never the password."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_pfs.operators import PfsScanOperator
+
+    from .conftest import _free_port
+
+    url = f"sftp://bob:Pa55w0rdXYZ@127.0.0.1:{_free_port()}/data"  # nothing listens: the connection fails
+    op = PfsScanOperator(task_id="scan", path=url, manifest=str(tmp_path / "m"), pfs_dask_conn_id="pfs_local")
+    with pytest.raises(AirflowException) as exc:
+        op.execute({"outlet_events": {}})
+    assert "Pa55w0rdXYZ" not in str(exc.value) and exc.value.__cause__ is None
+    assert "sftp://***@127.0.0.1" in str(exc.value) or "127.0.0.1" in str(exc.value), str(exc.value)
+    assert "Pa55w0rdXYZ" not in caplog.text
+
+
+def test_manifest_where_runs_under_the_sql_bounds(tmp_path, monkeypatch, dask_client):
+    """A where-clause that ``pfs query`` stops (issue 44, item 4) is stopped the same way in
+    ``PfsManifest.count``/``partitions`` and in the deferrable sensor's trigger: one line, "refused"."""
+    import asyncio
+    import time
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_pfs.data_triggers import PfsManifestTrigger
+    from airflow_pfs.manifests import PfsManifest
+    from dask_pfs import scan
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "f").write_text("x")
+    scan(tmp_path / "t", tmp_path / "m", client=dask_client)
+    monkeypatch.setenv("PFS_SQL_TIMEOUT", "3")
+    monkeypatch.setenv("PFS_SQL_MEMORY_LIMIT", "512MB")
+    heavy = "list_aggregate(range(200000000), 'sum') > 0"
+    manifest = PfsManifest(str(tmp_path / "m"))
+    for call in (lambda: manifest.count(heavy), lambda: manifest.partitions(heavy, n=2)):
+        t0 = time.monotonic()
+        with pytest.raises(AirflowException, match=r"refused|stopped after") as exc:
+            call()
+        assert time.monotonic() - t0 < 60 and "\n" not in str(exc.value)
+    event = asyncio.run(anext(PfsManifestTrigger(str(tmp_path / "m"), heavy, 1, poll_interval=0.1).run()))
+    assert event.payload["status"] == "error" and "PFS_SQL" in event.payload["error"]
