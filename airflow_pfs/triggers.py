@@ -76,8 +76,12 @@ class PfsJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The client is closed before the event is yielded: the generator may never be resumed.
-        async with self._client() as client:
-            payload = await self._wait(client)
+        try:
+            async with self._client() as client:
+                payload = await self._wait(client)
+        except (OSError, TimeoutError) as exc:  # the scheduler is unreachable: one line, not a traceback
+            error = f"cannot reach the Dask scheduler {self.scheduler}: {type(exc).__name__}: {exc}"
+            payload = {"status": jobs.ERROR, "name": self.name, "result": None, "error": error}
         yield TriggerEvent(payload)
 
     def _client(self) -> Client:

@@ -32,6 +32,7 @@ from ..lineage import LineageRef
 from ..triggers import PfsJobTrigger
 
 INPUT_KWARGS = ("url", "manifest", "src_manifest", "dst_manifest")
+DEFER_CONNECT_TIMEOUT = "10s"  # reaching the scheduler to submit a deferred job
 
 
 def job_inputs(spec: jobs.JobSpec) -> list[str]:
@@ -203,11 +204,16 @@ class PfsBaseOperator(BaseOperator):
         ti = context["ti"]
         name = jobs.job_name(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index)
         token = jobs.job_token(name, job_secret())
-        try:
-            with client_of_scheduler(hook.get_conn(), untrusted=True) as client:
+        import dask
+
+        try:  # an unreachable scheduler is one line within DEFER_CONNECT_TIMEOUT, not a traceback after 30 s
+            with (
+                dask.config.set({"distributed.comm.timeouts.connect": DEFER_CONNECT_TIMEOUT}),
+                client_of_scheduler(hook.get_conn(), untrusted=True) as client,
+            ):
                 action = jobs.attach_or_submit(client, name, spec, self.progress_interval, token)
-        except PfsError as exc:
-            raise AirflowException(f"{self.task_id}: {exc}") from None
+        except (PfsError, OSError, TimeoutError) as exc:
+            raise AirflowException(redact(f"{self.task_id}: {exc}")) from None
         self.log.info("pfs job %s on %s: %s", name, address, action)
         trigger = PfsJobTrigger(
             address, name, self.poll_interval, self.progress_interval, tls=hook.tls_settings(), token=token

@@ -333,3 +333,21 @@ def test_a_peer_cannot_forge_a_result_nor_run_code_in_the_trigger(airflow_db, da
         asyncio.run(trigger.on_kill())
         assert not pwned.exists()  # nothing the peer put on the scheduler was unpickled here
         jobs.forget(peer, trigger.name)
+
+
+def test_deferred_job_with_an_unreachable_scheduler_is_one_clear_line(airflow_db, tmp_path, monkeypatch):
+    """Issue 44, item 7: nothing listens at the connection's address: one AirflowException line,
+    well before Dask's 30 s default connect timeout."""
+    import time
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from .conftest import _free_port
+
+    conn = {"conn_type": "pfs_dask", "host": "127.0.0.1", "port": _free_port()}
+    monkeypatch.setenv("AIRFLOW_CONN_PFS_NOWHERE", json.dumps(conn))
+    op = _slow_operator(marker=str(tmp_path / "m"), seconds=1, pfs_dask_conn_id="pfs_nowhere")
+    t0 = time.monotonic()
+    with pytest.raises(AirflowException, match="cannot reach the Dask scheduler") as exc:
+        op.execute(_context("nowhere-1"))
+    assert time.monotonic() - t0 < 25 and "\n" not in str(exc.value)
