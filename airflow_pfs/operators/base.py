@@ -184,7 +184,7 @@ class PfsBaseOperator(BaseOperator):
                 if remote_driver(hook.get_conn(), job_inputs(spec)):
                     # like the CLI's --driver auto: an input this Airflow worker does not mount is read
                     # by a driver on the cluster, whose progress this task follows
-                    inputs = redact(", ".join(job_inputs(spec)))
+                    inputs = redact(str(job_inputs(spec)))
                     self.log.info("%s not on this host; the job's driver runs on the cluster", inputs)
                     summary = jobs.summarize(follow(client, spec, hook.get_conn(), progress, None))
                 else:
