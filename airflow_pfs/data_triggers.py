@@ -7,6 +7,8 @@ triggerer's event loop.  (``airflow_pfs.triggers`` holds the trigger of deferred
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +19,12 @@ from dask_pfs.errors import PfsError
 
 from . import tree_changes
 from .manifests import PfsManifest
+
+
+def gone_grace() -> float:
+    """Seconds a watched root may be missing before the tree watcher gives up (``PFS_WATCH_GONE_SECONDS``,
+    300): a rename or remount of a moment is waited out, a deleted tree still ends the watch."""
+    return float(os.environ.get("PFS_WATCH_GONE_SECONDS", "300"))
 
 
 class PfsManifestTrigger(BaseTrigger):
@@ -68,7 +76,8 @@ class PfsTreeChangedTrigger(BaseEventTrigger):
     manifest (the scheduled DAG rescanned) becomes the new baseline; while a rescan rewrites it,
     the last one stays.  Without a complete manifest at the start it fires once (``reason:
     "no-manifest"``: nothing to compare, so a first scan is due), then waits for one.  A tree that
-    is gone, or is not local, ends the trigger with an error.
+    is gone for longer than ``PFS_WATCH_GONE_SECONDS`` (300), is not local, or is not the directory the
+    manifest recorded (an edited ``root``), ends the trigger with an error.
     """
 
     def __init__(self, manifest: str, poll_interval: float = 60.0) -> None:
@@ -88,6 +97,7 @@ class PfsTreeChangedTrigger(BaseEventTrigger):
         stamp: float | None = None
         baseline: tree_changes.Baseline | None = None
         announced_missing = False
+        gone_since: float | None = None
         while True:
             # A manifest being rewritten (the scheduled DAG's rescan: no marker until it ends) keeps
             # the last baseline; a new marker replaces it.
@@ -101,7 +111,18 @@ class PfsTreeChangedTrigger(BaseEventTrigger):
                     announced_missing = True
                     yield TriggerEvent({"manifest": self.manifest, "reason": "no-manifest", "changed": 0})
             else:
-                changes = await asyncio.to_thread(self._changes, baseline)
+                try:
+                    changes = await asyncio.to_thread(self._changes, baseline)
+                except tree_changes.TreeGoneError as exc:
+                    # a root renamed away for a moment (a swap, a remount) is not the end of the watch
+                    now = time.monotonic()
+                    gone_since = now if gone_since is None else gone_since
+                    if now - gone_since > gone_grace():
+                        raise AirflowException(f"PfsTreeChangedTrigger: {exc} (for {now - gone_since:.0f} s)") from None
+                    self.log.warning("%s; looking again in %s s", exc, self.poll_interval)
+                    await asyncio.sleep(self.poll_interval)
+                    continue
+                gone_since = None
                 if changes.changed:
                     self.log.info("%s: %d directories changed: %s", baseline.root, changes.changed, changes.samples)
                     yield TriggerEvent(
@@ -129,5 +150,7 @@ class PfsTreeChangedTrigger(BaseEventTrigger):
     def _changes(baseline: tree_changes.Baseline) -> tree_changes.Changes:
         try:
             return tree_changes.find_changes(baseline)
+        except tree_changes.TreeGoneError:
+            raise
         except PfsError as exc:
             raise AirflowException(f"PfsTreeChangedTrigger: {exc}") from None

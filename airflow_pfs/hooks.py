@@ -28,6 +28,7 @@ from distributed import Client
 from dask_pfs.clusters.client import ClusterOptions, connect, default_workers
 from dask_pfs.clusters.security import TlsFiles
 from dask_pfs.errors import PfsError
+from dask_pfs.runtime.allowed import normalise_roots
 
 DEFAULT_PORT = 8786
 LOCAL_HOSTS = ("local", "localcluster", "embedded")
@@ -95,6 +96,7 @@ class PfsDaskHook(BaseHook):
         self.workers = workers
         self.threads = threads
         self._options: ClusterOptions | None = None
+        self._roots: tuple[str, ...] = ()
 
     def get_conn(self) -> ClusterOptions:
         """The cluster options this connection stands for (looked up once)."""
@@ -108,11 +110,21 @@ class PfsDaskHook(BaseHook):
                 self.log.info("No %s connection: using %s", self.default_conn_name, options.scheduler or "local")
             else:
                 options = options_from_connection(conn.host, conn.port, conn.schema, conn.extra_dejson)
+                try:
+                    self._roots = normalise_roots(conn.extra_dejson.get("allowed_roots"), "allowed_roots")
+                except PfsError as exc:
+                    raise AirflowException(f"pfs_dask connection: {exc}") from None
             overrides = {"workers": self.workers, "threads": self.threads}
             if options.scheduler or options.scheduler_file:
                 overrides.pop("workers")  # a running cluster has the workers it has
             self._options = ClusterOptions(**{**options.__dict__, **{k: v for k, v in overrides.items() if v}})
         return self._options
+
+    def allowed_roots(self) -> tuple[str, ...]:
+        """The connection's extra ``allowed_roots`` (an admin's limit on what any task using it may
+        touch, ``dask_pfs.runtime.allowed``); ``()`` when it sets none."""
+        self.get_conn()
+        return self._roots
 
     @property
     def is_local(self) -> bool:

@@ -14,15 +14,27 @@ No airflow imports here: this module is unpickled on Dask workers, which may not
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 
-from dask_pfs.remote.control import attach_or_submit, cancel, decide, forget, release, status, submit
+from dask_pfs.remote.control import (
+    TASK_STATES,
+    attach_or_submit,
+    cancel,
+    decide,
+    forget,
+    release,
+    status,
+    submit,
+    task_status,
+)
 from dask_pfs.remote.driver import (
     CANCELLED,
     DONE,
     ENGINES,
     ERROR,
     FINISHED,
+    FORGED,
     MISSING,
     RECORD_TIMEOUT,
     RUNNING,
@@ -35,6 +47,7 @@ from dask_pfs.remote.driver import (
     run_engine,
     state_name,
     summarize,
+    verified,
 )
 
 __all__ = [
@@ -43,9 +56,11 @@ __all__ = [
     "ENGINES",
     "ERROR",
     "FINISHED",
+    "FORGED",
     "MISSING",
     "RECORD_TIMEOUT",
     "RUNNING",
+    "TASK_STATES",
     "JobCancelled",
     "JobSpec",
     "attach_or_submit",
@@ -56,6 +71,7 @@ __all__ = [
     "drive",
     "forget",
     "job_name",
+    "job_token",
     "read_record",
     "release",
     "run_engine",
@@ -63,6 +79,8 @@ __all__ = [
     "status",
     "submit",
     "summarize",
+    "task_status",
+    "verified",
 ]
 
 
@@ -72,3 +90,10 @@ def job_name(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str
     digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{dag_id}.{task_id}")[:60]
     return f"pfs-job-{slug}-{digest}"
+
+
+def job_token(name: str, secret: str) -> str:
+    """The token that signs job ``name``'s state record (``dask_pfs.remote.driver.sign``): an HMAC of the
+    name under a secret of this Airflow deployment, so every try of a task instance (a retry re-attaches)
+    derives the same token while a peer of the Dask scheduler, who knows the name, cannot."""
+    return hmac.new(secret.encode(), f"pfs-job\x00{name}".encode(), hashlib.sha256).hexdigest()

@@ -16,14 +16,17 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
 from dask_pfs.errors import IncompleteManifestError, PfsError
-from dask_pfs.manifests.manifest import Manifest, has_marker, open_manifest
-from dask_pfs.manifests.query import run_query, select_sql
-from dask_pfs.manifests.sql import connect, utf8
+from dask_pfs.manifests.manifest import Manifest, check_manifest_protocol, has_marker, open_manifest
+from dask_pfs.manifests.query import select_sql
+from dask_pfs.manifests.sql import connect, fetch_all, utf8
+from dask_pfs.manifests.sql_probe import probe_manifest
+from dask_pfs.runtime.allowed import check_allowed, normalise_roots
 
 from .paths import check_where, manifest_url
 
@@ -34,8 +37,15 @@ log = logging.getLogger(__name__)
 class PfsManifest:
     """A manifest given as a path, URL, ObjectStoragePath or an upstream pfs result (``scan.output``)."""
 
-    def __init__(self, manifest: Any) -> None:
+    def __init__(self, manifest: Any, allowed_roots: Sequence[str] | None = None) -> None:
+        """``allowed_roots``: the manifest must lie under one of them (``dask_pfs.runtime.allowed``; a
+        DAG author's limit on what a run's conf may point at), checked before it is read."""
         self.url = manifest_url(manifest)[0]
+        try:
+            check_manifest_protocol(self.url)
+            check_allowed({"manifest": self.url}, normalise_roots(allowed_roots))
+        except PfsError as exc:
+            raise AirflowException(str(exc)) from None
 
     def is_complete(self) -> bool:
         """The completion marker is there (the scan that writes it finished)."""
@@ -139,8 +149,11 @@ class PfsManifest:
         """The one row of an aggregate over the selected rows."""
         manifest = self.open()
         try:
-            # the user's where runs on the connection locked to this manifest (dask_pfs.manifests.sql)
-            return run_query(connect(manifest), select_sql(manifest, where=where, select=select)).fetchall()[0]
+            # the user's where runs to the end in a bounded child first (PFS_SQL_TIMEOUT, PFS_SQL_MEMORY_LIMIT:
+            # what `pfs query` does), then on the connection locked to this manifest, under the same limits
+            sql = select_sql(manifest, where=where, select=select)
+            probe_manifest(manifest, sql)
+            return fetch_all(connect(manifest), sql)[1][0]
         except PfsError as exc:
             raise AirflowException(f"where: {str(exc).removeprefix('query failed: ')}") from None
         except Exception as exc:  # duckdb.Error raised while rows are read (a bad cast in where)

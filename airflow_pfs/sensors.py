@@ -31,6 +31,8 @@ class PfsManifestSensor(BaseSensorOperator):
     :param min_count: rows ``where`` must select (default 1 when ``where`` is given).
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poke_interval: seconds between checks (both modes).
+    :param allowed_roots: the manifest must lie under one of these (after resolving ``..`` and links), or
+        the task fails before reading it; not templated, so a run's conf cannot widen it.
     """
 
     template_fields: Sequence[str] = ("manifest", "where", "min_count")
@@ -45,9 +47,11 @@ class PfsManifestSensor(BaseSensorOperator):
         deferrable: bool = False,
         poke_interval: float = 60.0,
         timeout: float = DEFAULT_TIMEOUT,
+        allowed_roots: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, timeout=timeout, **kwargs)
+        self.allowed_roots = tuple(allowed_roots or ())
         self.manifest = manifest
         self.where = where
         self.min_count = min_count
@@ -60,7 +64,7 @@ class PfsManifestSensor(BaseSensorOperator):
             min_count = int(min_count)  # rendered from a template
         if min_count is not None and (isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 0):
             raise AirflowException(f"min_count must be a whole number >= 0, got {self.min_count!r}")
-        return PfsManifest(self.manifest), where, min_count
+        return PfsManifest(self.manifest, self.allowed_roots), where, min_count
 
     def poke(self, context: Context) -> PokeReturnValue:
         manifest, where, min_count = self._arguments()

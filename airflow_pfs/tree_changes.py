@@ -30,6 +30,7 @@ from datetime import datetime
 from dask_pfs.errors import IncompleteManifestError, PfsError
 from dask_pfs.manifests.manifest import open_manifest
 from dask_pfs.manifests.query import run_query, select_sql
+from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import connect
 from operators.names import UnsafePathError, check_relative, join
 from operators.safety import AncestorCheck, full_path
@@ -81,6 +82,9 @@ def load_baseline(manifest: str) -> Baseline | None:
         return None
     if m.info.get("protocol") not in (None, "file", "local") or "://" in (m.root or ""):
         raise PfsError(f"{manifest}: {m.root} is not on a local file system (object stores have no directory mtimes)")
+    # the marker's root must be the directory that was scanned: an edited `root` (pointing the watcher, and the
+    # paths its events name, at another tree) does not match the recorded identity and is refused
+    check_root(m.info, manifest, destructive=True)
     started = datetime.fromisoformat(m.info["started"]).timestamp() if m.info.get("started") else marker_stamp(manifest)
     if started is None:  # the marker went since it was opened: a rescan is rewriting the manifest
         return None
@@ -106,6 +110,10 @@ def _watch(baseline: Baseline, rel: bytes, mtime: int) -> None:
     baseline.dirs[rel] = mtime
 
 
+class TreeGoneError(PfsError):
+    """The watched root is not there (or cannot be read) right now: perhaps a brief rename."""
+
+
 def find_changes(baseline: Baseline) -> Changes:
     """Stat every watched directory; record what changed into ``baseline`` (so each change is
     reported once) and say what it was."""
@@ -113,7 +121,7 @@ def find_changes(baseline: Baseline) -> Changes:
     result = Changes()
     root_mtime = _mtime_us(root)
     if root_mtime is None or root_mtime == UNKNOWN:
-        raise PfsError(f"{baseline.root}: the watched tree is gone (or cannot be read)")
+        raise TreeGoneError(f"{baseline.root}: the watched tree is gone (or cannot be read)")
     result.checked += 1
     safe = AncestorCheck(root)  # one lstat per directory on the way, per pass: no link is followed
     if root_mtime > baseline.started_us:

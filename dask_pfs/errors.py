@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dask_pfs.redact import redact
+
 
 class PfsError(Exception):
     """A user-facing failure: bad input, refused action.  ``exit_code`` is what the CLI returns."""
@@ -10,13 +12,14 @@ class PfsError(Exception):
 
     def __init__(self, *args: object) -> None:
         """A name that is not UTF-8 (a surrogate escape) is kept as ``\\udcff``: the message can then
-        be printed, logged and sent between Dask processes (msgpack takes only UTF-8)."""
+        be printed, logged and sent between Dask processes (msgpack takes only UTF-8); a URL's credentials
+        (``sftp://bob:secret@host``) are redacted (``dask_pfs.redact``)."""
         super().__init__(*(_text(a) for a in args))
 
 
 def _text(value: object) -> object:
     if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return redact(value.encode("utf-8", "backslashreplace").decode("utf-8"))
     return value
 
 

@@ -38,6 +38,12 @@ ARCHIVE = os.environ.get("PFS_ARCHIVE", "/archive/landing")
 WATCH_SECONDS = float(os.environ.get("PFS_WATCH_SECONDS", "60"))
 POKE_SECONDS = float(os.environ.get("PFS_POKE_SECONDS", "60"))
 FILES = "type = 'file'"
+# What a run may touch.  A run's conf fills the paths below, so the DAG author pins where they may point:
+# every pfs task gets allowed_roots (a path, after resolving '..' and symbolic links, must be one of them or
+# lie below one, or the task fails before any I/O), and each path Param must be absolute, without '.' or '..'
+# parts.  PFS_EXAMPLE_ROOTS (paths separated by ':') replaces the roots, to try the example elsewhere.
+ROOTS = os.environ.get("PFS_EXAMPLE_ROOTS", ":".join([LANDING, os.path.dirname(MANIFEST), ARCHIVE])).split(":")
+PATH = r"^/(?!(.*/)?[.]{1,2}(/|$)).*$"  # an absolute path without '.' or '..' parts (a Param's pattern)
 
 LANDED = Asset(
     name="pfs_landing",
@@ -52,7 +58,7 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 def split(manifest: dict, where: str | None = None, n: int | str | None = None, max_entries: int | str | None = None):
     """Path ranges of the selected rows for ``expand_kwargs``: ``n`` parts, or parts of at most
     ``max_entries`` rows (either may come from a template, hence the int())."""
-    parts = PfsManifest(manifest).partitions(
+    parts = PfsManifest(manifest, ROOTS).partitions(
         where=where or None,
         n=int(n) if n not in (None, "") else None,
         max_entries=int(max_entries) if max_entries not in (None, "") else None,
@@ -67,21 +73,26 @@ with DAG(
     start_date=START,
     catchup=False,
     params={
-        "landing": Param(LANDING, type="string", description="the watched tree"),
-        "manifest": Param(MANIFEST, type="string", description="its manifest (the watcher's baseline)"),
-        "archive": Param(ARCHIVE, type="string", description="where landed files are archived"),
+        "landing": Param(LANDING, type="string", pattern=PATH, description="the watched tree"),
+        "manifest": Param(MANIFEST, type="string", pattern=PATH, description="its manifest (the watcher's baseline)"),
+        "archive": Param(ARCHIVE, type="string", pattern=PATH, description="where landed files are archived"),
         "max_entries": Param(50_000, type="integer", minimum=1, description="files per copy task"),
     },
     tags=["pfs", "example"],
 ) as archive_landed:
     scan = PfsScanOperator(
-        task_id="scan_landing", path="{{ params.landing }}", manifest="{{ params.manifest }}", overwrite=True
+        task_id="scan_landing",
+        path="{{ params.landing }}",
+        manifest="{{ params.manifest }}",
+        overwrite=True,
+        allowed_roots=ROOTS,
     )
     parts = split(scan.output, FILES, max_entries="{{ params.max_entries }}")
     copies = PfsCopyOperator.partial(
         task_id="archive_part",
         dst="{{ params.archive }}",
         update=True,  # identical files archived by an earlier run are skipped; a changed one is replaced
+        allowed_roots=ROOTS,
     ).expand_kwargs(parts)
     verify = PfsVerifyOperator(
         task_id="verify_archive",
@@ -89,6 +100,7 @@ with DAG(
         dst="{{ params.archive }}",
         where=FILES,
         outlets=[ARCHIVED],
+        allowed_roots=ROOTS,
     )
     copies >> verify
 
@@ -99,10 +111,10 @@ with DAG(
     start_date=START,
     catchup=False,
     params={
-        "manifest": Param(MANIFEST, type="string", description="a manifest another system writes"),
+        "manifest": Param(MANIFEST, type="string", pattern=PATH, description="a manifest another system writes"),
         "where": Param(FILES, type="string", description="rows to wait for and to copy"),
         "min_count": Param(1, type="integer", minimum=0, description="wait until where selects this many rows"),
-        "archive": Param(ARCHIVE, type="string"),
+        "archive": Param(ARCHIVE, type="string", pattern=PATH),
         "parts": Param(4, type="integer", minimum=1, maximum=1024, description="copy tasks (core.max_map_length caps)"),
     },
     tags=["pfs", "example"],
@@ -115,7 +127,10 @@ with DAG(
         deferrable=True,  # the wait runs in the triggerer, not in a worker slot
         poke_interval=POKE_SECONDS,
         timeout=24 * 3600,
+        allowed_roots=ROOTS,
     )
     selected = split.override(task_id="split_selection")(ready.output, "{{ params.where }}", n="{{ params.parts }}")
     # update: identical files already archived are skipped, changed ones replaced
-    PfsCopyOperator.partial(task_id="copy_part", dst="{{ params.archive }}", update=True).expand_kwargs(selected)
+    PfsCopyOperator.partial(
+        task_id="copy_part", dst="{{ params.archive }}", update=True, allowed_roots=ROOTS
+    ).expand_kwargs(selected)

@@ -11,11 +11,19 @@ Run it by hand:
 
 from __future__ import annotations
 
+import os
+
 import pendulum
 from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_pfs.operators import PfsCopyOperator, PfsScanOperator, PfsVerifyOperator
 
+# What a run may touch.  A run's conf fills the paths below, so the DAG author pins where they may point:
+# every pfs task gets allowed_roots (a path, after resolving '..' and symbolic links, must be one of them or
+# lie below one, or the task fails before any I/O), and each path Param must be absolute, without '.' or '..'
+# parts.  PFS_EXAMPLE_ROOTS (paths separated by ':') replaces the roots, to try the example elsewhere.
+ROOTS = os.environ.get("PFS_EXAMPLE_ROOTS", "/lustre/datasets:/scratch").split(":")
+PATH = r"^/(?!(.*/)?[.]{1,2}(/|$)).*$"  # an absolute path without '.' or '..' parts (a Param's pattern)
 STAGED = Asset(name="pfs_staged_dataset", uri="file:///scratch/pfs/staged-dataset")
 SELECT = "type = 'file' AND lower(name) LIKE '%.jpg' AND size < 10 * 1024 * 1024"
 
@@ -25,9 +33,11 @@ with DAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     params={
-        "dataset": Param("/lustre/datasets/images", type="string", description="tree on shared storage"),
-        "scratch": Param("/scratch/images", type="string", description="node-local destination"),
-        "manifests": Param("/scratch/pfs-manifests", type="string", description="where scan manifests go"),
+        "dataset": Param("/lustre/datasets/images", type="string", pattern=PATH, description="tree on shared storage"),
+        "scratch": Param("/scratch/images", type="string", pattern=PATH, description="node-local destination"),
+        "manifests": Param(
+            "/scratch/pfs-manifests", type="string", pattern=PATH, description="where scan manifests go"
+        ),
     },
     tags=["pfs", "example"],
 ) as dag:
@@ -36,6 +46,7 @@ with DAG(
         path="{{ params.dataset }}",
         manifest="{{ params.manifests }}/{{ dag.dag_id }}-{{ ts_nodash }}",
         overwrite=True,
+        allowed_roots=ROOTS,
     )
     copy = PfsCopyOperator(
         task_id="copy_to_scratch",
@@ -43,6 +54,7 @@ with DAG(
         where=SELECT,
         dst="{{ params.scratch }}",
         update=True,  # a rerun skips identical files and replaces changed ones (only what changed is copied)
+        allowed_roots=ROOTS,
     )
     verify = PfsVerifyOperator(
         task_id="verify",
@@ -50,6 +62,7 @@ with DAG(
         where=SELECT,  # selects on both sides: scratch's other files are not "extra"
         dst="{{ params.scratch }}",
         outlets=[STAGED],  # the asset event (same, different, missing, files, bytes) once verified
+        allowed_roots=ROOTS,
     )
     scan >> copy >> verify
 

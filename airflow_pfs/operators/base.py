@@ -9,6 +9,7 @@ Results are small dicts (manifest URI, counts, bytes, errors): file lists never 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -18,7 +19,10 @@ from distributed import Client
 
 from dask_pfs.clusters.client import client_of_scheduler
 from dask_pfs.errors import PfsError
+from dask_pfs.redact import redact
 from dask_pfs.remote.client import follow, remote_driver
+from dask_pfs.remote.driver import job_places
+from dask_pfs.runtime.allowed import check_allowed, normalise_roots
 from dask_pfs.runtime.progress import LogProgress
 from operators.ratelimit import Limits, parse_bandwidth
 
@@ -28,6 +32,7 @@ from ..lineage import LineageRef
 from ..triggers import PfsJobTrigger
 
 INPUT_KWARGS = ("url", "manifest", "src_manifest", "dst_manifest")
+DEFER_CONNECT_TIMEOUT = "10s"  # reaching the scheduler to submit a deferred job
 
 
 def job_inputs(spec: jobs.JobSpec) -> list[str]:
@@ -53,6 +58,12 @@ class PfsBaseOperator(BaseOperator):
         ``--max-ops-per-second``): a job that shares a metadata server with others stays polite.
     :param max_bandwidth: job-wide cap on bytes read per second, e.g. ``"200M"`` (``--max-bandwidth``).
     :param fail_on_errors: fail the task when the engine reports per-entry errors.
+    :param allowed_roots: the places this task may touch (paths or URLs): every path it is given, after
+        templating and after resolving ``..`` and symbolic links, must be one of them or lie below one, or
+        the task fails before any I/O; the engine checks again where it runs, with the roots the input
+        manifests recorded.  Not templated: a run's conf cannot widen it.  The ``pfs_dask`` connection's
+        extra ``allowed_roots`` (a list, or one string separated by commas) applies as well: a place must
+        then satisfy both.
     """
 
     engine: ClassVar[str]
@@ -72,9 +83,14 @@ class PfsBaseOperator(BaseOperator):
         fail_on_errors: bool | None = None,
         max_ops_per_second: float | None = None,
         max_bandwidth: str | None = None,
+        allowed_roots: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        try:
+            self.allowed_roots = normalise_roots(allowed_roots)
+        except PfsError as exc:
+            raise AirflowException(f"{kwargs.get('task_id')}: {exc}") from None
         self.pfs_dask_conn_id = pfs_dask_conn_id
         self.workers = workers
         self.threads = threads
@@ -140,12 +156,25 @@ class PfsBaseOperator(BaseOperator):
             raise AirflowException(f"max_bandwidth: {exc}") from None
         return Limits(float(ops) if ops is not None else None, rate)
 
+    def confine(self, spec: jobs.JobSpec, hook: PfsDaskHook) -> jobs.JobSpec:
+        """Refuse a place outside the allowed roots (the operator's and the connection's) before any I/O,
+        and hand the roots to the engine, which checks again where it runs (``JobSpec.allowed_roots``)."""
+        sets = tuple(roots for roots in (self.allowed_roots, hook.allowed_roots()) if roots)
+        if not sets:
+            return spec
+        try:
+            check_allowed(job_places(spec), *sets)
+        except PfsError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
+        return dataclasses.replace(spec, allowed_roots=sets)
+
     def execute(self, context: Context) -> dict:
         spec = self.job_spec(context)
         limits = self.limits()
         if limits is not None:
-            spec = jobs.JobSpec(spec.engine, spec.args, {**spec.kwargs, "limits": limits})
+            spec = dataclasses.replace(spec, kwargs={**spec.kwargs, "limits": limits})
         hook = self.hook
+        spec = self.confine(spec, hook)
         if self.deferrable:
             self._submit_and_defer(context, hook, spec)
         progress = LogProgress(self.log, self.progress_interval)
@@ -155,12 +184,17 @@ class PfsBaseOperator(BaseOperator):
                 if remote_driver(hook.get_conn(), job_inputs(spec)):
                     # like the CLI's --driver auto: an input this Airflow worker does not mount is read
                     # by a driver on the cluster, whose progress this task follows
-                    self.log.info("%s not on this host; the job's driver runs on the cluster", job_inputs(spec))
+                    inputs = redact(str(job_inputs(spec)))
+                    self.log.info("%s not on this host; the job's driver runs on the cluster", inputs)
                     summary = jobs.summarize(follow(client, spec, hook.get_conn(), progress, None))
                 else:
                     summary = jobs.run_engine(spec, client, progress)
         except PfsError as exc:
             raise AirflowException(f"{self.task_id}: {exc}") from None
+        except (OSError, ValueError, RuntimeError, TypeError, KeyError) as exc:
+            # a storage library's own error may quote a URL with its credentials: the task log and the
+            # OpenLineage FAIL event (errorMessage, stackTrace) get the redacted line only
+            raise AirflowException(redact(f"{self.task_id}: {type(exc).__name__}: {exc}")) from None
         finally:
             self._client = None
         return self._finish(context, summary)
@@ -169,26 +203,35 @@ class PfsBaseOperator(BaseOperator):
         address = hook.scheduler_address()
         ti = context["ti"]
         name = jobs.job_name(ti.dag_id, ti.task_id, ti.run_id, -1 if ti.map_index is None else ti.map_index)
-        with hook.client() as client:
-            action = jobs.attach_or_submit(client, name, spec, self.progress_interval)
+        token = jobs.job_token(name, job_secret())
+        import dask
+
+        try:  # an unreachable scheduler is one line within DEFER_CONNECT_TIMEOUT, not a traceback after 30 s
+            with (
+                dask.config.set({"distributed.comm.timeouts.connect": DEFER_CONNECT_TIMEOUT}),
+                client_of_scheduler(hook.get_conn(), untrusted=True) as client,
+            ):
+                action = jobs.attach_or_submit(client, name, spec, self.progress_interval, token)
+        except (PfsError, OSError, TimeoutError) as exc:
+            raise AirflowException(redact(f"{self.task_id}: {exc}")) from None
         self.log.info("pfs job %s on %s: %s", name, address, action)
-        self.defer(
-            trigger=PfsJobTrigger(address, name, self.poll_interval, self.progress_interval, tls=hook.tls_settings()),
-            method_name="execute_complete",
+        trigger = PfsJobTrigger(
+            address, name, self.poll_interval, self.progress_interval, tls=hook.tls_settings(), token=token
         )
+        self.defer(trigger=trigger, method_name="execute_complete")
 
     def execute_complete(self, context: Context, event: dict) -> dict:
         """Resume after the trigger fired: forget the job on the scheduler, then report."""
         name, status = event.get("name"), event.get("status")
         if status != jobs.MISSING and name is not None:
             try:
-                with client_of_scheduler(self.hook.get_conn()) as client:
+                with client_of_scheduler(self.hook.get_conn(), untrusted=True) as client:
                     jobs.forget(client, name)
             except (OSError, PfsError) as exc:
                 self.log.warning("Could not clean up pfs job %s on the scheduler: %s", name, exc)
         if status != jobs.FINISHED:
             detail = event.get("error") or "no result recorded"
-            raise AirflowException(f"{self.task_id}: pfs job {name} {status}: {detail}")
+            raise AirflowException(redact(f"{self.task_id}: pfs job {name} {status}: {detail}"))
         return self._finish(context, event["result"])
 
     def _finish(self, context: Context, summary: dict) -> dict:
@@ -211,3 +254,17 @@ class PfsBaseOperator(BaseOperator):
         if client is not None:
             self.log.info("Killed: closing the Dask client, which cancels the running tasks")
             client.close()
+
+
+def job_secret() -> str:
+    """This Airflow deployment's secret for job tokens (``jobs.job_token``): its ``[core] fernet_key``, which
+    every Airflow process of the deployment shares and no Dask peer has; without one, a random secret (then a
+    retry cannot re-attach to the job its first try started, and says so)."""
+    import secrets
+
+    from airflow.sdk.configuration import conf
+
+    key = conf.get("core", "fernet_key", fallback="") or ""
+    if not key or key.startswith("{"):  # unset: the default config's placeholder ("{FERNET_KEY}") is no secret
+        return secrets.token_hex(32)
+    return key

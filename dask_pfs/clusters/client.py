@@ -210,8 +210,12 @@ def ctrl_c_for_the_driver() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def client_of_scheduler(options: ClusterOptions) -> Client:
+def client_of_scheduler(options: ClusterOptions, untrusted: bool = False) -> Client:
     """A client of the running scheduler ``options`` names; bad settings and an unreachable scheduler are PfsErrors.
+
+    ``untrusted``: the client unpickles nothing it receives (``deserializers=["msgpack"]``), for a process
+    that only reads job records and statuses (the Airflow triggerer, a deferred task's resume): a peer
+    of the scheduler can put a pickled object wherever a reader looks (a Variable, a published dataset).
 
     Waits up to Dask's ``distributed.comm.timeouts.connect`` (30 s; the Helm chart's Job sets more).
     """
@@ -230,7 +234,8 @@ def client_of_scheduler(options: ClusterOptions) -> Client:
         security = security.to_security()
     check_client_certificate(address, security)
     try:
-        return Client(address, security=security, set_as_default=False)
+        deserializers = ["msgpack"] if untrusted else None
+        return Client(address, security=security, set_as_default=False, deserializers=deserializers)
     except OSError as exc:  # refused, timed out, TLS handshake rejected
         raise PfsError(f"cannot reach the Dask scheduler {address}: {exc}") from None
 

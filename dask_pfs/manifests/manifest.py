@@ -49,9 +49,26 @@ JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directo
 BATCH_ROWS = 20_000  # rows per record batch streamed out of DuckDB
 
 
+# Where pfs reads and writes manifests: local (and mounted) directories, object stores, SFTP.  Any other fsspec
+# protocol is refused: ``http://`` would turn a manifest argument into a GET its query string steers anywhere.
+MANIFEST_PROTOCOLS = ("file", "local", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "sftp", "ssh")
+
+
+def check_manifest_protocol(url: str) -> str:
+    """The protocol of a manifest URL, or PfsError (one line, credentials redacted) for one pfs does not
+    read manifests from (:data:`MANIFEST_PROTOCOLS`)."""
+    protocol = fsspec.utils.get_protocol(os.fspath(url))
+    if protocol not in MANIFEST_PROTOCOLS:
+        raise PfsError(
+            f"manifest {url}: protocol {protocol!r} is not one pfs keeps manifests on "
+            "(a local path or file://, s3://, gs://, az:// or abfs://, sftp://)"
+        )
+    return protocol
+
+
 def _fs(url: str, storage_options: dict | None = None):
     """The file system of ``url``; ``storage_options`` are for remote ones (a local path takes none)."""
-    local = fsspec.utils.get_protocol(url) in ("file", "local")
+    local = check_manifest_protocol(url) in ("file", "local")
     return fsspec.core.url_to_fs(url, **({} if local else storage_options or {}))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
 import sys
 import uuid
 from collections.abc import Callable, Iterable
@@ -31,6 +32,7 @@ from dask_pfs.remote.driver import (
     answer_name,
     cancel_name,
     read_record,
+    sign,
 )
 from dask_pfs.runtime.progress import Reporter
 
@@ -113,23 +115,24 @@ def follow(
 
     name = f"pfs-cli-{spec.engine.replace(':', '.')}-{uuid.uuid4().hex[:12]}"
     key = f"{name}-driver"
+    token = secrets.token_hex(16)  # signs the job's state record: a peer on the scheduler cannot forge it
     kwargs = dict(spec.kwargs)
     # on the worker the job-wide caps and threads still apply; the client's own settings do not
     kwargs["cluster"] = ClusterOptions(threads=cluster.threads, limits=cluster.limits)
     if confirm is not None:
-        kwargs["confirm"] = RemoteConfirm(name, key)
-    future = start(client, name, dataclasses.replace(spec, kwargs=kwargs), POLL, key)
+        kwargs["confirm"] = RemoteConfirm(name, key, token)
+    future = start(client, name, dataclasses.replace(spec, kwargs=kwargs), POLL, token, key)
     shown = None
     answered = None
     try:
         while future.status == "pending":
-            record = read_record(client, name)
+            record = read_record(client, name, token)
             if record.get("state") == RUNNING and record.get("title"):
                 shown = _show(progress, shown, record)
             elif record.get("state") == ASKING and record.get("asked") != answered and confirm is not None:
                 answered = record["asked"]
                 yes = confirm(record.get("question", ""))
-                Variable(answer_name(name), client=client).set({"asked": answered, "yes": yes})
+                Variable(answer_name(name), client=client).set(sign({"asked": answered, "yes": yes}, token))
             with contextlib.suppress(TimeoutError):
                 future.exception(timeout=POLL)  # returns when the driver ends
         outcome = future.result()

@@ -4,18 +4,25 @@ A job is known by a name: its state record and cancel event live on the schedule
 derived from it, and the driver's future may be *published* under it so that it outlives the
 client (the Airflow provider re-attaches to it after a retry).  The CLI's side is
 :mod:`dask_pfs.remote.client`; the Airflow provider's is ``airflow_pfs.jobs``.
+
+Nothing here unpickles what the scheduler holds: the state record is JSON text signed with the job's token
+(``dask_pfs.remote.driver.sign``), and the driver task is looked at by its key (a bare ``Future`` handle,
+whose status the scheduler reports), never fetched with ``get_dataset`` (a peer may publish any object
+under a job's name).  A reader that must not unpickle anything uses a client made with
+``deserializers=["msgpack"]`` (``dask_pfs.clusters.client.client_of_scheduler(..., untrusted=True)``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from typing import TYPE_CHECKING
 
+from dask_pfs.errors import PfsError
 from dask_pfs.remote.driver import (
     DONE,
     ERROR,
     FINISHED,
+    FORGED,
     MISSING,
     RUNNING,
     JobSpec,
@@ -23,6 +30,7 @@ from dask_pfs.remote.driver import (
     cancel_name,
     drive,
     read_record,
+    sign,
     state_name,
 )
 
@@ -30,8 +38,13 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+TASK_STATES = {"memory": "finished", "erred": "error", "released": "cancelled", "forgotten": "cancelled"}
+
+
 def decide(record: dict, future_status: str | None) -> str:
-    """Job state from the record the driver keeps and the published future (None: unpublished)."""
+    """Job state from the record the driver keeps and its task's status (None: no such task)."""
+    if record.get("state") == FORGED:
+        return ERROR  # not this job's record: trust nothing it says
     if record.get("state") in DONE:
         return record["state"]
     if future_status is None:
@@ -41,45 +54,59 @@ def decide(record: dict, future_status: str | None) -> str:
     return ERROR  # the driver died without writing its outcome (killed worker, cancelled task)
 
 
-def status(client: Client, name: str, wait_seconds: float = 1.0) -> tuple[str, dict]:
-    """(state, record): state is ``missing``, ``running``, ``finished``, ``error`` or ``cancelled``."""
-    record = read_record(client, name)
-    future_status = None
-    if name in client.list_datasets():
-        future = client.get_dataset(name)
-        with contextlib.suppress(TimeoutError):  # the scheduler reports a finished/erred key shortly
-            future.exception(timeout=wait_seconds)
-        future_status = future.status
-        if future_status not in ("pending", "finished"):
-            record = {"error": f"driver task {future_status}", **record}
+def task_status(client: Client, name: str, key: str | None) -> str | None:
+    """The driver task's status as a future would say it (``pending``, ``finished``, ``error``,
+    ``cancelled``), from the scheduler's plain task state; None when the job is not published or ``key``
+    is unknown.  Never fetches the published object (``get_dataset`` unpickles what a peer put there)."""
+    if not key or name not in client.list_datasets():
+        return None
+    state = client.sync(client.scheduler.get_task_status, keys=[key]).get(key)
+    return TASK_STATES.get(state, "pending") if state is not None else "cancelled"
+
+
+def status(client: Client, name: str, token: str) -> tuple[str, dict]:
+    """(state, record): state is ``missing``, ``running``, ``finished``, ``error`` or ``cancelled``; a record
+    the job's token did not sign is an ``error`` that says so."""
+    record = read_record(client, name, token)
+    if record.get("state") == FORGED:
+        return ERROR, {"error": f"the state record of {name} is not signed by its submitter (forged?)"}
+    future_status = task_status(client, name, record.get("key"))
+    if future_status not in (None, "pending", "finished"):
+        record = {"error": f"driver task {future_status}", **record}
     return decide(record, future_status), record
 
 
-def start(client: Client, name: str, spec: JobSpec, interval: float, key: str | None = None):
-    """Start the driver under ``key`` (default: a fresh one); return its future (held by this client only)."""
+def start(client: Client, name: str, spec: JobSpec, interval: float, token: str, key: str | None = None):
+    """Start the driver under ``key`` (default: a fresh one); return its future (held by this client only).
+    ``token`` signs its state record: keep it to yourself."""
     from distributed import Event, Variable
 
     Event(cancel_name(name), client=client).clear()
     key = key or f"{name}-{uuid.uuid4().hex[:8]}"
-    Variable(state_name(name), client=client).set({"key": key, "state": "submitted"})
-    return client.submit(drive, spec, name, interval, key=key, pure=False, retries=0)
+    Variable(state_name(name), client=client).set(sign({"key": key, "state": "submitted"}, token))
+    return client.submit(drive, spec, name, interval, token, key=key, pure=False, retries=0)
 
 
-def submit(client: Client, name: str, spec: JobSpec, interval: float) -> str:
+def submit(client: Client, name: str, spec: JobSpec, interval: float, token: str) -> str:
     """Start the driver and publish it under ``name`` (it outlives this client); return its key."""
-    future = start(client, name, spec, interval)
+    future = start(client, name, spec, interval, token)
     client.publish_dataset(future, name=name, override=True)
     return str(future.key)
 
 
-def attach_or_submit(client: Client, name: str, spec: JobSpec, interval: float) -> str:
+def attach_or_submit(client: Client, name: str, spec: JobSpec, interval: float, token: str) -> str:
     """Re-attach to a running or finished job of this name, else (re)start it; say which."""
-    state, _ = status(client, name)
+    if read_record(client, name, token).get("state") == FORGED:
+        raise PfsError(
+            f"a job named {name} is on the scheduler, but its state record is not signed with this submitter's "
+            "token (another Airflow, a peer's forgery, or no [core] fernet_key to derive it): not attaching to it"
+        )
+    state, _ = status(client, name, token)
     if state in (RUNNING, FINISHED):
         return f"attached ({state})"
     if state != MISSING:
         forget(client, name)
-    submit(client, name, spec, interval)
+    submit(client, name, spec, interval, token)
     return "submitted"
 
 
@@ -99,13 +126,15 @@ def forget(client: Client, name: str) -> None:
     Variable(answer_name(name), client=client).delete()
 
 
-def cancel(client: Client, name: str) -> bool:
+def cancel(client: Client, name: str, token: str) -> bool:
     """Ask the driver to stop and cancel its task; True if there was a job."""
-    from distributed import Event
+    from distributed import Event, Future
 
     Event(cancel_name(name), client=client).set()
     if name not in client.list_datasets():
         return False
-    client.cancel([client.get_dataset(name)], force=True)
+    key = read_record(client, name, token).get("key")
+    if key:
+        client.cancel([Future(key, client)], force=True)
     forget(client, name)
     return True

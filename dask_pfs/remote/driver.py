@@ -24,17 +24,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import hmac
 import importlib
+import json
 import logging
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from dask_pfs.errors import PfsError
+from dask_pfs.runtime.allowed import check_allowed
 from dask_pfs.runtime.progress import LogProgress, Reporter
 
 if TYPE_CHECKING:
@@ -56,6 +61,7 @@ ENGINES = {
 }
 RUNNING, FINISHED, MISSING, ERROR, CANCELLED = "running", "finished", "missing", "error", "cancelled"
 ASKING = "asking"  # the driver waits for the client's answer to a confirmation
+FORGED = "forged"  # a state record this job's token did not sign (dask_pfs.remote.driver.verified)
 DONE = (FINISHED, ERROR, CANCELLED)
 RECORD_TIMEOUT = 0.3  # seconds to wait for a state record that may not exist
 MAX_SAMPLES = 20
@@ -71,12 +77,15 @@ class JobCancelled(Exception):
 class JobSpec:
     """One engine call: ``ENGINES[engine](*args, client=..., progress=..., **kwargs)``.
 
-    ``engine`` may also be ``"module:function"`` for an engine outside the table.
+    ``engine`` may also be ``"module:function"`` for an engine outside the table.  ``allowed_roots``: sets
+    of roots (an Airflow operator's, its connection's) every place of the call must lie under
+    (:mod:`dask_pfs.runtime.allowed`), checked here, where the I/O happens, before the engine runs.
     """
 
     engine: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    allowed_roots: tuple[tuple[str, ...], ...] = ()
 
     def function(self) -> Callable[..., Any]:
         module, _, name = ENGINES.get(self.engine, self.engine).partition(":")
@@ -84,7 +93,36 @@ class JobSpec:
 
     def call(self, client: Client | None, progress: Reporter, **extra: Any) -> Any:
         """Run the engine; ``extra`` keyword arguments go with the spec's."""
+        if self.allowed_roots:
+            check_allowed(job_places(self, with_manifest_roots=True), *self.allowed_roots)
         return self.function()(*self.args, client=client, progress=progress, **self.kwargs, **extra)
+
+
+PLACE_KWARGS = ("url", "manifest", "src_manifest", "dst_manifest", "manifest_out", "plan", "report")
+MANIFEST_KWARGS = ("manifest", "src_manifest", "dst_manifest")
+
+
+def job_places(spec: JobSpec, with_manifest_roots: bool = False) -> dict[str, str]:
+    """``{what: path or URL}`` a job touches: its positional places (the tree scanned, copied, synced or
+    verified, the destination), its place keywords and, ``with_manifest_roots``, the tree each input
+    manifest recorded (what a remove or copy by manifest acts on; read from its marker)."""
+    places = {f"argument {i + 1}": a for i, a in enumerate(spec.args) if isinstance(a, str | os.PathLike)}
+    places |= {k: spec.kwargs[k] for k in PLACE_KWARGS if isinstance(spec.kwargs.get(k), str | os.PathLike)}
+    if with_manifest_roots:
+        from dask_pfs.manifests.manifest import open_manifest
+
+        for k in MANIFEST_KWARGS:
+            if isinstance(spec.kwargs.get(k), str | os.PathLike):
+                options = spec.kwargs.get("dst_storage_options" if k == "dst_manifest" else "storage_options")
+                try:
+                    with warnings.catch_warnings():  # an incomplete one has no root yet: nothing to check
+                        warnings.simplefilter("ignore")
+                        root = open_manifest(spec.kwargs[k], allow_incomplete=True, storage_options=options).root
+                except PfsError:  # no such manifest: the engine says so in its own words
+                    continue
+                if isinstance(root, str):
+                    places[f"the root recorded in {k}"] = root
+    return {k: os.fspath(v) for k, v in places.items()}
 
 
 def state_name(name: str) -> str:
@@ -153,9 +191,10 @@ def orphaned(key: str) -> bool:
 class JobProgress:
     """Driver-side reporter: worker log lines, counters into the state record, the cancel check."""
 
-    def __init__(self, name: str, key: str, client: Client, interval: float) -> None:
+    def __init__(self, name: str, key: str, client: Client, interval: float, token: str) -> None:
         from distributed import Event, Variable
 
+        self.token = token
         self.logger = LogProgress(log, interval)
         self.record = Variable(state_name(name), client=client)
         self.cancel = Event(cancel_name(name), client=client)
@@ -182,7 +221,8 @@ class JobProgress:
         if not force and now - self.last < self.interval:
             return False
         self.last = now
-        self.record.set({"key": self.key, "state": RUNNING, "title": self.title, "counters": jsonable(counters)})
+        record = {"key": self.key, "state": RUNNING, "title": self.title, "counters": jsonable(counters)}
+        self.record.set(sign(record, self.token))
         return True
 
 
@@ -193,6 +233,7 @@ class RemoteConfirm:
 
     name: str
     key: str
+    token: str = field(repr=False)
 
     def __call__(self, message: str) -> bool:
         from distributed import Event, Variable, worker_client
@@ -200,13 +241,13 @@ class RemoteConfirm:
         with worker_client() as client:
             asked = uuid.uuid4().hex
             Variable(state_name(self.name), client=client).set(
-                {"key": self.key, "state": ASKING, "question": message, "asked": asked}
+                sign({"key": self.key, "state": ASKING, "question": message, "asked": asked}, self.token)
             )
             answer = Variable(answer_name(self.name), client=client)
             cancel = Event(cancel_name(self.name), client=client)
             while True:
                 with contextlib.suppress(TimeoutError):
-                    reply = answer.get(timeout=1) or {}
+                    reply = verified(answer.get(timeout=1), self.token) or {}  # a peer cannot answer
                     if reply.get("asked") == asked:
                         answer.delete()
                         return bool(reply.get("yes"))
@@ -214,7 +255,7 @@ class RemoteConfirm:
                     raise JobCancelled("cancelled while asking for confirmation")
 
 
-def drive(spec: JobSpec, name: str, interval: float) -> dict:
+def drive(spec: JobSpec, name: str, interval: float, token: str) -> dict:
     """The Dask task that runs a whole engine call; seceded, so it holds no worker thread.
 
     The outcome goes into the job's state record before the task ends, so the result survives
@@ -227,23 +268,23 @@ def drive(spec: JobSpec, name: str, interval: float) -> dict:
     key = str(get_worker().get_current_task())
     with worker_client() as client:
         record = Variable(state_name(name), client=client)
-        previous = read_record(client, name)
+        previous = read_record(client, name, token)
         if previous.get("key") == key and previous.get("state") in DONE:
             return previous
         try:
             if Event(cancel_name(name), client=client).is_set():
                 raise JobCancelled(f"{name}: cancelled before it started")
-            progress = JobProgress(name, key, client, interval)
+            progress = JobProgress(name, key, client, interval, token)
             value = spec.call(client, progress)
         except JobCancelled as exc:
             outcome = {"key": key, "state": CANCELLED, "error": str(exc)}
-            record.set(outcome)
+            record.set(sign(outcome, token))
             return outcome
         except Exception as exc:
-            record.set({"key": key, "state": ERROR, "error": describe_error(exc)})
+            record.set(sign({"key": key, "state": ERROR, "error": describe_error(exc)}, token))
             raise
         finished: dict[str, Any] = {"key": key, "state": FINISHED, "result": summarize(value)}
-        record.set(finished)
+        record.set(sign(finished, token))
         # the last counters (the record had them only every ``interval``), for the client's progress bar
         last = {"title": progress.title, "counters": jsonable(progress.logger.counters)}
         return {**finished, "value": value, **last}
@@ -254,11 +295,40 @@ def describe_error(exc: BaseException) -> str:
     return text if isinstance(exc, PfsError) else f"{type(exc).__name__}: {text}"
 
 
-def read_record(client: Client, name: str) -> dict:
-    """The job's state record, or ``{}`` when there is none (never submitted, or forgotten)."""
+def sign(record: dict, token: str) -> dict:
+    """The record as the scheduler keeps it: plain JSON text and an HMAC over it keyed by the job's token,
+    which only the submitter and its driver know.  Readers never unpickle it and trust only what verifies."""
+    body = json.dumps(jsonable(record), sort_keys=True, separators=(",", ":"))
+    return {"body": body, "mac": hmac.new(token.encode(), body.encode(), hashlib.sha256).hexdigest()}
+
+
+def verified(raw: Any, token: str) -> dict | None:
+    """The record inside a signed value, or None when it is not one this job's token signed (a peer's
+    forgery, a record of another job under the same name)."""
+    if not (isinstance(raw, dict) and isinstance(raw.get("body"), str) and isinstance(raw.get("mac"), str)):
+        return None
+    mac = hmac.new(token.encode(), raw["body"].encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(mac, raw["mac"]):
+        return None
+    try:
+        record = json.loads(raw["body"])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_record(client: Client, name: str, token: str) -> dict:
+    """The job's state record, or ``{}`` when there is none (never submitted, or forgotten); a value that
+    does not verify (``verified``) reads as ``{"state": FORGED}``."""
     from distributed import Variable
 
     try:
-        return Variable(state_name(name), client=client).get(timeout=RECORD_TIMEOUT) or {}
+        raw = Variable(state_name(name), client=client).get(timeout=RECORD_TIMEOUT)
     except TimeoutError:
         return {}
+    except TypeError:  # pickled data (a peer's object) that a msgpack-only client refused to load
+        return {"state": FORGED}
+    if raw is None:
+        return {}
+    record = verified(raw, token)
+    return {"state": FORGED} if record is None else record

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dask_pfs.redact import redact
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -74,7 +76,7 @@ class LogProgress:
         self.counters: dict = {}
 
     def start(self, title: str) -> None:
-        self.title = title
+        self.title = redact(title)  # a log line never carries a URL's credentials
         self.t0 = self.last = time.monotonic()
 
     def update(self, counters: dict) -> None:

@@ -187,3 +187,11 @@ def dask_processes(tmp_path_factory):
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+@pytest.fixture(autouse=True)
+def example_roots(tmp_path, monkeypatch):
+    """The examples' allowed roots (``PFS_EXAMPLE_ROOTS``, read when a DAG file is parsed): the test's
+    own temp directory, so a path a test's run conf points elsewhere is refused."""
+    monkeypatch.setenv("PFS_EXAMPLE_ROOTS", str(tmp_path))
+    return tmp_path

@@ -336,3 +336,42 @@ def test_hook_test_connection(dask_processes, tmp_path, monkeypatch):
         )
         assert not ok and message.startswith("pfs_dask connection: TLS needs a CA file and a client"), message
         assert "missing: certificate" in message, message
+
+
+def test_tree_changed_trigger_waits_out_a_brief_disappearance_and_refuses_an_edited_root(client, tmp_path):
+    """Issue 44, item 7: the watched root renamed away for a moment does not end the watch (the change
+    made meanwhile is reported once it is back); a marker whose ``root`` was edited to another tree
+    (without changing its recorded identity) is refused, never watched."""
+    from airflow_pfs.data_triggers import PfsTreeChangedTrigger
+
+    tree, manifest, private = tmp_path / "tree", tmp_path / "manifest", tmp_path / "data" / "private"
+    make_tree(tree)
+    make_tree(private)
+    scan(tree, manifest, client=client)
+
+    async def scenario():
+        watch = Watch(PfsTreeChangedTrigger(str(manifest), poll_interval=0.05))
+        try:
+            await watch.quiet(0.5)
+            tree.rename(tmp_path / "away")
+            await watch.quiet(0.5)  # gone for a moment: no event, no error
+            (tmp_path / "away").rename(tree)
+            (tree / "a" / "late.dat").write_bytes(b"x")
+            assert "a" in (await watch.next())["samples"]
+        finally:
+            watch.stop()
+
+    asyncio.run(scenario())
+    marker = manifest / "_manifest.json"
+    info = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**info, "root": str(private)}))
+
+    async def edited():
+        watch = Watch(PfsTreeChangedTrigger(str(manifest), poll_interval=0.05))
+        try:
+            with pytest.raises(Exception, match="is not the tree manifest"):
+                await watch.next(5)
+        finally:
+            watch.stop()
+
+    asyncio.run(edited())

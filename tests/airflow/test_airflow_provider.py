@@ -262,12 +262,12 @@ def test_killing_deferred_task_cancels_job(airflow_db, dask_processes, tmp_path)
     trigger = _defer(op, _context("kill-1"))
     with Client(dask_processes, timeout="30s") as client:
         deadline = time.monotonic() + 30
-        while jobs.read_record(client, trigger.name).get("state") != "running":
+        while jobs.read_record(client, trigger.name, trigger.token).get("state") != "running":
             assert time.monotonic() < deadline, "the job did not start"
             time.sleep(0.1)
         t0 = time.monotonic()
         asyncio.run(trigger.on_kill())
-        while jobs.read_record(client, trigger.name).get("state") != "cancelled":
+        while jobs.read_record(client, trigger.name, trigger.token).get("state") != "cancelled":
             assert time.monotonic() - t0 < 10, "the driver did not stop"
             time.sleep(0.1)
         jobs.forget(client, trigger.name)
@@ -280,3 +280,74 @@ def test_deferred_job_needs_scheduler(airflow_db, tmp_path):
     op = _slow_operator(marker=str(tmp_path / "m"), seconds=1, pfs_dask_conn_id="pfs_local")
     with pytest.raises(AirflowException, match="deferrable=True needs a running Dask scheduler"):
         op.execute(_context("local-1"))
+
+
+class _Evil:
+    """What a peer publishes: unpickling it runs code (writes the file it names)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        import os
+        import shlex
+
+        return (os.system, (f"touch {shlex.quote(self.path)}",))
+
+
+def test_a_peer_cannot_forge_a_result_nor_run_code_in_the_trigger(airflow_db, dask_processes, tmp_path):
+    """A second client acting as a peer of the scheduler (issue 44, item 3): a forged ``<name>-state``
+    saying "finished, same 12345" and a pickled object re-published under the job's name neither make the
+    deferred task succeed nor run code in the trigger's process; a pickled object put in the state record
+    is refused unread."""
+    import time
+
+    from distributed import Client, Variable
+    from distributed.protocol import to_serialize
+
+    from airflow_pfs import jobs
+
+    pwned = tmp_path / "pwned"
+    op = _slow_operator(marker=str(tmp_path / "runs"), seconds=60)
+    trigger = _defer(op, _context("forge-1"))
+    with Client(dask_processes, timeout="30s", set_as_default=False) as peer:
+        assert trigger.name in peer.list_datasets()  # the names are listed: a peer finds them
+        deadline = time.monotonic() + 30
+        while jobs.read_record(peer, trigger.name, trigger.token).get("state") != "running":
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.1)
+        asyncio.run(trigger.on_kill())  # the driver stops: nothing overwrites the forgery below
+        while jobs.read_record(peer, trigger.name, trigger.token).get("state") != "cancelled":
+            assert time.monotonic() < deadline, "the driver did not stop"
+            time.sleep(0.1)
+        Variable(jobs.state_name(trigger.name), client=peer).set({"state": "finished", "result": {"same": 12345}})
+        peer.publish_dataset(to_serialize(_Evil(str(pwned))), name=trigger.name, override=True)
+        event = asyncio.run(anext(trigger.run()))
+        assert event.payload["status"] == "error" and "not signed" in event.payload["error"], event.payload
+        with pytest.raises(Exception, match="not signed"):
+            op.execute_complete(_context("forge-1"), event.payload)
+        peer.publish_dataset(to_serialize(_Evil(str(pwned))), name=trigger.name, override=True)
+        peer.sync(peer.scheduler.variable_set, data=to_serialize(_Evil(str(pwned))), name=jobs.state_name(trigger.name))
+        event = asyncio.run(anext(trigger.run()))
+        assert event.payload["status"] == "error" and "not signed" in event.payload["error"], event.payload
+        asyncio.run(trigger.on_kill())
+        assert not pwned.exists()  # nothing the peer put on the scheduler was unpickled here
+        jobs.forget(peer, trigger.name)
+
+
+def test_deferred_job_with_an_unreachable_scheduler_is_one_clear_line(airflow_db, tmp_path, monkeypatch):
+    """Issue 44, item 7: nothing listens at the connection's address: one AirflowException line,
+    well before Dask's 30 s default connect timeout."""
+    import time
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from .conftest import _free_port
+
+    conn = {"conn_type": "pfs_dask", "host": "127.0.0.1", "port": _free_port()}
+    monkeypatch.setenv("AIRFLOW_CONN_PFS_NOWHERE", json.dumps(conn))
+    op = _slow_operator(marker=str(tmp_path / "m"), seconds=1, pfs_dask_conn_id="pfs_nowhere")
+    t0 = time.monotonic()
+    with pytest.raises(AirflowException, match="cannot reach the Dask scheduler") as exc:
+        op.execute(_context("nowhere-1"))
+    assert time.monotonic() - t0 < 25 and "\n" not in str(exc.value)

@@ -53,6 +53,7 @@ def deployment():
             "PFS_ARCHIVE": str(data / "landing-archive"),
             "PFS_WATCH_SECONDS": "2",
             "PFS_POKE_SECONDS": "2",
+            "PFS_EXAMPLE_ROOTS": str(data),  # what a run of the examples may touch (their allowed_roots)
         }
         dep = Deployment(home, f"http://127.0.0.1:{port}", deploy_env(home, db_url, port, address, extra), logs)
         dep.data, dep.dask = data, address  # type: ignore[attr-defined]
