@@ -56,7 +56,7 @@ from dask_pfs.manifests.manifest import (
 from dask_pfs.remove.api import remove
 from dask_pfs.runtime.journals import ident, pfs_cache
 from dask_pfs.runtime.locking import writer_lock
-from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import check_checksum
@@ -149,7 +149,7 @@ def sync(
     kept with ``update_dst_manifest``, which the next sync reads instead of rescanning).
     """
     t0 = time.monotonic()
-    progress = progress or NullProgress()
+    progress = default_reporter(progress)
     s_loc = resolve(os.fspath(src), storage_options)
     d_loc = resolve(os.fspath(dst), dst_storage_options)
     algorithm = check_checksum(DEFAULT if checksum is True else str(checksum)) if checksum else None

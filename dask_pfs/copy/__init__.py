@@ -48,7 +48,7 @@ from dask_pfs.runtime.job_logs import default_log
 from dask_pfs.runtime.journals import check_options, job_token, plain, read_job, records
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.locking import writer_lock
-from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import scan_tree
@@ -186,7 +186,7 @@ def copy(
             "--exclude/--include/--max-depth/--one-file-system choose what a scan of SRC keeps; "
             "with --manifest, select rows with --where"
         )
-    progress = progress or NullProgress()
+    progress = default_reporter(progress)  # a notebook's live display, a terminal's bar, else none
     # everything that can refuse the request runs before a cluster is started or anything is written
     m: Manifest | None = None
     if manifest is None:

@@ -28,7 +28,7 @@ from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.remove.job import CHUNK, Removal, RemoveResult, RemoveTuning
 from dask_pfs.runtime.limits import Limits, concurrency_report
-from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.urls import Location
 from operators.scan.prune import Prune
@@ -96,7 +96,7 @@ def remove(
         force=force,
         ignore_changes=ignore_changes,
         threads=threads,
-        progress=progress or NullProgress(),
+        progress=default_reporter(progress),
         confirm=confirm,
         show=show,
         tuning=tuning or RemoveTuning(),

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from dask_pfs.clusters.client import ClusterOptions
 from dask_pfs.runtime.limits import Limits
 from dask_pfs.runtime.locking import writer_lock
-from dask_pfs.runtime.progress import Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import ScanResult, ScanTuning, TreeScan
 from dask_pfs.urls import Location, resolve
@@ -85,6 +85,7 @@ def scan(
         )
         if job.done is not None:
             return job.done
+        progress = default_reporter(progress)  # a notebook's live display, a terminal's bar, else none
         limits = limits or (cluster.limits if cluster else None)
         if client is None:
             cluster = cluster or ClusterOptions.from_env(threads=threads)
