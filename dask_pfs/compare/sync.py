@@ -53,6 +53,7 @@ from dask_pfs.manifests.manifest import (
     prepare_output,
     write_marker,
 )
+from dask_pfs.options import job_options
 from dask_pfs.remove.api import remove
 from dask_pfs.runtime.journals import ident, pfs_cache
 from dask_pfs.runtime.locking import writer_lock
@@ -99,6 +100,7 @@ def default_work_dir(src_url: str, dst_url: str) -> str:
     return pfs_cache(f"sync-{ident(src_url, dst_url)}")
 
 
+@job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 def sync(
     src: str | os.PathLike,
     dst: str | os.PathLike,

@@ -25,6 +25,7 @@ from dask_pfs.manifests.frames import KEY, takes_selection
 from dask_pfs.manifests.sql import Filter, where_filter, write_parquet
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe
+from dask_pfs.options import job_options
 from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
@@ -93,6 +94,7 @@ def compare_sql(src: Side, dst: Side, where: Filter | None, xattrs: bool = False
     )
 
 
+@job_options("max_ops_per_second", "max_bandwidth")
 @takes_selection(None)
 def verify(
     src: str | os.PathLike | None = None,

@@ -44,6 +44,7 @@ from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.options import job_options
 from dask_pfs.runtime.job_logs import default_log
 from dask_pfs.runtime.journals import check_options, job_token, plain, read_job, records
 from dask_pfs.runtime.limits import Limits, concurrency_report
@@ -101,6 +102,7 @@ def default_split_size(spec: CopySpec) -> int:
     return NO_SPLIT if local_disks else SPLIT_SIZE
 
 
+@job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 @takes_selection("manifest")
 def copy(
     src: str | os.PathLike | None,

@@ -31,6 +31,7 @@ from dask_pfs.manifests.sql import Filter, file_table, literal, utf8, where_filt
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
+from dask_pfs.options import named
 from dask_pfs.version import __version__
 from operators.schema import (
     MARKER_NAME,
@@ -176,7 +177,9 @@ class Selection:
     def __init__(self, manifest: Manifest, where: str | Filter | None = None) -> None:
         self.manifest: Manifest | None = manifest
         self.filter = where_filter(where)
-        self.option = "--where" if self.filter is not None and self.filter.user else None  # a user's clause: name it
+        self.option = (
+            named("where") if self.filter is not None and self.filter.user else None
+        )  # a user's clause: name it
         self.where = str(self.filter) if self.filter else None
         self.relation = manifest.relation_sql()
         if self.filter is not None and self.filter.user:  # a clause pfs did not write: first in a bounded child
@@ -275,10 +278,10 @@ def selection_options(
     """A job's ``where`` (checked: ``dask_pfs.manifests.sql``) and ``max_entries``
     (``dask_pfs.manifests.caps``); PfsError when either is given without a manifest to select from."""
     if where and manifest is None:
-        raise PfsError("--where needs --manifest")
+        raise PfsError(named("where"), " needs ", named("manifest"), ": it selects rows of a manifest")
     cap = Cap.parse(max_entries, "--max-entries")
     if cap is not None and manifest is None:
-        raise PfsError("--max-entries needs --manifest")
+        raise PfsError(named("max_entries"), " needs ", named("manifest"), ": it caps the rows a manifest selects")
     return where_filter(where), cap
 
 
@@ -332,9 +335,13 @@ def prepare_output(url: str, overwrite: bool, storage_options: dict | None = Non
             if not looks_like_manifest:
                 raise PfsError(f"{url}: directory is not empty and holds no manifest; refusing to write there")
             if not overwrite:
+                finish = (
+                    ()
+                    if fs.exists(f"{path}/{MARKER_NAME}")
+                    else (" (or ", named("resume", True), " to finish the interrupted scan)")
+                )
                 raise PfsError(
-                    f"{url}: already holds a manifest; pass --overwrite to replace it"
-                    + ("" if fs.exists(f"{path}/{MARKER_NAME}") else " (or --resume to finish the interrupted scan)")
+                    f"{url}: already holds a manifest; pass ", named("overwrite", True), " to replace it", *finish
                 )
             remove_manifest_files(url, storage_options=storage_options)
             for p in existing:  # journals of jobs on the old manifest (an interrupted scan, an rm)

@@ -37,10 +37,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from dask_pfs.errors import PfsError
+from dask_pfs.errors import Named, PfsError
 from dask_pfs.manifests.relations import Tables, create_views, file_table, literal, utf8
 from dask_pfs.manifests.sql_run import apply as apply_limits
 from dask_pfs.manifests.sql_run import arrow_reader, fetch_all, write_parquet
+from dask_pfs.options import named as opt_named
 
 if TYPE_CHECKING:
     import duckdb
@@ -67,22 +68,26 @@ class Filter:
 # ---------------------------------------------------------------- checking clauses
 
 
-def check_where(text: Any, option: str = "--where") -> str | None:
+def check_where(text: Any, option: str | Named | None = None) -> str | None:
     """``text`` as a condition safe to paste inside parentheses, or None when empty; else PfsError."""
-    return _check(text, option, "where", "one SQL condition over the manifest's columns")
+    return _check(text, option or opt_named("where"), "where", "one SQL condition over the manifest's columns")
 
 
-def check_select(text: Any, option: str = "--select") -> str | None:
+def check_select(text: Any, option: str | Named | None = None) -> str | None:
     """``text`` as a select list (columns and expressions over the manifest's columns), or None."""
-    return _check(text, option, "select", "a list of columns or expressions over the manifest's columns")
+    return _check(
+        text, option or opt_named("select"), "select", "a list of columns or expressions over the manifest's columns"
+    )
 
 
-def check_order(text: Any, option: str = "--order-by") -> str | None:
+def check_order(text: Any, option: str | Named | None = None) -> str | None:
     """``text`` as an ORDER BY list (expressions, ASC/DESC, NULLS FIRST/LAST), or None."""
-    return _check(text, option, "order", "a list of sort expressions over the manifest's columns")
+    return _check(
+        text, option or opt_named("order_by"), "order", "a list of sort expressions over the manifest's columns"
+    )
 
 
-def where_filter(where: str | Filter | None, option: str = "--where") -> Filter | None:
+def where_filter(where: str | Filter | None, option: str | Named | None = None) -> Filter | None:
     """The filter of an engine's ``where`` argument: a user's string is checked, a :class:`Filter` passes."""
     if isinstance(where, Filter):
         return where
@@ -97,17 +102,17 @@ _TEMPLATES = {  # the clause's place in a statement, and the part of the parse t
 }
 
 
-def _check(text: Any, option: str, kind: str, wanted: str) -> str | None:
+def _check(text: Any, option: str | Named, kind: str, wanted: str) -> str | None:
     if text is None or (isinstance(text, str) and not text.strip()):
         return None
     if not isinstance(text, str):
-        raise PfsError(f"{option} must be a string of SQL, got {type(text).__name__}")
+        raise PfsError.about(option, f" must be a string of SQL, got {type(text).__name__}")
     try:
         reason = _refusal(text, kind)
     except RecursionError:
         reason = "it is nested too deeply"
     if reason:
-        raise PfsError(f"{option} refused: {reason}; it must be {wanted}")
+        raise PfsError.about(option, f" refused: {reason}; it must be {wanted}")
     return text.strip() + "\n"  # a trailing -- comment ends here, not in pfs's SQL after it
 
 

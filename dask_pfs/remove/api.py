@@ -26,6 +26,7 @@ from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import open_manifest, selection_options
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.options import job_options
 from dask_pfs.remove.job import CHUNK, Removal, RemoveResult, RemoveTuning
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.progress import Reporter, default_reporter
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+@job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 @takes_selection("manifest")
 def remove(
     url: str | os.PathLike | None = None,

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.options import job_options
 from dask_pfs.runtime.limits import Limits
 from dask_pfs.runtime.locking import writer_lock
 from dask_pfs.runtime.progress import Reporter, default_reporter
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+@job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 def scan(
     url: str | os.PathLike,
     out: str | os.PathLike,

@@ -35,6 +35,7 @@ import fsspec
 from dask_pfs.clusters.client import dashboard_link
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import has_marker, prepare_output, remove_manifest_files, write_marker
+from dask_pfs.options import named
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.results import JobResult
@@ -293,8 +294,9 @@ class TreeScan:
             info = json.load(f)
         if info.get("scanned_url") not in (None, self.loc.url):
             raise PfsError(
-                f"{self.out} already holds a complete manifest of {info['scanned_url']}: nothing to resume "
-                "(pass --overwrite to replace it)"
+                f"{self.out} already holds a complete manifest of {info['scanned_url']}: nothing to resume (pass ",
+                named("overwrite", True),
+                " to replace it)",
             )
         made = info.get("options") or {}
         made_xattrs = bool(made.get("xattrs"))  # a manifest from before --xattrs has none
@@ -306,7 +308,9 @@ class TreeScan:
             if was != value:
                 raise PfsError(
                     f"{self.out} is a complete scan made with {name} {json.dumps(was)}, not "
-                    f"{json.dumps(value)}: nothing to resume (pass --overwrite to scan again with it)"
+                    f"{json.dumps(value)}: nothing to resume (pass ",
+                    named("overwrite", True),
+                    " to scan again with it)",
                 )
         if self.journal is not None:
             self.journal.remove()
