@@ -78,6 +78,7 @@ _ALL = (
     Option("where", "--where", "str | None", None, "One SQL condition over the manifest's columns."),
     Option("select", "--select", "str | None", None, "Columns or expressions over the manifest's columns."),
     Option("order_by", "--order-by", "str | None", None, "Sort keys over the manifest's columns."),
+    Option("group_by", "--group-by", "str | None", None, "Grouping expressions for an aggregate select."),
     Option("max_entries", "--max-entries", "int | str | None", None, "Refuse a selection larger than N (or N%)."),
     Option("update", "--update", "bool", False, "Replace destination files that differ."),
     Option("allow_incomplete", "--allow-incomplete", "bool", False, "Read a manifest without its marker."),

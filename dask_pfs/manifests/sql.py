@@ -87,6 +87,13 @@ def check_order(text: Any, option: str | Named | None = None) -> str | None:
     )
 
 
+def check_group(text: Any, option: str | Named | None = None) -> str | None:
+    """``text`` as a GROUP BY list (expressions over the manifest's columns), or None."""
+    return _check(
+        text, option or opt_named("group_by"), "group", "a list of grouping expressions over the manifest's columns"
+    )
+
+
 def where_filter(where: str | Filter | None, option: str | Named | None = None) -> Filter | None:
     """The filter of an engine's ``where`` argument: a user's string is checked, a :class:`Filter` passes."""
     if isinstance(where, Filter):
@@ -99,6 +106,7 @@ _TEMPLATES = {  # the clause's place in a statement, and the part of the parse t
     "where": (f"SELECT 1 FROM {ROWS} WHERE {{}}\n", "TRUE", ("where_clause",)),
     "select": (f"SELECT {{}}\nFROM {ROWS}", "1", ("select_list",)),
     "order": (f"SELECT 1 FROM {ROWS} ORDER BY {{}}\n", "1", ("modifiers",)),
+    "group": (f"SELECT 1 FROM {ROWS} GROUP BY {{}}\n", "1", ("group_expressions", "group_sets", "aggregate_handling")),
 }
 
 
@@ -351,12 +359,16 @@ def select_sql(
     select: str | None = None,
     order: str | None = None,
     limit: int | None = None,
+    group_by: str | None = None,
 ) -> str:
-    """The query of ``pfs query``; each clause is checked to be only what its option says."""
+    """The query of ``pfs query`` (and ``Manifest.query``); each clause is checked to be only what its option says."""
     where, select, order = check_where(where), check_select(select), check_order(order)
+    group = check_group(group_by)
     sql = f"SELECT {select or '*'} FROM {manifest.relation_sql()} AS m"
     if where:
         sql += f" WHERE ({where})"
+    if group:
+        sql += f" GROUP BY {group}"
     if order:
         sql += f" ORDER BY {order}"
     if limit is not None:
@@ -376,6 +388,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelati
 __all__ = [
     "Filter",
     "arrow_reader",
+    "check_group",
     "check_order",
     "check_select",
     "check_where",
