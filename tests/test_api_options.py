@@ -82,3 +82,22 @@ def test_cli_errors_keep_cli_names(tmp_path):
     assert where.returncode == 2 and "--where needs --manifest" in where.stderr, where.stderr
     depth = run_pfs("scan", src, "-o", tmp_path / "m3", "--max-depth", "0")
     assert depth.returncode == 2 and "--max-depth" in depth.stderr, depth.stderr
+
+
+def test_api_reference_is_current_and_lists_each_argument_once():
+    """docs/api.md is generated from the signatures and docstrings (scripts/make-api-doc.py); each shared
+    option is one row, taken by every job it applies to, under its one name."""
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts/make-api-doc.py"), "--check"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    text = (REPO / "docs/api.md").read_text()
+    for name in PRUNE + LIMITS:
+        rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
+        assert len(rows) == 1, (name, rows)
+        assert "scan, copy, remove, sync" in rows[0] or name in LIMITS, rows

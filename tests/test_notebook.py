@@ -60,3 +60,38 @@ def test_no_progress_on_a_pipe(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and done.stderr == "", (done.stdout, done.stderr)
+
+
+NOTEBOOK = REPO / "examples" / "pfs_notebook.ipynb"
+JOBS = ("scan ", "copy ", "checksum ")  # the titles of the notebook's three jobs' displays
+
+
+def job_displays(nb) -> list[str]:
+    return [d["text/plain"] for cell in nb.cells if cell.cell_type == "code" for d in displays(cell)]
+
+
+@pytest.mark.timeout(900)
+def test_example_notebook_runs_in_a_kernel(tmp_path):
+    """examples/pfs_notebook.ipynb, run again: scan, pandas and DuckDB (the user's connection) filters, copy and
+    verify of the selection; each job shows its display ending in its summary.  Its saved outputs show the same
+    (scripts/make-notebook.py wrote them by running it)."""
+    saved = nbformat.read(NOTEBOOK, as_version=4)
+    shown = job_displays(saved)
+    assert [s.split(" ", 1)[0] + " " for s in shown] == list(JOBS), shown
+    assert all(": done: " in s for s in shown), shown
+    assert any("<table><caption>pfs manifest</caption>" in str(c.outputs) for c in saved.cells if c.cell_type == "code")
+
+    fresh = nbformat.read(NOTEBOOK, as_version=4)
+    for cell in fresh.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+    run_notebook(fresh, tmp_path, timeout=600)
+    shown = job_displays(fresh)
+    assert [s.split(" ", 1)[0] + " " for s in shown] == list(JOBS) and all(": done: " in s for s in shown), shown
+    results = [
+        o for c in fresh.cells if c.cell_type == "code" for o in c.outputs if o["output_type"] == "execute_result"
+    ]
+    text = [r["data"]["text/plain"] for r in results]
+    assert any("'same': 9" in t and "'different': 0" in t for t in text), text  # verify: the 9 picked files
+    assert any("'files': 9" in t and "'failed': 0" in t for t in text), text  # copy
+    assert any("ann" in t and "bob" in t for t in text), text  # the DuckDB join with the user's table

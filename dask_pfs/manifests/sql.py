@@ -301,7 +301,7 @@ def connect(
 
     con = duckdb.connect(config=DUCKDB_CONFIG)
     con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
+    _no_progress_bar(con)
     allowed = [os.path.abspath(d).rstrip("/") + "/" for d in dirs]
     named = dict(tables or {})
     datasets = {}
@@ -331,6 +331,18 @@ def connect(
     # after the lock: each view binds under the same access rules as any query
     create_views(con, named, optional=[file_table(p) for p in paths])
     return cast(duckdb.DuckDBPyConnection, _Registered(con, datasets)) if datasets else con  # it quacks like one
+
+
+def _no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
+    """Turn DuckDB's progress bar off (it draws on stdout, where ``--json`` output goes).  In a Jupyter
+    kernel without ipywidgets DuckDB refuses the setting itself, with the bar already off: that is fine."""
+    import duckdb
+
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.InvalidInputException:
+        if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
+            raise
 
 
 class _Registered:

@@ -46,7 +46,8 @@ def scan(
     """Scan ``url`` into a manifest directory ``out``; return counts and timings.
 
     ``client`` (positional after the locations, as in every driver): None uses ``cluster`` (or
-    ``PFS_SCHEDULER``), else an embedded LocalCluster.
+    ``PFS_SCHEDULER``), else the driver walks the tree itself and a local cluster starts only for a
+    scan that lasts (``dask_pfs.runtime.here``).
     Raises :class:`PfsError` (nothing written) when the root is missing or ``out`` already
     holds a manifest and ``overwrite`` is false.  ``checksum`` (``xxh3``, ``sha256``, ``md5``)
     fills the checksum column of every file (``operators.checksum``).  ``xattrs`` fills the
@@ -62,9 +63,12 @@ def scan(
     ``prune`` leaves entries out of the walk (``operators.scan.prune``: gitignore-style excludes and
     includes, a maximum depth, one file system); directories it leaves out are never listed.
 
-    With neither ``client`` nor a cluster to connect to (an embedded cluster), the driver walks the
-    tree itself before the cluster starts (``dask_pfs.scan.driver_walk``), and a tree it finishes within
-    ``scan_here.DRIVER_SECONDS`` is done without one (unless a dashboard is asked for).
+    With neither ``client`` nor a cluster to connect to, the driver walks the tree itself first
+    (``dask_pfs.scan.driver_walk``), and a tree it finishes within ``PFS_ALONE_SECONDS`` (10 s) is done
+    without any cluster (unless a dashboard or ``workers`` are asked for).
+
+    Progress: with ``progress=None``, a live line and the summary in a Jupyter notebook, the bar on a
+    terminal, nothing in a pipe (``dask_pfs.runtime.progress.default_reporter``).
 
     An output directory inside the tree is left out of it (an anchored ``--exclude``): a manifest
     never lists its own parts or journal.
