@@ -108,14 +108,18 @@ def cli(verbose: int, quiet: bool) -> None:
     set_verbosity(-1 if quiet else verbose)
 
 
-def scheduler_options() -> list[Callable]:
-    """How to reach a running scheduler: its address or scheduler file, and the client's TLS certificates."""
+JOB_DEFAULT = "Default: none: the job runs here, and a local cluster starts only for a job that lasts."
+
+
+def scheduler_options(default: str = JOB_DEFAULT) -> list[Callable]:
+    """How to reach a running scheduler: its address or scheduler file, and the client's TLS certificates;
+    ``default``: what the command does without one (the end of ``--scheduler``'s help)."""
     return [
         click.option(
             "--scheduler",
             envvar="PFS_SCHEDULER",
             metavar="ADDR",
-            help="Dask scheduler (tcp://host:8786, tls://host:8786). Default: start a local cluster.",
+            help=f"Dask scheduler (tcp://host:8786, tls://host:8786). {default}",
         ),
         click.option("--scheduler-file", type=click.Path(), help="Dask scheduler file (batch systems)."),
         click.option(
@@ -256,7 +260,7 @@ def cluster_options(func: Callable) -> Callable:
 def reader_options(func: Callable) -> Callable:
     """How a command that only reads a manifest (query, info) reaches one only the workers see:
     :func:`scheduler_options` and ``--driver`` -> ``cluster`` (``ClusterOptions``)."""
-    for opt in reversed([*scheduler_options(), driver_option()]):
+    for opt in reversed([*scheduler_options("Default: none: the manifest is read here."), driver_option()]):
         func = opt(func)
 
     @functools.wraps(func)
