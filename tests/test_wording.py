@@ -49,3 +49,16 @@ def test_scheduler_help_says_what_happens_without_one():
     assert "start a local cluster." not in scan_help and "only for a job that lasts" in " ".join(scan_help.split())
     assert "Required" in run_pfs("workers", "--help", check=True).stdout
     assert "manifest is read here" in " ".join(run_pfs("query", "--help", check=True).stdout.split())
+
+
+def test_resume_with_nothing_to_resume_says_so_in_one_line(tmp_path):
+    src = make_tree(tmp_path / "src", {"d/a": b"1"})
+    first = run_pfs("scan", src, "-o", tmp_path / "m", "--resume", check=True)
+    warned = [line for line in first.stderr.splitlines() if line.startswith("pfs: warning:")]
+    assert len(warned) == 1 and "no journal of an interrupted run to resume: starting afresh" in warned[0], first.stderr
+    again = run_pfs("scan", src, "-o", tmp_path / "m", "--resume", check=True)
+    warned = [line for line in again.stderr.splitlines() if line.startswith("pfs: warning:")]
+    assert len(warned) == 1 and "nothing was rescanned" in warned[0] and "--overwrite" in warned[0], again.stderr
+    copied = run_pfs("cp", "-r", "--resume", src, tmp_path / "dst", check=True)
+    warned = [line for line in copied.stderr.splitlines() if line.startswith("pfs: warning:")]
+    assert len(warned) == 1 and "no journal of an interrupted run" in warned[0], copied.stderr

@@ -46,7 +46,7 @@ from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
 from dask_pfs.options import job_options
 from dask_pfs.runtime.job_logs import default_log
-from dask_pfs.runtime.journals import check_options, job_token, plain, read_job, records
+from dask_pfs.runtime.journals import check_options, job_token, nothing_to_resume, plain, read_job, records
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.locking import writer_lock
 from dask_pfs.runtime.progress import Reporter, default_reporter
@@ -214,6 +214,8 @@ def copy(
         )
         jr = target.journal(journal, what)
         prior = read_job(jr) if jr is not None and resume else {}
+        if resume and not prior:
+            nothing_to_resume(f"copy to {target.dst.url}")
         if jr is not None and not resume and jr.exists:
             logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
             jr.remove()

@@ -24,6 +24,7 @@ import logging
 import os
 import posixpath
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -36,6 +37,7 @@ from dask_pfs.clusters.client import dashboard_link
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import has_marker, prepare_output, remove_manifest_files, write_marker
 from dask_pfs.options import named
+from dask_pfs.runtime.journals import nothing_to_resume
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.results import JobResult
@@ -134,6 +136,8 @@ class TreeScan:
         if self.prior is not None and not _parts_present(out, self.prior.parts, out_storage_options):
             logging.getLogger("pfs").warning("%s: parts the journal names are gone; scanning afresh", out)
             self.prior = None
+        elif resume and self.prior is None:
+            nothing_to_resume(f"scan of {loc.url} into {out}")
         if self.prior is None:
             prepare_output(out, overwrite or resume, out_storage_options)  # resume: an incomplete scan, no journal
         if root.kind != "directory":
@@ -314,6 +318,12 @@ class TreeScan:
                 )
         if self.journal is not None:
             self.journal.remove()
+        warnings.warn(
+            f"{self.out}: already a complete scan of {self.loc.url}: nothing was rescanned (its counts are that "
+            f"scan's; {named('overwrite', True)} scans the tree again)",
+            UserWarning,
+            stacklevel=2,
+        )
         counts, errors = info.get("counts") or {}, info.get("errors") or []
         seconds = float(info.get("seconds") or 0.0)  # what the scan took: a rate over ~0 s would be nonsense
         return _result(self.out, info.get("root"), counts, errors, seconds, resumed=int(info.get("tasks") or 0))
