@@ -99,7 +99,8 @@ def scan(
                 job.start_here(limits, progress)
                 if job.done is not None:
                     return job.done
-        here = (job.loc,) if job.head is None else ()  # a tree the driver walked for 10 s already gets the cluster
+        # a tree the driver walked for 10 s already gets the cluster, unless the caps set its pace
+        here = (job.loc,) if job.head is None or job.capped else ()
         with job_client(client, cluster, threads, limits, here) as c:
             return job.run(c, progress, tuning, on_dashboard, limits, on_parts)
 

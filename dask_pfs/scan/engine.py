@@ -121,6 +121,7 @@ class TreeScan:
         self.done: ScanResult | None = None
         self.prior: sj.Resumed | None = None
         self.head: HereResult | None = None  # what start_here walked in this process
+        self.capped = False  # start_here's walk waited on the job's caps: no cluster for the rest
         self.shown: Reporter | None = None  # the progress start_here began (run goes on with it)
         root = probe(loc, follow=True)  # the root may be a symlink (like find -H); nothing below is followed
         if not root.exists or (xattrs and not readable(loc.protocol)):
@@ -175,12 +176,15 @@ class TreeScan:
         self.shown = progress = progress or NullProgress()
         progress.start(f"scan {self.loc.url}")
         ratelimit.configure(limits)  # the job's caps, whole, for the one process working
+        walked = time.monotonic()
         try:
             self.head = head = walk_here(spec, _root_item(self.loc), journal, progress)
         except BaseException:
             progress.stop()
             raise
         finally:
+            # the caps, not this process's cores, set the pace: a cluster would bring workers that only wait
+            self.capped = limits is not None and ratelimit.throttled_seconds() >= 0.1 * (time.monotonic() - walked)
             ratelimit.configure(None)
         if head.frontier:
             return
