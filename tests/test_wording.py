@@ -62,3 +62,17 @@ def test_resume_with_nothing_to_resume_says_so_in_one_line(tmp_path):
     copied = run_pfs("cp", "-r", "--resume", src, tmp_path / "dst", check=True)
     warned = [line for line in copied.stderr.splitlines() if line.startswith("pfs: warning:")]
     assert len(warned) == 1 and "no journal of an interrupted run" in warned[0], copied.stderr
+
+
+def test_cp_preview_of_a_directory_whose_time_changed_predicts_no_failure(tmp_path):
+    """``cp -n -i`` where only a directory's mtime differs: not "1 changed (would fail ...)"; the copy succeeds."""
+    import os
+
+    src = make_tree(tmp_path / "src", {"d/f": b"a"})
+    run_pfs("cp", "-r", f"{src}/", tmp_path / "dst", check=True)
+    os.utime(src / "d", (1_577_836_800, 1_577_836_800))  # 2020-01-01
+    preview = run_pfs("cp", "-r", "-n", "-i", f"{src}/", tmp_path / "dst", check=True)
+    assert ".d..t...... d/" in preview.stdout.splitlines(), preview.stdout
+    assert "0 changed" in preview.stdout and "1 directory whose times or mode are set" in preview.stdout, preview.stdout
+    run_pfs("cp", "-r", f"{src}/", tmp_path / "dst", check=True)  # and the real run succeeds, as predicted
+    assert os.stat(tmp_path / "dst" / "d").st_mtime == 1_577_836_800

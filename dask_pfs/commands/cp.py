@@ -295,5 +295,10 @@ def _preview(src, dst, manifest, where, max_entries, on_exist, show, prune, clus
             f"would copy {p['source']} -> {p['destination']}: {c['new']:,} new, {c['changed']:,} changed "
             f"({WHAT_CHANGED_DOES[on_exist]}), {c['type-changed']:,} type-changed, {c['unchanged']:,} identical "
             + ("(rewritten: --overwrite)" if on_exist == "overwrite" else "(skipped)")
+            + (
+                f", {counted(c['dirs-changed'], 'directory', 'directories')} whose times or mode are set"
+                if c.get("dirs-changed")
+                else ""
+            )
             + f", {c['error']:,} unreadable; {human_bytes(c['copy_bytes'])} in new and changed files"
         )
