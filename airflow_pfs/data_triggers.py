@@ -53,7 +53,8 @@ class PfsManifestTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         manifest = PfsManifest(self.manifest)
-        self.log.info("Waiting for manifest %s (where %s, min_count %s)", self.manifest, self.where, self.min_count)
+        where = (self.where or "").strip() or None  # a checked clause ends in a newline (its -- comment ends there)
+        self.log.info("Waiting for manifest %s (where %s, min_count %s)", self.manifest, where, self.min_count)
         while True:
             try:
                 result = await asyncio.to_thread(manifest.ready, self.where, self.min_count)

@@ -1,14 +1,15 @@
 """The ``pfs_dask`` connection: which Dask cluster pfs operators run on.
 
 Two modes.  ``local`` (host ``local``, or extra ``{"mode": "local", "workers": N, "threads": N}``)
-starts an embedded LocalCluster inside the task and stops it afterwards.  Otherwise host and
+runs the job in the task as the CLI does: the driver runs its tasks itself and an embedded LocalCluster
+starts only for a job that lasts (or at once when ``workers`` is given), stopped afterwards.  Otherwise host and
 port name a running Dask scheduler (``tcp://host:8786``; extra ``protocol`` for tls/ws, or
 extra ``scheduler_file``); only that mode can run deferrable jobs, which must outlive the task.
 A secured (``tls://``, mutual TLS) scheduler such as the Helm chart's takes the extras ``tls_ca_file``,
 ``tls_cert`` and ``tls_key``: each a path on the Airflow worker or the PEM text itself (the chart's
 connection Secret embeds them); with them the protocol defaults to ``tls``.
 With no ``pfs_dask_default`` connection defined, the default behaves like the CLI:
-``PFS_SCHEDULER`` if set, else an embedded cluster.
+``PFS_SCHEDULER`` if set, else local mode.
 
 The connection form's fields are declared in ``get_provider_info`` (``conn-fields``), as
 Airflow 3.2+ reads them; ``test_connection`` reaches the scheduler and reports its workers.
@@ -97,6 +98,7 @@ class PfsDaskHook(BaseHook):
         self.threads = threads
         self._options: ClusterOptions | None = None
         self._roots: tuple[str, ...] = ()
+        self._defined = True  # whether the connection exists (else the CLI's default: PFS_SCHEDULER or none)
 
     def get_conn(self) -> ClusterOptions:
         """The cluster options this connection stands for (looked up once)."""
@@ -107,6 +109,7 @@ class PfsDaskHook(BaseHook):
                 if self.pfs_dask_conn_id != self.default_conn_name:
                     raise
                 options = ClusterOptions.from_env()
+                self._defined = False
                 self.log.info("No %s connection: using %s", self.default_conn_name, options.scheduler or "local")
             else:
                 options = options_from_connection(conn.host, conn.port, conn.schema, conn.extra_dejson)
@@ -144,8 +147,14 @@ class PfsDaskHook(BaseHook):
         if options.scheduler_file:
             with open(options.scheduler_file) as f:
                 return json.load(f)["address"]
+        if not self._defined:
+            raise AirflowException(
+                f"deferrable=True needs a running Dask scheduler, and there is none: no {self.pfs_dask_conn_id!r} "
+                "connection is defined and PFS_SCHEDULER is not set (define the connection with the scheduler's "
+                "host and port, or leave deferrable off to run the job in the task)"
+            )
         raise AirflowException(
-            f"connection {self.pfs_dask_conn_id!r} starts an embedded LocalCluster, which dies with the task: "
+            f"connection {self.pfs_dask_conn_id!r} is in local mode, whose jobs run in the task and end with it: "
             "deferrable=True needs a running Dask scheduler (set the connection's host and port)"
         )
 
@@ -166,7 +175,12 @@ class PfsDaskHook(BaseHook):
             options = self.get_conn()
             if not (options.scheduler or options.scheduler_file):
                 workers = options.workers or default_workers()
-                return True, f"local mode: each task starts an embedded LocalCluster of {workers} worker processes"
+                if options.workers:
+                    return True, f"local mode: each task starts an embedded LocalCluster of {workers} worker processes"
+                return True, (
+                    "local mode: each task runs its job itself; a job that lasts starts an embedded "
+                    f"LocalCluster of {workers} worker processes"
+                )
             where = options.scheduler or f"the address in {options.scheduler_file}"
             with dask.config.set({"distributed.comm.timeouts.connect": TEST_TIMEOUT}), self.client() as client:
                 info = client.scheduler_info(n_workers=-1)

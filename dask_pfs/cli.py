@@ -24,14 +24,15 @@ import click
 from dask_pfs.cli_values import job_limits, kubernetes_options
 from dask_pfs.clusters.client import ClusterOptions
 from dask_pfs.clusters.security import TlsFiles
-from dask_pfs.errors import PfsError
+from dask_pfs.errors import FRONT_END, PfsError
+from dask_pfs.options import OPTIONS
+from dask_pfs.options import SIZES as SIZES  # the commands' size options say it too
 from dask_pfs.runtime.verbosity import verbosity
 from dask_pfs.version import __version__
 from operators.core.outputs import UnsafeOutput
 from operators.sizes import parse_size
 
 DRIVERS = ("auto", "local", "cluster")  # where a driver runs: dask_pfs.remote.client.remote_driver
-SIZES = "256M = 256*10^6 bytes, 256MiB = 256*2^20 (as dask.utils.parse_bytes)"
 
 
 class SizeType(click.ParamType):
@@ -108,14 +109,18 @@ def cli(verbose: int, quiet: bool) -> None:
     set_verbosity(-1 if quiet else verbose)
 
 
-def scheduler_options() -> list[Callable]:
-    """How to reach a running scheduler: its address or scheduler file, and the client's TLS certificates."""
+JOB_DEFAULT = "Default: none: the job runs here, and a local cluster starts only for a job that lasts."
+
+
+def scheduler_options(default: str = JOB_DEFAULT) -> list[Callable]:
+    """How to reach a running scheduler: its address or scheduler file, and the client's TLS certificates;
+    ``default``: what the command does without one (the end of ``--scheduler``'s help)."""
     return [
         click.option(
             "--scheduler",
             envvar="PFS_SCHEDULER",
             metavar="ADDR",
-            help="Dask scheduler (tcp://host:8786, tls://host:8786). Default: start a local cluster.",
+            help=f"Dask scheduler (tcp://host:8786, tls://host:8786). {default}",
         ),
         click.option("--scheduler-file", type=click.Path(), help="Dask scheduler file (batch systems)."),
         click.option(
@@ -169,13 +174,13 @@ def cluster_options(func: Callable) -> Callable:
             "--max-ops-per-second",
             envvar="PFS_MAX_OPS_PER_SECOND",
             type=click.FloatRange(min=0, min_open=True),
-            help="Cap the whole job's entry operations per second (all workers together).",
+            help=OPTIONS["max_ops_per_second"].help,
         ),
         click.option(
             "--max-bandwidth",
             envvar="PFS_MAX_BANDWIDTH",
             metavar="RATE",
-            help=f"Cap the whole job's data reads, e.g. 200MB/s or 1GiB/s ({SIZES}).",
+            help=OPTIONS["max_bandwidth"].help,
         ),
         click.option(
             "--cluster",
@@ -256,7 +261,7 @@ def cluster_options(func: Callable) -> Callable:
 def reader_options(func: Callable) -> Callable:
     """How a command that only reads a manifest (query, info) reaches one only the workers see:
     :func:`scheduler_options` and ``--driver`` -> ``cluster`` (``ClusterOptions``)."""
-    for opt in reversed([*scheduler_options(), driver_option()]):
+    for opt in reversed([*scheduler_options("Default: none: the manifest is read here."), driver_option()]):
         func = opt(func)
 
     @functools.wraps(func)
@@ -269,45 +274,20 @@ def reader_options(func: Callable) -> Callable:
 
 def prune_options(func: Callable) -> Callable:
     """``--exclude``, ``--include``, ``--max-depth``, ``--one-file-system`` -> ``prune``
-    (``operators.scan.prune.Prune``)."""
-    opts = [
-        click.option(
-            "--exclude",
-            multiple=True,
-            metavar="PATTERN",
-            help="Leave out entries matching this gitignore-style pattern (repeatable); "
-            "excluded directories are never listed.",
-        ),
-        click.option(
-            "--include",
-            multiple=True,
-            metavar="PATTERN",
-            help="Keep only files matching one of these gitignore-style patterns (repeatable); "
-            "directories no pattern can reach below are never listed.",
-        ),
-        click.option("--max-depth", type=click.IntRange(1), help="Go no deeper than N levels below the root."),
-        click.option(
-            "-x", "--one-file-system", is_flag=True, help="Do not enter directories on other file systems (mounts)."
-        ),
-    ]
-    for opt in reversed(opts):
+    (``operators.scan.prune.Prune``): the flags, their help and the folding are ``dask_pfs.options``'s,
+    which the Python API's keywords of the same names share."""
+    from dask_pfs.options import PRUNE, click_options, prune_of
+
+    for opt in reversed(click_options(*PRUNE)):
         func = opt(func)
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from operators.scan.prune import Prune
-
-        values = {k: kwargs.pop(k) for k in ("exclude", "include", "max_depth", "one_file_system")}
+        values = {k: kwargs.pop(k) for k in PRUNE}
         try:
-            prune = Prune(
-                exclude=tuple(values["exclude"]),
-                include=tuple(values["include"]),
-                max_depth=values["max_depth"],
-                one_file_system=values["one_file_system"],
-            )
-        except ValueError as exc:
+            kwargs["prune"] = prune_of(values)
+        except PfsError as exc:
             raise click.BadParameter(str(exc)) from None
-        kwargs["prune"] = prune if prune.active or prune.one_file_system else None
         return func(*args, **kwargs)
 
     return wrapper
@@ -335,6 +315,7 @@ def run(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a name that is not UTF-8 is printed escaped, never a crash
         with contextlib.suppress(ValueError, OSError):
             getattr(stream, "reconfigure", lambda **_: None)(errors="backslashreplace")
+    front_end = FRONT_END.set("cli")  # errors name options by their flags (dask_pfs.errors.Named)
     try:
         cli.main(args=argv, prog_name="pfs", standalone_mode=False)
         sys.stdout.flush()  # a full disk (``> /dev/full``) is this command's error, not a silently lost line
@@ -358,6 +339,8 @@ def run(argv: list[str] | None = None) -> int:
     except OSError as exc:  # an output refused or unwritable (EACCES, EROFS, ENOSPC, EFBIG): one line, not a trace
         click.echo(f"pfs: error: {_os_error(exc)}", err=True)
         return 2
+    finally:
+        FRONT_END.reset(front_end)  # a Python caller of run() in this context gets Python's names again
     return 0
 
 

@@ -78,18 +78,18 @@ def main() -> None:
         make_sample_tree(tree, args.files)
     if os.path.isdir(out):
         shutil.rmtree(out)
-    print(f"pfs scan {tree} -o {out}   (embedded Dask LocalCluster)")
+    print(f"pfs scan {tree} -o {out}   (no scheduler: the driver walks it, a local cluster joins if it lasts)")
     result = scan(tree, out, progress=make_reporter(None), on_dashboard=lambda link: print(f"dashboard: {link}"))
     c = result.counts
     print(
         f"\nscanned {c['entries']:,} entries ({c['files']:,} files, {c['directories']:,} directories), "
-        f"{human_bytes(c['bytes'])} in {result.seconds:.1f} s including cluster start-up, {result.tasks} tasks"
+        f"{human_bytes(c['bytes'])} in {result.seconds:.1f} s, {result.tasks} tasks"
     )
     m = open_manifest(out)
     con = connect(m)
     sql = f"""
         SELECT lower(regexp_extract(name, '\\.([^.]*)$', 1)) AS ext, count(*) AS files,
-               sum(size) AS bytes, count(*) FILTER (WHERE mtime < now() - INTERVAL 180 DAY) AS older_180d
+               sum(size)::BIGINT AS bytes, count(*) FILTER (WHERE mtime < now() - INTERVAL 180 DAY) AS older_180d
         FROM {m.relation_sql()} WHERE type = 'file' GROUP BY ALL ORDER BY bytes DESC"""
     print("\nDuckDB over the manifest (files per extension, and how many are older than 180 days):")
     print(con.sql(sql))

@@ -16,7 +16,7 @@ those few dicts; file lists stay in the Parquet manifest.
   ``parts`` parts.
 
 Places come from the environment (and the DAG params): PFS_LANDING, PFS_LANDING_MANIFEST,
-PFS_ARCHIVE.  Run by hand:
+PFS_ARCHIVE.  Run by hand (``airflow db migrate`` once first, which makes Airflow's metadata database):
   airflow dags test pfs_wait_for_manifest -c '{"manifest": "/lustre/manifests/run42", "min_count": 1000}'
 """
 

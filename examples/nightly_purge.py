@@ -5,7 +5,8 @@ The where-clause is plain DuckDB over manifest columns (path, name, type, size, 
 uid, ...); the dry run shows what the real run would remove, and ``max_entries`` makes a wrong
 clause fail instead of emptying scratch.  Nothing but counts goes through XCom.
 
-Run it by hand:  airflow dags test pfs_nightly_purge -c '{"scratch": "/scratch", "days": 30}'
+Run it by hand (``airflow db migrate`` once first, which makes Airflow's metadata database):
+  airflow dags test pfs_nightly_purge -c '{"scratch": "/scratch", "days": 30}'
 """
 
 from __future__ import annotations

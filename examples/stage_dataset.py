@@ -5,7 +5,7 @@ by content checksums.  The verify task emits the ``pfs_staged_dataset`` Asset wi
 the event's extra, so training DAGs can be scheduled on "dataset staged and verified" (see
 ``use_staged_dataset`` below); a verify that finds differences fails, and emits nothing.
 
-Run it by hand:
+Run it by hand (``airflow db migrate`` once first, which makes Airflow's metadata database):
   airflow dags test pfs_stage_dataset -c '{"dataset": "/lustre/datasets/imagenet", "scratch": "/scratch/imagenet"}'
 """
 

@@ -37,6 +37,7 @@ class TokenBucket:
         self.burst = float(burst if burst is not None else max(1.0, rate * 0.05))
         self._tokens = self.burst
         self._stamp = time.monotonic()
+        self.slept = 0.0  # seconds callers waited for tokens: the cap, not the work, set the pace that long
 
     def set_rate(self, rate: float, burst: float | None = None) -> None:
         """Change the rate in place: debts and waiting callers carry over."""
@@ -61,6 +62,7 @@ class TokenBucket:
         """Reserve ``n`` tokens, sleeping (outside the lock) until they are earned; return the seconds slept."""
         wait = self.reserve(n)
         if wait > 0:
+            self.slept += wait  # a float add under the GIL: a lost update only undercounts
             time.sleep(wait)
         return wait
 
@@ -157,6 +159,11 @@ def take_ops(n: int = 1) -> None:
     bucket = _ops
     if bucket is not None:
         bucket.take(n)
+
+
+def throttled_seconds() -> float:
+    """Seconds this process's callers have waited on its own caps so far (a leased cap: 0, not known here)."""
+    return sum(b.slept for b in (_ops, _bytes) if isinstance(b, TokenBucket))
 
 
 def ops_capped() -> bool:

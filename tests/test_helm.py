@@ -196,7 +196,7 @@ def test_defaults_render_a_secured_scheduler_and_workers(rendered: dict[str, lis
     assert args[args.index("--nworkers") + 1] == "1"
     assert "--memory-limit" not in args
     assert "--no-dashboard" in args  # /health and /metrics stay on --dashboard-address; no bokeh import at start
-    assert env_of(c)["PFS_THREADS"] == "64"
+    assert env_of(c)["PFS_THREADS"] == "auto"  # pfs's concurrency controller tunes it (operators.core.concurrency)
     assert env_of(c)["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] == "False"  # see dask_pfs/clusters/client.py
     assert "shared" not in volumes_of(worker)
     assert c["image"] == "ghcr.io/pfs/pfs:0.1.0"
@@ -802,6 +802,7 @@ BAD_VALUES = {
     "typo-key": (["--set", "worker.replica=3"], ["additional properties 'replica' not allowed"]),
     "zero-threads": (["--set", "worker.threads=0"], ["/worker/threads"]),
     "pfs-threads-string": (["--set-string", "worker.pfsThreads=many"], ["/worker/pfsThreads"]),
+    "pfs-threads-zero": (["--set", "worker.pfsThreads=0"], ["/worker/pfsThreads"]),
     "bad-conn-id": (["--set", "airflowConnection.connId=pfs-dask"], ["/airflowConnection/connId"]),
     "bad-pull-policy": (["--set", "image.pullPolicy=Sometimes"], ["/image/pullPolicy"]),
     "job-without-args": (["--set", "job.enabled=true", "--set-json", "job.args=[]"], ["/job/args"]),

@@ -120,3 +120,21 @@ def test_cli_options_reach_cluster_options():
     assert runner.invoke(cmd, []).exit_code == 0 and seen["cluster"].limits is None
     bad = runner.invoke(cmd, ["--max-bandwidth", "lots"])
     assert bad.exit_code == 2 and "max-bandwidth" in bad.output
+
+
+def test_capped_scan_starts_no_cluster(tmp_path):
+    """A scan whose ops/s cap sets its pace past the driver's 10 s alone starts no workers (they would only
+    wait on the same cap): the manifest records the driver as the one worker.  Before, a cluster of 2 joined."""
+    import json
+
+    from dask_pfs import scan
+
+    root = tmp_path / "src"
+    for d in range(60):
+        (root / f"d{d}").mkdir(parents=True)
+        for f in range(20):
+            (root / f"d{d}" / f"f{f}").write_bytes(b"x")
+    result = scan(root, tmp_path / "m", max_ops_per_second=100)  # 1,260 entries: over 10 s at 100/s
+    assert result.counts["entries"] == 1260 and result.seconds > 10
+    options = json.loads((tmp_path / "m" / "_manifest.json").read_text())["options"]
+    assert options["workers"] == 1 and len(result.concurrency["per_worker"]) == 1, (options, result.concurrency)

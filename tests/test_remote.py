@@ -138,7 +138,7 @@ def test_scan_on_the_cluster(remote):
     r = pfs(remote, "scan", str(data / "tree"), "-o", str(data / "tree.m"), "--progress")
     assert r.returncode == 0, r.stderr
     assert "25 entries, 1.6 KiB" in r.stderr  # the last state of the progress bar, as a local run's
-    assert f"scanned {data / 'tree'}: 25 entries (20 files, 4 directories, 1 symlinks" in r.stdout
+    assert f"scanned {data / 'tree'}: 25 entries (20 files, 4 directories, 1 symlink," in r.stdout
     marker = json.loads((data / "tree.m" / "_manifest.json").read_text())  # written by the worker
     assert marker["counts"]["files"] == 20
     again = pfs(remote, "scan", str(data / "tree"), "-o", str(data / "tree.m"), "--json")

@@ -372,7 +372,7 @@ def test_scan_resume_rules(tmp_path, dask_client):
         scan(src, out, client=dask_client, tuning=tiny, progress=StopAfter(3))
     wait_idle(dask_client)
     # without --resume an interrupted scan is refused as before (now with a hint), and nothing changes
-    with pytest.raises(PfsError, match=r"already holds a manifest; pass --overwrite .*--resume"):
+    with pytest.raises(PfsError, match=r"already holds a manifest; pass overwrite=True .*resume=True"):
         scan(src, out, client=dask_client)
     with pytest.raises(PfsError, match="exclude each other"):
         scan(src, out, client=dask_client, resume=True, overwrite=True)

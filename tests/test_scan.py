@@ -305,7 +305,7 @@ def test_existing_manifest_refused_unless_overwrite(tmp_path, dask_client):
     src = make_tree(tmp_path / "src", {"a": "1"})
     scan(src, tmp_path / "m", client=dask_client)
     (src / "b").write_text("2")
-    with pytest.raises(PfsError, match="already holds a manifest; pass --overwrite"):
+    with pytest.raises(PfsError, match="already holds a manifest; pass overwrite=True"):
         scan(src, tmp_path / "m", client=dask_client)
     assert set(rows(tmp_path / "m")) == {"a"}
     scan(src, tmp_path / "m", client=dask_client, overwrite=True)

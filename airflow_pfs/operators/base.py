@@ -9,8 +9,10 @@ Results are small dicts (manifest URI, counts, bytes, errors): file lists never 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from airflow.sdk import Asset, BaseOperator, Context
@@ -20,7 +22,7 @@ from distributed import Client
 from dask_pfs.clusters.client import client_of_scheduler
 from dask_pfs.errors import PfsError
 from dask_pfs.redact import redact
-from dask_pfs.remote.client import follow, remote_driver
+from dask_pfs.remote.client import follow, remote_driver, run_job
 from dask_pfs.remote.driver import job_places
 from dask_pfs.runtime.allowed import check_allowed, normalise_roots
 from dask_pfs.runtime.progress import LogProgress
@@ -40,6 +42,38 @@ def job_inputs(spec: jobs.JobSpec) -> list[str]:
     manifests; the tree a remove takes): when one is not on this host, the driver runs on the cluster."""
     found = [spec.args[0]] if spec.args and isinstance(spec.args[0], str) else []
     return found + [spec.kwargs[k] for k in INPUT_KWARGS if isinstance(spec.kwargs.get(k), str)]
+
+
+QUIET_LOGGERS = ("distributed", "bokeh", "tornado")  # an embedded cluster's INFO lines: not the task's story
+
+
+@contextlib.contextmanager
+def cluster_logs_quiet() -> Iterator[None]:
+    """Keep Dask's own INFO lines (scheduler and worker start, "please install jupyter-server-proxy",
+    closing streams) out of the task log for the block: its warnings and errors still show."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        if lg.getEffectiveLevel() < logging.WARNING:
+            lg.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def result_line(summary: dict) -> str:
+    """The engine's counts as one log line ("5,002 same, 0 different, ..."): the task log tells the result,
+    whether the job ran in the task or resumed from a deferral."""
+    counts = summary.get("counts") or {}
+    parts = [f"{v:,} {k}" for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)]
+    for key in ("manifest", "log"):
+        if summary.get(key):
+            parts.append(f"{key} {summary[key]}")
+    if summary.get("seconds") is not None:
+        parts.append(f"{float(summary['seconds']):.1f} s")
+    return ", ".join(parts) or "done"
 
 
 class PfsBaseOperator(BaseOperator):
@@ -179,6 +213,25 @@ class PfsBaseOperator(BaseOperator):
             self._submit_and_defer(context, hook, spec)
         progress = LogProgress(self.log, self.progress_interval)
         try:
+            with cluster_logs_quiet():
+                if hook.is_local:
+                    # as the CLI: the driver runs the job's tasks itself, and an embedded cluster starts
+                    # only for a job that lasts (dask_pfs.runtime.here) or when workers are asked for
+                    self.log.info("Dask cluster: none unless the job lasts (the driver runs its tasks)")
+                    summary = jobs.summarize(run_job(spec, hook.get_conn(), progress, inputs=job_inputs(spec)))
+                else:
+                    summary = self._run_on_cluster(hook, spec, progress)
+        except PfsError as exc:
+            raise AirflowException(f"{self.task_id}: {exc}") from None
+        except (OSError, ValueError, RuntimeError, TypeError, KeyError) as exc:
+            # a storage library's own error may quote a URL with its credentials: the task log and the
+            # OpenLineage FAIL event (errorMessage, stackTrace) get the redacted line only
+            raise AirflowException(redact(f"{self.task_id}: {type(exc).__name__}: {exc}")) from None
+        return self._finish(context, summary)
+
+    def _run_on_cluster(self, hook: PfsDaskHook, spec: jobs.JobSpec, progress: LogProgress) -> dict:
+        """The job on the connection's running scheduler (its client kept for :meth:`on_kill`)."""
+        try:
             with hook.client() as client:
                 self._client = client
                 if remote_driver(hook.get_conn(), job_inputs(spec)):
@@ -186,18 +239,10 @@ class PfsBaseOperator(BaseOperator):
                     # by a driver on the cluster, whose progress this task follows
                     inputs = redact(str(job_inputs(spec)))
                     self.log.info("%s not on this host; the job's driver runs on the cluster", inputs)
-                    summary = jobs.summarize(follow(client, spec, hook.get_conn(), progress, None))
-                else:
-                    summary = jobs.run_engine(spec, client, progress)
-        except PfsError as exc:
-            raise AirflowException(f"{self.task_id}: {exc}") from None
-        except (OSError, ValueError, RuntimeError, TypeError, KeyError) as exc:
-            # a storage library's own error may quote a URL with its credentials: the task log and the
-            # OpenLineage FAIL event (errorMessage, stackTrace) get the redacted line only
-            raise AirflowException(redact(f"{self.task_id}: {type(exc).__name__}: {exc}")) from None
+                    return jobs.summarize(follow(client, spec, hook.get_conn(), progress, None))
+                return jobs.run_engine(spec, client, progress)
         finally:
             self._client = None
-        return self._finish(context, summary)
 
     def _submit_and_defer(self, context: Context, hook: PfsDaskHook, spec: jobs.JobSpec) -> None:
         address = hook.scheduler_address()
@@ -237,6 +282,7 @@ class PfsBaseOperator(BaseOperator):
     def _finish(self, context: Context, summary: dict) -> dict:
         result = self.report(summary)
         self._pfs_result = result
+        self.log.info("%s: %s", self.task_id, result_line(summary))
         errors = int(result.get("errors") or 0)
         samples = self.error_samples(summary)
         if errors:

@@ -17,7 +17,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.remote.client import run_job
 from dask_pfs.remote.driver import JobSpec
 from dask_pfs.runtime.progress import NullProgress, Reporter, describe, human_bytes, make_reporter
-from dask_pfs.runtime.results import shown
+from dask_pfs.runtime.results import counted, shown
 from dask_pfs.runtime.verbosity import verbosity
 
 if TYPE_CHECKING:
@@ -252,8 +252,10 @@ def cp_cmd(
         echo_json(result.summary())
     else:
         click.echo(
-            f"copied {result.source} -> {result.destination}: {c['files']:,} files, {human_bytes(c['bytes'])}, "
-            f"{c['dirs']:,} directories, {c['symlinks']:,} symlinks, {c['hardlinks']:,} hard links, "
+            f"copied {result.source} -> {result.destination}: {counted(c['files'], 'file')}, "
+            f"{human_bytes(c['bytes'])}, "
+            f"{counted(c['dirs'], 'directory', 'directories')}, {counted(c['symlinks'], 'symlink')}, "
+            f"{counted(c['hardlinks'], 'hard link')}, "
             f"{c['skipped']:,} skipped in {result.seconds:.1f} s "
             f"({c['bytes'] / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s, {result.tasks} tasks"
             + (f", {result.resumed} chunks done before" if result.resumed else "")
@@ -301,5 +303,10 @@ def _preview(src, dst, manifest, where, max_entries, on_exist, show, prune, clus
             f"would copy {p['source']} -> {p['destination']}: {c['new']:,} new, {c['changed']:,} changed "
             f"({WHAT_CHANGED_DOES[on_exist]}), {c['type-changed']:,} type-changed, {c['unchanged']:,} identical "
             + ("(rewritten: --overwrite)" if on_exist == "overwrite" else "(skipped)")
+            + (
+                f", {counted(c['dirs-changed'], 'directory', 'directories')} whose times or mode are set"
+                if c.get("dirs-changed")
+                else ""
+            )
             + f", {c['error']:,} unreadable; {human_bytes(c['copy_bytes'])} in new and changed files"
         )

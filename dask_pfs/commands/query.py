@@ -23,6 +23,7 @@ from dask_pfs.manifests.sql import arrow_reader, check_where, connect, fetch_all
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
 from dask_pfs.runtime.progress import NullProgress, human_bytes, make_reporter
+from dask_pfs.runtime.results import counted
 from operators.core import outputs
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
                 human_bytes(r[3]),
                 f"{r[2]:,}",
                 f"{r[1]:,}",
-                r[4] or "",
+                f"{r[4]:,}",  # 0 as 0: a blank reads as unknown
             )
             for r in shown
         ],
@@ -277,7 +278,8 @@ def du_cmd(target, by, depth, where, limit, as_json, cluster, threads, progress)
     )
     more = len(rows) - len(shown)
     click.echo(
-        f"total: {human_bytes(totals['bytes'])} in {totals['files']:,} files, {totals['entries']:,} entries"
+        f"total: {human_bytes(totals['bytes'])} in {counted(totals['files'], 'file')}, "
+        f"{counted(totals['entries'], 'entry', 'entries')}"
         + (f", {totals['errors']:,} errors" if totals["errors"] else "")
         + (f" ({more:,} more groups not shown; --limit 0 shows all)" if more > 0 else "")
     )

@@ -8,7 +8,7 @@ import click
 
 from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
 from dask_pfs.runtime.progress import human_bytes, make_reporter
-from dask_pfs.runtime.results import shown
+from dask_pfs.runtime.results import counted, shown
 
 
 @cli.command("scan")
@@ -76,8 +76,9 @@ def scan_cmd(
         echo_json(result.summary())
     else:
         click.echo(
-            f"scanned {result.root}: {c['entries']:,} entries ({c['files']:,} files, {c['directories']:,} "
-            f"directories, {c['symlinks']:,} symlinks, {c['other']:,} other), {human_bytes(c['bytes'])} "
+            f"scanned {result.root}: {counted(c['entries'], 'entry', 'entries')} ({counted(c['files'], 'file')}, "
+            f"{counted(c['directories'], 'directory', 'directories')}, {counted(c['symlinks'], 'symlink')}, "
+            f"{c['other']:,} other), {human_bytes(c['bytes'])} "
             f"in {result.seconds:.1f} s"
             + (f" ({c['entries'] / result.seconds:,.0f} entries/s), " if result.seconds >= 0.01 else ", ")
             + f"{result.tasks} tasks"

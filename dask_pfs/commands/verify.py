@@ -85,7 +85,10 @@ def verify_cmd(
     if as_json:
         echo_json(result.summary())
     else:
-        if result.samples:  # rich only when there is a table to show (~40 ms of imports)
+        if result.samples and not sys.stdout.isatty():  # a pipe gets plain lines, as pfs query's tsv
+            for path, status in result.samples:
+                click.echo(f"{status}\t{shown(path)}")
+        elif result.samples:  # rich only when there is a table to show (~40 ms of imports)
             from rich.console import Console
             from rich.table import Table
 
@@ -94,7 +97,7 @@ def verify_cmd(
             table.add_column("path", overflow="fold")
             for path, status in result.samples:
                 table.add_row(status, shown(path))
-            Console(width=200 if not sys.stdout.isatty() else None).print(table)
+            Console().print(table)
         click.echo(
             f"verified {result.source} against {result.destination}: {c['same']:,} same, {c['missing']:,} missing, "
             f"{c['extra']:,} extra, {c['different']:,} different, "

@@ -15,11 +15,34 @@ from dask_pfs.clusters.client import ClusterOptions, client_of_scheduler
 from dask_pfs.errors import PfsError
 from dask_pfs.runtime.progress import human_bytes
 
+REFUSED_CHECK_SECONDS = 5.0
+
 
 def _with_scheduler_options(func):
-    for opt in reversed(scheduler_options()):
+    for opt in reversed(scheduler_options("Required (or --scheduler-file, or PFS_SCHEDULER).")):
         func = opt(func)
     return func
+
+
+def _refused_now(options: ClusterOptions) -> None:
+    """One plain TCP connect to a ``tcp://``/``tls://`` address first: a refused port is this command's
+    answer at once (Dask's client keeps retrying a refused port for its whole connect timeout, 30 s).
+    A job's client still waits for a scheduler that is starting (``client_of_scheduler``)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    address = options.scheduler or ""
+    if "://" not in address:
+        address = f"tcp://{address}" if address else ""
+    parts = urlsplit(address)
+    if parts.scheme not in ("tcp", "tls") or not parts.hostname or not parts.port:
+        return
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=REFUSED_CHECK_SECONDS).close()
+    except ConnectionRefusedError:
+        raise PfsError(f"cannot reach the Dask scheduler {options.scheduler}: connection refused") from None
+    except OSError:
+        return  # unreachable or slow: Dask's own wait says what it finds
 
 
 @cli.command("workers")
@@ -30,6 +53,7 @@ def workers_cmd(as_json: bool, **kwargs) -> None:
     options = ClusterOptions(**pop_scheduler_options(kwargs))
     if not (options.scheduler or options.scheduler_file):
         raise PfsError("give --scheduler ADDR, --scheduler-file FILE or PFS_SCHEDULER")
+    _refused_now(options)
     with client_of_scheduler(options) as client:
         info = client.scheduler_info(n_workers=-1)
     workers = [
@@ -72,6 +96,7 @@ def retire_worker_cmd(name: str, timeout: float, **kwargs) -> None:
     options = ClusterOptions(**pop_scheduler_options(kwargs))
     if not (options.scheduler or options.scheduler_file):
         raise PfsError("give --scheduler ADDR, --scheduler-file FILE or PFS_SCHEDULER")
+    _refused_now(options)
     with client_of_scheduler(options) as client:
         address, running = retire_worker(client, name, timeout)
     if running:

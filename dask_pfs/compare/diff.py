@@ -39,7 +39,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests import sql as pfs_sql
 from dask_pfs.manifests.frames import KEY
 from dask_pfs.manifests.manifest import Manifest, has_marker, open_manifest
-from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.urls import resolve
@@ -158,7 +158,7 @@ def diff(
             client = stack.enter_context(job_client(client, cluster, threads, here=live))
             known_sides = [Side(m, m.root) if m else None for m in given]
             sides = scan_sides(client, known_sides, jobs, checksum or options.get("checksum"), threads,
-                               progress=progress or NullProgress(), prune=prune, xattrs=xattrs)  # fmt: skip
+                               progress=default_reporter(progress), prune=prune, xattrs=xattrs)  # fmt: skip
             given = [s.manifest for s in sides]
         assert given[0] is not None and given[1] is not None
         if xattrs:

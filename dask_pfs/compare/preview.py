@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask_pfs.clusters.client import ClusterOptions
 from dask_pfs.compare.itemize import itemize
+from dask_pfs.compare.plan import count, read_plan
 from dask_pfs.compare.sync import sync
 from dask_pfs.copy.target import live_target
 from dask_pfs.errors import PfsError
@@ -73,10 +74,17 @@ def preview_copy(
             progress=progress,
             prune=prune,
         )
-        lines = itemize(os.path.join(r.plan, "plan.parquet"), delete=False, replace_changed=on_exist != "ignore")
+        plan_file = os.path.join(r.plan, "plan.parquet")
+        lines = itemize(plan_file, delete=False, replace_changed=on_exist != "ignore")
         shown = list(lines if show is None else islice(lines, show))
         more = sum(1 for _ in lines)
+        plan = read_plan(r.plan)
+        dirs = count(plan, "action = 'changed' AND src_type = 'directory'") if plan and r.counts.get("changed") else 0
     counts = {k: r.counts.get(k, 0) for k in ("new", "changed", "type-changed", "unchanged", "error", "copy_bytes")}
+    # a directory that differs only in its times or mode is not a file that exists and differs: the copy
+    # sets its attributes and never fails on it (no --update needed)
+    counts["changed"] -= dirs
+    counts["dirs-changed"] = dirs
     return {
         "source": r.source,
         "destination": r.destination,

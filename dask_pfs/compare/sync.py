@@ -57,10 +57,11 @@ from dask_pfs.manifests.manifest import (
     prepare_output,
     write_marker,
 )
+from dask_pfs.options import job_options
 from dask_pfs.remove.api import remove
 from dask_pfs.runtime.journals import ident, private_cache
 from dask_pfs.runtime.locking import writer_lock
-from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import check_checksum
@@ -104,6 +105,7 @@ def default_work_dir(src_url: str, dst_url: str) -> str:
     return private_cache(f"sync-{ident(src_url, dst_url)}")
 
 
+@job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 def sync(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -154,7 +156,7 @@ def sync(
     kept with ``update_dst_manifest``, which the next sync reads instead of rescanning).
     """
     t0 = time.monotonic()
-    progress = progress or NullProgress()
+    progress = default_reporter(progress)
     s_loc = resolve(os.fspath(src), storage_options)
     d_loc = resolve(os.fspath(dst), dst_storage_options)
     # what --delete removes is weighed row by row when it is removed (dask_pfs.remove): here, the trees

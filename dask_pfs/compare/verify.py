@@ -25,7 +25,8 @@ from dask_pfs.manifests.frames import KEY, takes_selection
 from dask_pfs.manifests.sql import Filter, where_filter, write_parquet
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe
-from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.options import job_options
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import check_checksum
@@ -93,6 +94,7 @@ def compare_sql(src: Side, dst: Side, where: Filter | None, xattrs: bool = False
     )
 
 
+@job_options("max_ops_per_second", "max_bandwidth")
 @takes_selection(None)
 def verify(
     src: str | os.PathLike | None = None,
@@ -128,7 +130,7 @@ def verify(
     if (src is None and src_manifest is None) or (dst is None and dst_manifest is None):
         raise PfsError("give SRC and DST (trees), or --src-manifest / --dst-manifest")
     selected = where_filter(where)  # a user's clause is checked; a selection's filter is pfs's own
-    progress = progress or NullProgress()
+    progress = default_reporter(progress)
     src, dst = (os.fspath(x) if x is not None else None for x in (src, dst))
     sides: list[Side | None] = [
         manifest_side(os.fspath(src_manifest), src, storage_options) if src_manifest else None,

@@ -44,11 +44,12 @@ from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.options import job_options
 from dask_pfs.runtime.job_logs import default_log
-from dask_pfs.runtime.journals import check_options, job_token, plain, read_job, records
+from dask_pfs.runtime.journals import check_options, job_token, nothing_to_resume, plain, read_job, records
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.locking import writer_lock
-from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import scan_tree
@@ -101,6 +102,7 @@ def default_split_size(spec: CopySpec) -> int:
     return NO_SPLIT if local_disks else SPLIT_SIZE
 
 
+@job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 @takes_selection("manifest")
 def copy(
     src: str | os.PathLike | None,
@@ -186,7 +188,7 @@ def copy(
             "--exclude/--include/--max-depth/--one-file-system choose what a scan of SRC keeps; "
             "with --manifest, select rows with --where"
         )
-    progress = progress or NullProgress()
+    progress = default_reporter(progress)  # a notebook's live display, a terminal's bar, else none
     # everything that can refuse the request runs before a cluster is started or anything is written
     m: Manifest | None = None
     if manifest is None:
@@ -212,6 +214,8 @@ def copy(
         )
         jr = target.journal(journal, what)
         prior = read_job(jr) if jr is not None and resume else {}
+        if resume and not prior:
+            nothing_to_resume(f"copy to {target.dst.url}")
         if jr is not None and not resume and jr.exists:
             logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
             jr.remove()

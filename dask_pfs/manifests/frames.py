@@ -46,11 +46,20 @@ Selectable = Any  # a Parquet path, a pandas/Dask DataFrame, a pyarrow Table/Rec
 
 
 def query(m: Manifest, where: str | None = None, select: str | None = None, order: str | None = None,
-          limit: int | None = None) -> duckdb.DuckDBPyRelation:  # fmt: skip
+          limit: int | None = None, group_by: str | None = None,
+          con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:  # fmt: skip
     """The manifest's rows matching ``where`` as a lazy DuckDB relation (streamed out of core), on the
-    connection that can read nothing but the manifest (``dask_pfs.manifests.sql``: the clauses are checked)."""
-    sql = pfs_sql.select_sql(m, where, select, order, limit)
-    return pfs_sql.run_query(pfs_sql.connect(m), sql)
+    connection that can read nothing but the manifest (``dask_pfs.manifests.sql``: the clauses are checked).
+
+    With ``con`` (the caller's own connection, e.g. ``duckdb.default_connection()``), the result is read
+    on pfs's locked connection into Arrow and handed to ``con`` as a relation there, to join with the
+    caller's own tables: the clauses still run only where they can read nothing but the manifest.
+    """
+    sql = pfs_sql.select_sql(m, where, select, order, limit, group_by)
+    rel = pfs_sql.run_query(pfs_sql.connect(m), sql)
+    if con is None:
+        return rel
+    return con.from_arrow(rel.to_arrow_table())
 
 
 def to_arrow(m: Manifest, where: str | None = None, columns: list[str] | None = None) -> pa.Table:

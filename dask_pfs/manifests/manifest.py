@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 import pyarrow as pa
 
-from dask_pfs.errors import IncompleteManifestError, OutputError, PfsError, QueryError
+from dask_pfs.errors import IncompleteManifestError, Named, NotAManifestError, OutputError, PfsError, QueryError
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.relations import MANIFEST_PREFIX
 from dask_pfs.manifests.root import root_identity
@@ -30,6 +30,7 @@ from dask_pfs.manifests.sql import Filter, file_table, literal, utf8, where_filt
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
+from dask_pfs.options import named
 from dask_pfs.places import local_path
 from dask_pfs.version import __version__
 from operators.core import outputs
@@ -158,11 +159,49 @@ class Manifest:
     # copy/remove/verify as ``selection=``.
 
     def query(self, where: str | None = None, select: str | None = None, order: str | None = None,
-              limit: int | None = None):  # fmt: skip
-        """The rows matching the SQL condition ``where``: a lazy ``duckdb.DuckDBPyRelation``."""
+              limit: int | None = None, *, group_by: str | None = None, con: Any = None):  # fmt: skip
+        """The rows matching the SQL condition ``where``: a lazy ``duckdb.DuckDBPyRelation``.
+
+        ``select`` may aggregate (``"count(*), sum(size)"``); with ``group_by`` (``"type"``), per group.
+        ``con``: your own DuckDB connection (``duckdb.default_connection()`` is the one ``duckdb.sql`` uses):
+        the result is a relation on it, to join with your own data (read into Arrow first, so select what
+        you need).  Without it, the relation lives on a connection that reads nothing but this manifest.
+        A bad clause is a :class:`~dask_pfs.errors.PfsError` naming the argument.
+        """
         from dask_pfs.manifests.frames import query
 
-        return query(self, where, select, order, limit)
+        return query(self, where, select, order, limit, group_by, con)
+
+    def summary(self) -> dict[str, Any]:
+        """What the scan recorded: root, when, schema version, and its counts (entries, files, bytes, errors)."""
+        counts = self.info.get("counts") or {}
+        return {
+            "url": self.url,
+            "root": self.info.get("root"),
+            "complete": self.complete,
+            "scanned": self.info.get("finished"),
+            "schema_version": self.info.get("schema_version"),
+            **{k: v for k, v in counts.items() if isinstance(v, int)},
+        }
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        entries = f", {s['entries']:,} entries" if isinstance(s.get("entries"), int) else ""
+        state = "" if self.complete else ", incomplete"
+        return f"<Manifest {self.url!r} of {s['root']!r}{entries}{state}>"
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: a small table of :meth:`summary`."""
+        import html
+
+        rows = []
+        for key, value in self.summary().items():
+            shown = f"{value / 2**30:,.2f} GiB ({value:,})" if "bytes" in key and isinstance(value, int) else value
+            shown = f"{shown:,}" if isinstance(shown, int) and not isinstance(shown, bool) else shown
+            rows.append(
+                f"<tr><th style='text-align:left'>{html.escape(key)}</th><td>{html.escape(str(shown))}</td></tr>"
+            )
+        return f"<table><caption>pfs manifest</caption>{''.join(rows)}</table>"
 
     def to_arrow(self, where: str | None = None, columns: list[str] | None = None):
         """The (selected) rows as a ``pyarrow.Table``."""
@@ -196,7 +235,9 @@ class Selection:
     def __init__(self, manifest: Manifest, where: str | Filter | None = None) -> None:
         self.manifest: Manifest | None = manifest
         self.filter = where_filter(where)
-        self.option = "--where" if self.filter is not None and self.filter.user else None  # a user's clause: name it
+        self.option = (
+            named("where") if self.filter is not None and self.filter.user else None
+        )  # a user's clause: name it
         self.where = str(self.filter) if self.filter else None
         self.relation = manifest.relation_sql()
         if self.filter is not None and self.filter.user:  # a clause pfs did not write: first in a bounded child
@@ -295,10 +336,10 @@ def selection_options(
     """A job's ``where`` (checked: ``dask_pfs.manifests.sql``) and ``max_entries``
     (``dask_pfs.manifests.caps``); PfsError when either is given without a manifest to select from."""
     if where and manifest is None:
-        raise PfsError("--where needs --manifest")
+        raise PfsError(named("where"), " needs ", named("manifest"), ": it selects rows of a manifest")
     cap = Cap.parse(max_entries, "--max-entries")
     if cap is not None and manifest is None:
-        raise PfsError("--max-entries needs --manifest")
+        raise PfsError(named("max_entries"), " needs ", named("manifest"), ": it caps the rows a manifest selects")
     return where_filter(where), cap
 
 
@@ -323,10 +364,18 @@ def open_manifest(
         with fs.open(marker, "r") as f:
             info = json.load(f)
     except FileNotFoundError:
+        if not _has_manifest_files(fs, path):
+            raise NotAManifestError(
+                f"{url}: not a manifest (no {MARKER_NAME}, no part files): a manifest is the directory a scan "
+                "writes (pfs scan TREE -o DIR, or dask_pfs.scan(tree, out))"
+            ) from None
         if not allow_incomplete:
             raise IncompleteManifestError(
-                f"{url}: no {MARKER_NAME}: the scan that wrote it failed or was interrupted "
-                "(rerun the scan with --resume, or read its rows anyway: pfs query --allow-incomplete)"
+                f"{url}: no {MARKER_NAME}: the scan that wrote it failed or was interrupted (rerun the scan with ",
+                named("resume", True),
+                ", or read its rows anyway: ",
+                Named("allow_incomplete", "pfs query --allow-incomplete", True),  # the command that has the flag
+                ")",
             ) from None
         warnings.warn(f"{url}: incomplete manifest (no {MARKER_NAME})", stacklevel=2)
         return Manifest(url, {"root": None, "complete": False}, False, storage_options)
@@ -334,6 +383,15 @@ def open_manifest(
     if version not in READABLE_VERSIONS:
         raise PfsError(f"{url}: manifest schema version {version}, this pfs reads version {SCHEMA_VERSION}")
     return Manifest(url, info, True, storage_options)
+
+
+def _has_manifest_files(fs: Any, path: str) -> bool:
+    """Whether the directory holds what a scan writes: part files (finished or being written) or a journal."""
+    try:
+        names = [os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
+    except OSError:
+        return False
+    return any(n.startswith((PART_PREFIX, ".part-", JOURNAL_PREFIX)) for n in names)
 
 
 def prepare_output(url: str, overwrite: bool, storage_options: dict | None = None) -> None:
@@ -357,9 +415,13 @@ def prepare_output(url: str, overwrite: bool, storage_options: dict | None = Non
             if not looks_like_manifest:
                 raise PfsError(f"{url}: directory is not empty and holds no manifest; refusing to write there")
             if not overwrite:
+                finish = (
+                    ()
+                    if fs.exists(f"{path}/{MARKER_NAME}")
+                    else (" (or ", named("resume", True), " to finish the interrupted scan)")
+                )
                 raise PfsError(
-                    f"{url}: already holds a manifest; pass --overwrite to replace it"
-                    + ("" if fs.exists(f"{path}/{MARKER_NAME}") else " (or --resume to finish the interrupted scan)")
+                    f"{url}: already holds a manifest; pass ", named("overwrite", True), " to replace it", *finish
                 )
             remove_manifest_files(url, storage_options=storage_options)
             for p in existing:  # journals of jobs on the old manifest (an interrupted scan, an rm)

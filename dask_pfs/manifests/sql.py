@@ -37,10 +37,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from dask_pfs.errors import PfsError
+from dask_pfs.errors import Named, PfsError
 from dask_pfs.manifests.relations import Tables, create_views, file_table, literal, utf8
 from dask_pfs.manifests.sql_run import apply as apply_limits
 from dask_pfs.manifests.sql_run import arrow_reader, fetch_all, write_parquet
+from dask_pfs.options import named as opt_named
 
 if TYPE_CHECKING:
     import duckdb
@@ -67,22 +68,33 @@ class Filter:
 # ---------------------------------------------------------------- checking clauses
 
 
-def check_where(text: Any, option: str = "--where") -> str | None:
+def check_where(text: Any, option: str | Named | None = None) -> str | None:
     """``text`` as a condition safe to paste inside parentheses, or None when empty; else PfsError."""
-    return _check(text, option, "where", "one SQL condition over the manifest's columns")
+    return _check(text, option or opt_named("where"), "where", "one SQL condition over the manifest's columns")
 
 
-def check_select(text: Any, option: str = "--select") -> str | None:
+def check_select(text: Any, option: str | Named | None = None) -> str | None:
     """``text`` as a select list (columns and expressions over the manifest's columns), or None."""
-    return _check(text, option, "select", "a list of columns or expressions over the manifest's columns")
+    return _check(
+        text, option or opt_named("select"), "select", "a list of columns or expressions over the manifest's columns"
+    )
 
 
-def check_order(text: Any, option: str = "--order-by") -> str | None:
+def check_order(text: Any, option: str | Named | None = None) -> str | None:
     """``text`` as an ORDER BY list (expressions, ASC/DESC, NULLS FIRST/LAST), or None."""
-    return _check(text, option, "order", "a list of sort expressions over the manifest's columns")
+    return _check(
+        text, option or opt_named("order_by"), "order", "a list of sort expressions over the manifest's columns"
+    )
 
 
-def where_filter(where: str | Filter | None, option: str = "--where") -> Filter | None:
+def check_group(text: Any, option: str | Named | None = None) -> str | None:
+    """``text`` as a GROUP BY list (expressions over the manifest's columns), or None."""
+    return _check(
+        text, option or opt_named("group_by"), "group", "a list of grouping expressions over the manifest's columns"
+    )
+
+
+def where_filter(where: str | Filter | None, option: str | Named | None = None) -> Filter | None:
     """The filter of an engine's ``where`` argument: a user's string is checked, a :class:`Filter` passes."""
     if isinstance(where, Filter):
         return where
@@ -94,20 +106,21 @@ _TEMPLATES = {  # the clause's place in a statement, and the part of the parse t
     "where": (f"SELECT 1 FROM {ROWS} WHERE {{}}\n", "TRUE", ("where_clause",)),
     "select": (f"SELECT {{}}\nFROM {ROWS}", "1", ("select_list",)),
     "order": (f"SELECT 1 FROM {ROWS} ORDER BY {{}}\n", "1", ("modifiers",)),
+    "group": (f"SELECT 1 FROM {ROWS} GROUP BY {{}}\n", "1", ("group_expressions", "group_sets", "aggregate_handling")),
 }
 
 
-def _check(text: Any, option: str, kind: str, wanted: str) -> str | None:
+def _check(text: Any, option: str | Named, kind: str, wanted: str) -> str | None:
     if text is None or (isinstance(text, str) and not text.strip()):
         return None
     if not isinstance(text, str):
-        raise PfsError(f"{option} must be a string of SQL, got {type(text).__name__}")
+        raise PfsError.about(option, f" must be a string of SQL, got {type(text).__name__}")
     try:
         reason = _refusal(text, kind)
     except RecursionError:
         reason = "it is nested too deeply"
     if reason:
-        raise PfsError(f"{option} refused: {reason}; it must be {wanted}")
+        raise PfsError.about(option, f" refused: {reason}; it must be {wanted}")
     return text.strip() + "\n"  # a trailing -- comment ends here, not in pfs's SQL after it
 
 
@@ -288,7 +301,7 @@ def connect(
 
     con = duckdb.connect(config=DUCKDB_CONFIG)
     con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on stdout, where --json output goes
+    _no_progress_bar(con)
     allowed = [os.path.abspath(d).rstrip("/") + "/" for d in dirs]
     named = dict(tables or {})
     datasets = {}
@@ -320,6 +333,18 @@ def connect(
     return cast(duckdb.DuckDBPyConnection, _Registered(con, datasets)) if datasets else con  # it quacks like one
 
 
+def _no_progress_bar(con: duckdb.DuckDBPyConnection) -> None:
+    """Turn DuckDB's progress bar off (it draws on stdout, where ``--json`` output goes).  In a Jupyter
+    kernel without ipywidgets DuckDB refuses the setting itself, with the bar already off: that is fine."""
+    import duckdb
+
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.InvalidInputException:
+        if con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]:
+            raise
+
+
 class _Registered:
     """A locked connection whose cursors see its registered datasets too (DuckDB registers Python
     objects per connection, and a cursor is a new one)."""
@@ -346,12 +371,16 @@ def select_sql(
     select: str | None = None,
     order: str | None = None,
     limit: int | None = None,
+    group_by: str | None = None,
 ) -> str:
-    """The query of ``pfs query``; each clause is checked to be only what its option says."""
+    """The query of ``pfs query`` (and ``Manifest.query``); each clause is checked to be only what its option says."""
     where, select, order = check_where(where), check_select(select), check_order(order)
+    group = check_group(group_by)
     sql = f"SELECT {select or '*'} FROM {manifest.relation_sql()} AS m"
     if where:
         sql += f" WHERE ({where})"
+    if group:
+        sql += f" GROUP BY {group}"
     if order:
         sql += f" ORDER BY {order}"
     if limit is not None:
@@ -371,6 +400,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str) -> duckdb.DuckDBPyRelati
 __all__ = [
     "Filter",
     "arrow_reader",
+    "check_group",
     "check_order",
     "check_select",
     "check_where",

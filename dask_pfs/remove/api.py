@@ -26,9 +26,10 @@ from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import open_manifest, selection_options
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.options import job_options
 from dask_pfs.remove.job import CHUNK, Removal, RemoveResult, RemoveTuning
 from dask_pfs.runtime.limits import Limits, concurrency_report
-from dask_pfs.runtime.progress import NullProgress, Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.urls import Location
 from operators.scan.prune import Prune
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+@job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 @takes_selection("manifest")
 def remove(
     url: str | os.PathLike | None = None,
@@ -96,7 +98,7 @@ def remove(
         force=force,
         ignore_changes=ignore_changes,
         threads=threads,
-        progress=progress or NullProgress(),
+        progress=default_reporter(progress),
         confirm=confirm,
         show=show,
         tuning=tuning or RemoveTuning(),

@@ -353,6 +353,8 @@ class HereClient:
         Never an embedded one in place of helper processes: the same width (see the module docstring)."""
         if self.processes and self.options.embedded:
             return False
+        if self.joined is None and self.limits and self._capped():
+            return False  # the job-wide cap sets the pace, not the driver's cores: workers would only wait too
         if self.joined is None and time.monotonic() - self.t0 >= self.alone:
             from dask_pfs.clusters.client import connect
             from dask_pfs.runtime.limits import job_limits
@@ -361,6 +363,11 @@ class HereClient:
             self.joined = client = self._stack.enter_context(connect(self.options))
             self._stack.enter_context(job_limits(client, self.limits))
         return self.joined is not None
+
+    def _capped(self) -> bool:
+        """Whether, the time to join come, the job has waited on its caps for a tenth of it or more."""
+        elapsed = time.monotonic() - self.t0
+        return elapsed >= self.alone and ratelimit.throttled_seconds() >= 0.1 * elapsed
 
     def close(self) -> int:
         """Stop the helpers (abandoning any stuck on storage) and the cluster that joined; how many were left behind."""

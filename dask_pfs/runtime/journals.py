@@ -156,6 +156,14 @@ class _OutputJournal(Journal):
             )
 
 
+def nothing_to_resume(what: str) -> None:
+    """``resume`` asked for with no journal of an interrupted run: one warning line (``pfs: warning:`` from the
+    CLI), and the job starts afresh, which is what a resume of nothing amounts to."""
+    import warnings
+
+    warnings.warn(f"{what}: no journal of an interrupted run to resume: starting afresh", UserWarning, stacklevel=3)
+
+
 def read_job(jr: Journal) -> dict[str, Any]:
     """``job.json`` of ``jr`` (``{}`` when there is none); a forged one is refused (exit 2)."""
     try:

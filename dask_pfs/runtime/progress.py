@@ -1,8 +1,9 @@
-"""Progress reporting for long jobs: a live bar on a terminal, log lines elsewhere.
+"""Progress reporting for long jobs: a live bar on a terminal or in a notebook, log lines elsewhere.
 
 Engines call ``update(counters)`` whenever a chunk finishes; the reporter decides how often
 anything is shown.  ``LogProgress`` is what Airflow tasks and batch jobs get: one line per
-interval with counts and rates.
+interval with counts and rates.  A Python caller that passes no reporter gets :func:`default_reporter`'s:
+a live display and a summary in a Jupyter notebook, the terminal's bar in a terminal, nothing in a pipe.
 """
 
 from __future__ import annotations
@@ -118,6 +119,74 @@ class RichProgress:
 
     def stop(self) -> None:
         self.progress.stop()
+
+
+class NotebookProgress:
+    """A live line in a Jupyter cell's output, then the job's summary in its place.
+
+    Made of IPython's display handles (``display(..., display_id=True)`` and ``update``: Jupyter's
+    ``update_display_data`` message), which every Jupyter front end shows and nbclient saves, so no
+    widget library is needed.  Updates go out at most every ``interval`` seconds.
+    """
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.handle: Any = None
+        self.title = ""
+        self.counters: dict = {}
+
+    def start(self, title: str) -> None:
+        from IPython.display import display
+
+        self.title, self.counters = title, {}
+        self.t0 = self.last = time.monotonic()
+        self.handle = display(self._bundle("starting", done=False), raw=True, display_id=True)
+
+    def update(self, counters: dict) -> None:
+        self.counters = counters
+        now = time.monotonic()
+        if self.handle is not None and now - self.last >= self.interval:
+            self.last = now
+            self.handle.update(self._bundle(describe(counters, now - self.t0), done=False), raw=True)
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            elapsed = time.monotonic() - self.t0
+            text = f"{describe(self.counters, elapsed)} in {elapsed:.1f} s"
+            self.handle.update(self._bundle(text, done=True), raw=True)
+
+    def _bundle(self, text: str, *, done: bool) -> dict[str, str]:
+        import html
+
+        line = f"{self.title}: {'done: ' if done else ''}{text}"
+        mark = "&#10003;" if done else "&#8987;"
+        return {"text/plain": line, "text/html": f"<pre>{mark} {html.escape(line)}</pre>"}
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's ZMQ shell), where stderr is never a terminal."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # an IPython too old or half imported
+        return False
+    return shell is not None and hasattr(shell, "kernel")
+
+
+def default_reporter(progress: Reporter | None) -> Reporter:
+    """``progress``, or what a Python caller who passed none sees: a live display in a Jupyter notebook,
+    the bar on a terminal, nothing in a pipe or batch job (the engines' ``progress=None``)."""
+    if progress is not None:
+        return progress
+    if in_notebook():
+        return NotebookProgress()
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return RichProgress() if tty else NullProgress()
 
 
 def ask(reporter: Reporter, message: str) -> bool:

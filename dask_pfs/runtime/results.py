@@ -54,6 +54,11 @@ class JobResult:
         return {**asdict(self), "exit_code": self.exit_code}
 
 
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``1 file``, ``2 files``, ``1,000 entries`` (``plural`` when adding an s is not it)."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
 def shown(text: object) -> str:
     """``text`` safe to print on one line: control characters (a newline in a file name could fake
     output lines, an escape sequence could rewrite the terminal) shown as Python escapes."""

@@ -9,9 +9,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
+from dask_pfs.options import job_options
 from dask_pfs.runtime.limits import Limits
 from dask_pfs.runtime.locking import writer_lock
-from dask_pfs.runtime.progress import Reporter
+from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.scan.engine import ScanResult, ScanTuning, TreeScan
 from dask_pfs.urls import Location, resolve
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+@job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 def scan(
     url: str | os.PathLike,
     out: str | os.PathLike,
@@ -44,7 +46,8 @@ def scan(
     """Scan ``url`` into a manifest directory ``out``; return counts and timings.
 
     ``client`` (positional after the locations, as in every driver): None uses ``cluster`` (or
-    ``PFS_SCHEDULER``), else an embedded LocalCluster.
+    ``PFS_SCHEDULER``), else the driver walks the tree itself and a local cluster starts only for a
+    scan that lasts (``dask_pfs.runtime.here``).
     Raises :class:`PfsError` (nothing written) when the root is missing or ``out`` already
     holds a manifest and ``overwrite`` is false.  ``checksum`` (``xxh3``, ``sha256``, ``md5``)
     fills the checksum column of every file (``operators.checksum``).  ``xattrs`` fills the
@@ -60,9 +63,12 @@ def scan(
     ``prune`` leaves entries out of the walk (``operators.scan.prune``: gitignore-style excludes and
     includes, a maximum depth, one file system); directories it leaves out are never listed.
 
-    With neither ``client`` nor a cluster to connect to (an embedded cluster), the driver walks the
-    tree itself before the cluster starts (``dask_pfs.scan.driver_walk``), and a tree it finishes within
-    ``scan_here.DRIVER_SECONDS`` is done without one (unless a dashboard is asked for).
+    With neither ``client`` nor a cluster to connect to, the driver walks the tree itself first
+    (``dask_pfs.scan.driver_walk``), and a tree it finishes within ``PFS_ALONE_SECONDS`` (10 s) is done
+    without any cluster (unless a dashboard or ``workers`` are asked for).
+
+    Progress: with ``progress=None``, a live line and the summary in a Jupyter notebook, the bar on a
+    terminal, nothing in a pipe (``dask_pfs.runtime.progress.default_reporter``).
 
     An output directory inside the tree is left out of it (an anchored ``--exclude``): a manifest
     never lists its own parts or journal.
@@ -85,6 +91,7 @@ def scan(
         )
         if job.done is not None:
             return job.done
+        progress = default_reporter(progress)  # a notebook's live display, a terminal's bar, else none
         limits = limits or (cluster.limits if cluster else None)
         if client is None:
             cluster = cluster or ClusterOptions.from_env(threads=threads)
@@ -92,7 +99,8 @@ def scan(
                 job.start_here(limits, progress)
                 if job.done is not None:
                     return job.done
-        here = (job.loc,) if job.head is None else ()  # a tree the driver walked for 10 s already gets the cluster
+        # a tree the driver walked for 10 s already gets the cluster, unless the caps set its pace
+        here = (job.loc,) if job.head is None or job.capped else ()
         with job_client(client, cluster, threads, limits, here) as c:
             return job.run(c, progress, tuning, on_dashboard, limits, on_parts)
 

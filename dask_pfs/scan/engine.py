@@ -24,6 +24,7 @@ import logging
 import os
 import posixpath
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -35,6 +36,8 @@ import fsspec
 from dask_pfs.clusters.client import dashboard_link
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import has_marker, prepare_output, remove_manifest_files, write_marker
+from dask_pfs.options import named
+from dask_pfs.runtime.journals import nothing_to_resume
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.results import JobResult
@@ -118,6 +121,7 @@ class TreeScan:
         self.done: ScanResult | None = None
         self.prior: sj.Resumed | None = None
         self.head: HereResult | None = None  # what start_here walked in this process
+        self.capped = False  # start_here's walk waited on the job's caps: no cluster for the rest
         self.shown: Reporter | None = None  # the progress start_here began (run goes on with it)
         root = probe(loc, follow=True)  # the root may be a symlink (like find -H); nothing below is followed
         if not root.exists or (xattrs and not readable(loc.protocol)):
@@ -133,6 +137,8 @@ class TreeScan:
         if self.prior is not None and not _parts_present(out, self.prior.parts, out_storage_options):
             logging.getLogger("pfs").warning("%s: parts the journal names are gone; scanning afresh", out)
             self.prior = None
+        elif resume and self.prior is None:
+            nothing_to_resume(f"scan of {loc.url} into {out}")
         if self.prior is None:
             prepare_output(out, overwrite or resume, out_storage_options)  # resume: an incomplete scan, no journal
         if root.kind != "directory":
@@ -170,12 +176,15 @@ class TreeScan:
         self.shown = progress = progress or NullProgress()
         progress.start(f"scan {self.loc.url}")
         ratelimit.configure(limits)  # the job's caps, whole, for the one process working
+        walked = time.monotonic()
         try:
             self.head = head = walk_here(spec, _root_item(self.loc), journal, progress)
         except BaseException:
             progress.stop()
             raise
         finally:
+            # the caps, not this process's cores, set the pace: a cluster would bring workers that only wait
+            self.capped = limits is not None and ratelimit.throttled_seconds() >= 0.1 * (time.monotonic() - walked)
             ratelimit.configure(None)
         if head.frontier:
             return
@@ -293,8 +302,9 @@ class TreeScan:
             info = json.load(f)
         if info.get("scanned_url") not in (None, self.loc.url):
             raise PfsError(
-                f"{self.out} already holds a complete manifest of {info['scanned_url']}: nothing to resume "
-                "(pass --overwrite to replace it)"
+                f"{self.out} already holds a complete manifest of {info['scanned_url']}: nothing to resume (pass ",
+                named("overwrite", True),
+                " to replace it)",
             )
         made = info.get("options") or {}
         made_xattrs = bool(made.get("xattrs"))  # a manifest from before --xattrs has none
@@ -306,10 +316,18 @@ class TreeScan:
             if was != value:
                 raise PfsError(
                     f"{self.out} is a complete scan made with {name} {json.dumps(was)}, not "
-                    f"{json.dumps(value)}: nothing to resume (pass --overwrite to scan again with it)"
+                    f"{json.dumps(value)}: nothing to resume (pass ",
+                    named("overwrite", True),
+                    " to scan again with it)",
                 )
         if self.journal is not None:
             self.journal.remove()
+        warnings.warn(
+            f"{self.out}: already a complete scan of {self.loc.url}: nothing was rescanned (its counts are that "
+            f"scan's; {named('overwrite', True)} scans the tree again)",
+            UserWarning,
+            stacklevel=2,
+        )
         counts, errors = info.get("counts") or {}, info.get("errors") or []
         seconds = float(info.get("seconds") or 0.0)  # what the scan took: a rate over ~0 s would be nonsense
         return _result(self.out, info.get("root"), counts, errors, seconds, resumed=int(info.get("tasks") or 0))

@@ -6,7 +6,7 @@ import os
 
 from airflow.sdk import DAG, Asset, ObjectStoragePath, task
 
-from airflow_pfs.operators import PfsCopyOperator, PfsRemoveOperator, PfsScanOperator
+from airflow_pfs.operators import PfsCopyOperator, PfsRemoveOperator, PfsScanOperator, PfsVerifyOperator
 
 MANIFEST_ASSET = Asset(name="pfs_test_manifest", uri="file:///pfs-test/manifest")
 DEFERRED_ASSET = Asset(name="pfs_test_deferred", uri="file:///pfs-test/deferred")
@@ -97,3 +97,11 @@ with DAG("pfs_local_clean", schedule=None, params=PARAMS) as pfs_local_clean:
     # each task starts and closes its own embedded LocalCluster: its log must end clean (test_task_logs)
     clean_scan = PfsScanOperator(task_id="scan", path="{{ params.src }}", manifest="{{ params.out }}/scan", **LOCAL)
     PfsCopyOperator(task_id="copy", manifest=clean_scan.output, dst="{{ params.out }}/copy", **LOCAL)
+
+
+with DAG("pfs_no_connection", schedule=None, params=PARAMS) as pfs_no_connection:
+    # no pfs_dask connection at all: tasks run as the CLI does, small jobs on the driver alone (test_task_logs)
+    bare_scan = PfsScanOperator(task_id="scan", path="{{ params.src }}", manifest="{{ params.out }}/scan")
+    bare_copy = PfsCopyOperator(task_id="copy", manifest=bare_scan.output, dst="{{ params.out }}/copy")
+    bare_copy >> PfsVerifyOperator(task_id="verify", src_manifest=bare_scan.output, dst="{{ params.out }}/copy/")
+    PfsScanOperator(task_id="deferred", path="{{ params.src }}", manifest="{{ params.out }}/d", deferrable=True)
