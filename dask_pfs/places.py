@@ -16,12 +16,19 @@ import fsspec
 LOCAL_PROTOCOLS = ("file", "local")
 
 
-def local_path(place: str | os.PathLike) -> str | None:
-    """The absolute local path ``place`` names (a path, ``file://`` or ``local://`` URL), or None
-    for a place on another file system."""
+def local_text(place: str | os.PathLike) -> str | None:
+    """The local path ``place`` names as written (a path, ``file://`` or ``local://`` URL; relative if it
+    is), or None for a place on another file system."""
     text = os.fspath(place)
     if fsspec.utils.get_protocol(text) not in LOCAL_PROTOCOLS:
         return None
     for scheme in LOCAL_PROTOCOLS:
         text = text.removeprefix(f"{scheme}://")
-    return os.path.abspath(text or ".")
+    return text or "."
+
+
+def local_path(place: str | os.PathLike) -> str | None:
+    """The absolute local path ``place`` names (a path, ``file://`` or ``local://`` URL), or None
+    for a place on another file system."""
+    text = local_text(place)
+    return None if text is None else os.path.abspath(text)

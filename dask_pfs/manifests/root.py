@@ -29,7 +29,7 @@ import warnings
 from typing import Any
 
 from dask_pfs.errors import PfsError
-from dask_pfs.places import local_path
+from dask_pfs.places import local_path, local_text
 from operators.root_identity import RootIdentity, identify
 
 OPTION = "--allow-other-root"
@@ -59,7 +59,8 @@ def check_root(info: dict, url: str, root: str | None = None, *, destructive: bo
     target = root or marked
     if not target or _local_path(str(target)) is None:
         return
-    if marked and _local_path(str(marked)) is not None and not os.path.isabs(_local_path(str(marked)) or ""):
+    written = local_text(str(marked)) if marked else None  # as the marker says it, before any resolving
+    if written is not None and not os.path.isabs(written):
         raise PfsError(f"{url}: its marker names a relative root ({marked!r}); refusing (a root must be absolute)")
     recorded = info.get("root_identity")
     if recorded is None:

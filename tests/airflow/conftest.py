@@ -90,12 +90,19 @@ def load_dag(filename: str, dag_id: str):
     raise LookupError(f"{dag_id} not in {path}")
 
 
-def lineage_events(job: str, event_type: str = "COMPLETE") -> list[dict]:
-    """OpenLineage events the tasks emitted for ``dag_id.task_id``."""
+def lineage_events(job: str, event_type: str = "COMPLETE", within: str | None = None) -> list[dict]:
+    """OpenLineage events the tasks emitted for ``dag_id.task_id`` (the log is the session's: ``within``
+    keeps the events that name a place under that directory, one test's own runs)."""
     if not LINEAGE_LOG.exists():
         return []
     events = [json.loads(line) for line in LINEAGE_LOG.read_text().splitlines() if line.strip()]
-    return [e for e in events if e.get("job", {}).get("name") == job and e.get("eventType") == event_type]
+    return [
+        e
+        for e in events
+        if e.get("job", {}).get("name") == job
+        and e.get("eventType") == event_type
+        and (within is None or within in json.dumps(e))
+    ]
 
 
 def run_states(dag_run) -> dict[str, str]:

@@ -53,7 +53,7 @@ def test_archive_landed(airflow_db, dask_processes, tmp_path):
     # the asset's URI is fixed when the DAG file is parsed (PFS_ARCHIVE, default /archive/landing)
     assert results["verify_archive"] in asset_events("file:///archive/landing")
 
-    (scan,) = lineage_events("pfs_archive_landed.scan_landing")
+    (scan,) = lineage_events("pfs_archive_landed.scan_landing", within=str(tmp_path))
     assert [(d["namespace"], d["name"]) for d in scan["inputs"]] == [("file", str(landing))]
     (written,) = scan["outputs"]
     assert (written["namespace"], written["name"]) == ("file", str(manifest))
@@ -63,7 +63,7 @@ def test_archive_landed(airflow_db, dask_processes, tmp_path):
     assert facet["engine"] == "scan" and facet["exitCode"] == 0
     assert (facet["counts"]["files"], facet["counts"]["directories"]) == (len(content), 4)
 
-    copies = lineage_events("pfs_archive_landed.archive_part")
+    copies = lineage_events("pfs_archive_landed.archive_part", within=str(tmp_path))
     assert len(copies) == 3
     for event in copies:
         names = sorted((d["namespace"], d["name"]) for d in event["inputs"])
@@ -73,7 +73,7 @@ def test_archive_landed(airflow_db, dask_processes, tmp_path):
     assert files == [7, 7, 7]  # 21 files in ceil(21 / 8) = 3 parts of equal size
     assert sum(e["run"]["facets"]["pfs"]["counts"]["bytes"] for e in copies) == sum(map(len, content.values()))
 
-    (verify,) = lineage_events("pfs_archive_landed.verify_archive")
+    (verify,) = lineage_events("pfs_archive_landed.verify_archive", within=str(tmp_path))
     assert sorted(d["name"] for d in verify["inputs"]) == sorted([str(archive), str(manifest)])
     assert verify["run"]["facets"]["pfs"]["counts"]["same"] == len(content)
 
@@ -100,8 +100,9 @@ def test_wait_for_manifest(airflow_db, dask_processes, tmp_path, monkeypatch):
         deadline = time.monotonic() + 120
         with sqlite3.connect(f"file:{airflow_db / 'airflow.db'}?mode=ro", uri=True, timeout=30) as db:
             while time.monotonic() < deadline and "deferred" not in seen:
-                row = db.execute(
-                    "SELECT state, next_method FROM task_instance WHERE dag_id = ? AND task_id = ?",
+                row = db.execute(  # this run's sensor: the newest (ids are UUIDv7), not an earlier test's run
+                    "SELECT state, next_method FROM task_instance WHERE dag_id = ? AND task_id = ? "
+                    "ORDER BY id DESC LIMIT 1",
                     ("pfs_wait_for_manifest", "wait_for_manifest"),
                 ).fetchone()
                 if row and row[1] == "execute_complete":  # set when it deferred
@@ -125,6 +126,6 @@ def test_wait_for_manifest(airflow_db, dask_processes, tmp_path, monkeypatch):
     assert results["wait_for_manifest"]["manifest"] == str(manifest)
     copied = {str(p.relative_to(archive)): p.read_bytes() for p in archive.rglob("*") if p.is_file()}
     assert copied == content  # the .h5 files, the late one included; notes.txt was not selected
-    copies = lineage_events("pfs_wait_for_manifest.copy_part")
+    copies = lineage_events("pfs_wait_for_manifest.copy_part", within=str(tmp_path))
     assert sorted(e["run"]["facets"]["pfs"]["counts"]["files"] for e in copies) == [3, 3, 3]
     assert json.dumps(results["split_selection"])  # the selections are plain JSON
