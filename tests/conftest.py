@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,14 @@ os.environ.pop("PFS_SERVER", None)
 if os.environ.get("PFS_TEST_SERVER") == "on":  # the whole suite served (faster on a loaded host; not the default)
     os.environ["PFS_SERVER"] = "on"
 os.environ.setdefault("PFS_SERVER_IDLE", "300")
+
+# A suite started as a shell's background job (``.ci/run &``) inherits SIGINT and SIGQUIT ignored, and every
+# command it runs would too: such a command is never served (dask_pfs.warm.faithful) and cannot be
+# interrupted.  The commands a user types get the default dispositions; so do the tests' commands.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

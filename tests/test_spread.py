@@ -59,7 +59,7 @@ def test_a_frozen_rm_selection_is_stored_spread(tmp_path, dask_client):
     m = open_manifest(str(tmp_path / "m"))
     (tmp_path / "j").mkdir()
     with Selection(m) as sel:
-        sel.write(sel.sql("path, path_raw, type, size, mtime, depth, error", order=rm_journal.SELECTION_ORDER),
+        sel.write(sel.sql(rm_journal.FROZEN_COLUMNS, order=rm_journal.SELECTION_ORDER),
                   str(tmp_path / "j" / "sel.parquet"))  # fmt: skip
     frozen = Selection.of_file(str(tmp_path / "j" / "sel.parquet"))
     try:

@@ -24,6 +24,7 @@ from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
 from dask_pfs.runtime.progress import NullProgress, human_bytes, make_reporter
 from dask_pfs.runtime.results import counted
+from dask_pfs.warm.faithful import descriptors_named
 from operators.core import outputs
 
 if TYPE_CHECKING:
@@ -133,7 +134,10 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
             cur.execute(sql)  # a bad column fails here, before the output file is opened
     except duckdb.Error as exc:
         raise PfsError(f"query failed: {str(exc).splitlines()[0]}") from None
-    if output:  # the one writer: renamed into place when complete (one put on an object store)
+    named = descriptors_named([output]) if output else {}
+    if output in named:  # ``-o /dev/fd/3``: the stream the caller opened, written as it is (nothing to rename)
+        _to_descriptor(named[output], cur, fmt)
+    elif output:  # the one writer: renamed into place when complete (one put on an object store)
         with outputs.output_file(output) as raw:
             text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
             _write_rows(cur, fmt, text)
@@ -189,6 +193,13 @@ def marker(
 def _fetch(cur: duckdb.DuckDBPyConnection) -> list[tuple]:
     with deadline(cur):
         return cur.fetchmany(10_000)
+
+
+def _to_descriptor(fd: int, cur: duckdb.DuckDBPyConnection, fmt: str) -> None:
+    """The rows into a descriptor the caller named (``-o /dev/fd/3``): a stream it opened, written as it
+    is, through a duplicate (it opens no name, so the one writer has nothing to check or rename)."""
+    with open(os.dup(fd), "w", encoding="utf-8", newline="") as stream:
+        _write_rows(cur, fmt, stream)
 
 
 def _write_rows(cur: duckdb.DuckDBPyConnection, fmt: str, out) -> None:

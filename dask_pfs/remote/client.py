@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask_pfs.clusters.client import ClusterOptions, connect, dashboard_link, wants_dashboard
 from dask_pfs.errors import PfsError
-from dask_pfs.places import local_path
+from dask_pfs.places import local_path, local_text
 from dask_pfs.remote.control import forget, start
 from dask_pfs.remote.driver import (
     ASKING,
@@ -88,7 +88,8 @@ def run_job(
         if on_dashboard is not None:
             extra["on_dashboard"] = on_dashboard
         return spec.call(None, progress, **extra)
-    relative = [p for p in local_paths([*inputs, *outputs]) if not os.path.isabs(p)]
+    written = (local_text(p) for p in [*inputs, *outputs] if p is not None)  # as given, before resolving
+    relative = [p for p in written if p is not None and not os.path.isabs(p)]
     if relative:
         raise PfsError(
             f"{relative[0]}: the driver runs on the cluster (--driver {cluster.driver}), where this host's "

@@ -113,12 +113,14 @@ def files_sql(sel: Selection) -> str:
     return sel.sql(IDENTITY_COLUMNS, "error IS NULL AND type <> 'directory'", order)
 
 
+FROZEN_COLUMNS = "path, path_raw, name, parent, type, size, mtime, ino, ctime, depth, error"  # what removing checks
+
+
 def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:
     """Write the selected rows (without scan errors) to the journal's ``selection.parquet``; the new
     selection and the file's digest (for ``job.json``)."""
     final = os.path.join(jr.path, SELECTION)
-    cols = "path, path_raw, name, parent, type, size, mtime, ino, ctime, depth, error"  # what removing checks
-    rows = sel.sql(cols, also="error IS NULL", order=SELECTION_ORDER)
+    rows = sel.sql(FROZEN_COLUMNS, also="error IS NULL", order=SELECTION_ORDER)
     sel.write(rows, final)  # pyarrow writes (the where-clause's connection cannot), through the one writer
     return Selection.of_file(final), file_digest(final)
 
