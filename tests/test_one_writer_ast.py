@@ -27,7 +27,7 @@ ALLOWED = {
     "dask_pfs/demo.py:make_sample_tree": "the demo's sample source tree, in a directory the user named",
     "dask_pfs/demo.py:demo_dir": "the demo's own directory, made 0700 by mkdir (which never follows a link)",
     "dask_pfs/warm/job.py:_text": "wraps a stdio descriptor the client passed, opens no name",
-    "dask_pfs/commands/query.py:_to_descriptor": "writes to a descriptor the caller named (-o /dev/fd/3), opens no name",
+    "dask_pfs/commands/query.py:_to_descriptor": "writes a descriptor the caller named (-o /dev/fd/3), opens no name",
 }
 
 WRITE_CALLS = {
