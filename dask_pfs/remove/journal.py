@@ -102,7 +102,13 @@ ROW_DAMAGE = (
 
 # what a removal ships of each non-directory row: the path, and what the identity rule compares
 # (``operators.remove.backends.Entry``; the rule itself is the core's ``Expect::differs``)
-IDENTITY_COLUMNS = "path, path_raw, type, size, epoch_us(mtime) AS mtime_us, ino, epoch_us(ctime) AS ctime_us"
+# A name of a hard-link group (nlink > 1) is matched without its ctime: removing another name of the group
+# (the same job, or sync --delete of a group the source no longer has) changes the ctime of the names left;
+# its inode number still says whether it is the entry the manifest saw.
+IDENTITY_COLUMNS = (
+    "path, path_raw, type, size, epoch_us(mtime) AS mtime_us, ino, "
+    "CASE WHEN nlink > 1 THEN NULL ELSE epoch_us(ctime) END AS ctime_us"
+)
 
 
 def files_sql(sel: Selection) -> str:
@@ -113,7 +119,8 @@ def files_sql(sel: Selection) -> str:
     return sel.sql(IDENTITY_COLUMNS, "error IS NULL AND type <> 'directory'", order)
 
 
-FROZEN_COLUMNS = "path, path_raw, name, parent, type, size, mtime, ino, ctime, depth, error"  # what removing checks
+# what removing checks (IDENTITY_COLUMNS, ROW_DAMAGE)
+FROZEN_COLUMNS = "path, path_raw, name, parent, type, size, mtime, ino, ctime, nlink, depth, error"
 
 
 def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:
