@@ -33,13 +33,24 @@ if os.environ.get("PFS_TEST_SERVER") == "on":  # the whole suite served (faster 
     os.environ["PFS_SERVER"] = "on"
 os.environ.setdefault("PFS_SERVER_IDLE", "300")
 
-# A suite started as a shell's background job (``.ci/run &``) inherits SIGINT and SIGQUIT ignored, and every
-# command it runs would too: such a command is never served (dask_pfs.warm.faithful) and cannot be
-# interrupted.  The commands a user types get the default dispositions; so do the tests' commands.
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+# A suite started as a shell's background job (``.ci/run &``), under ``nohup`` or by a runner that ignores or
+# blocks signals passes that on to every command it runs: such a command is never served
+# (dask_pfs.warm.faithful) and may not be interruptible.  The commands a user types get the default
+# dispositions and an empty signal mask; so do the tests' commands (tests that need an ignored or blocked
+# signal set it in their own child).  SIGPIPE and SIGXFSZ are Python's own.
+def _default_signal_dispositions() -> None:
+    for number in range(1, signal.NSIG):
+        if number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            if signal.getsignal(number) == signal.SIG_IGN:
+                signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
+        except (OSError, ValueError):  # not a signal this platform lets a process set
+            continue
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+_default_signal_dispositions()
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

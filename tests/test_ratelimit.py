@@ -137,4 +137,5 @@ def test_capped_scan_starts_no_cluster(tmp_path):
     result = scan(root, tmp_path / "m", max_ops_per_second=100)  # 1,260 entries: over 10 s at 100/s
     assert result.counts["entries"] == 1260 and result.seconds > 10
     options = json.loads((tmp_path / "m" / "_manifest.json").read_text())["options"]
-    assert options["workers"] == 1 and len(result.concurrency["per_worker"]) == 1, (options, result.concurrency)
+    # the driver alone: 0 workers when its own walk finished the tree, 1 when it ran the rest as the one worker
+    assert options["workers"] <= 1 and len(result.concurrency["per_worker"]) == 1, (options, result.concurrency)
