@@ -130,6 +130,20 @@ def test_chown_sets_ids_and_refuses_unknown_names(shm):
     assert "Traceback" not in bad.stderr and not (shm / "d3").exists()
 
 
+def test_sync_chown_compares_the_given_owner_and_settles(shm):
+    """The plan compares the destination's owners with the ``--chown`` ids (passed to DuckDB as parameters,
+    never pasted into the SQL): a second sync changes nothing; an owner changed under the copy is put back."""
+    src = make_tree(shm / "src")
+    dst = shm / "dst"
+    run_pfs("sync", "--chown", "4321:8765", "--numeric-ids", src, dst, "--plan", shm / "p1", check=True)
+    assert set(owners(dst).values()) == {(4321, 8765)}
+    again = run_pfs("sync", "--chown", "4321:8765", "--numeric-ids", src, dst, "--plan", shm / "p2", "-n", check=True)
+    assert "0 changed" in again.stdout + again.stderr, again.stdout + again.stderr
+    os.chown(dst / "a", 4321, 1)
+    run_pfs("sync", "--chown", "4321:8765", "--numeric-ids", src, dst, "--plan", shm / "p3", check=True)
+    assert owners(dst)["a"] == (4321, 8765)
+
+
 def test_without_chown_capability_keeps_what_it_may_and_counts_what_was_asked(shm):
     """Root with CAP_CHOWN/CAP_FOWNER/DAC dropped (as a user): by default no chown is tried and
     user.* attributes and ACLs are kept; ``--owner`` asks for the owners: each refusal counted."""

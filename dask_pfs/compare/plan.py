@@ -81,9 +81,11 @@ def plan_sql(
     compare_mtime: bool,
     xattrs: bool = False,
     owners: tuple[int | None, int | None] | None = None,
-) -> str:
-    """``owners``: None when the copy keeps no owners; else the uid and gid the copy gives every entry
-    (None: the source entry's own, ``--chown`` values otherwise), compared with the destination's."""
+) -> tuple[str, dict[str, int]]:
+    """The plan's SQL and the values of its parameters.  ``owners``: None when the copy keeps no owners;
+    else the uid and gid the copy gives every entry (None: the source entry's own, ``--chown`` values
+    otherwise, passed as parameters), compared with the destination's."""
+    params: dict[str, int] = {}
     cols = f"{KEY} AS k, path, path_raw, type, size, mtime, mode, uid, gid, checksum, link_target, error, xattrs, "
     cols += "has_acl"
     xattrs_differ = "s.xattrs IS DISTINCT FROM d.xattrs" if xattrs else "false"
@@ -102,9 +104,15 @@ def plan_sql(
             "OR (s.type NOT IN ('directory', 'file') AND s.mtime IS DISTINCT FROM d.mtime)"
         )
         if owners is not None:
-            uid, gid = (f"s.{col}" if o is None else str(int(o)) for col, o in zip(("uid", "gid"), owners, strict=True))
-            meta += f" OR {uid} IS DISTINCT FROM d.uid OR {gid} IS DISTINCT FROM d.gid"
-    return (
+            given = []
+            for col, owner in zip(("uid", "gid"), owners, strict=True):
+                if owner is None:
+                    given.append(f"s.{col}")
+                else:
+                    params[f"chown_{col}"] = int(owner)
+                    given.append(f"${'chown_' + col}::BIGINT")
+            meta += f" OR {given[0]} IS DISTINCT FROM d.uid OR {given[1]} IS DISTINCT FROM d.gid"
+    sql = (
         f"WITH s AS (SELECT {cols} FROM {src_rel} AS m), "
         f"d AS (SELECT {cols} FROM {dst_rel} AS m WHERE NOT ({PFS_NAMES} AND {KEY} NOT IN (SELECT k FROM s))), "
         "j AS (SELECT coalesce(s.k, d.k) AS key, coalesce(s.path, d.path) AS path, "
@@ -131,6 +139,7 @@ def plan_sql(
         "(SELECT 1 FROM tc WHERE starts_with(j.path, tc.path || '/'))) AS remove_first "
         "FROM j ORDER BY path"
     )
+    return sql, params
 
 
 def write_plan(
@@ -149,7 +158,7 @@ def write_plan(
     outputs.open_dir(out, create=True).close()  # checked (the one writer): refused before any work
     target = os.path.join(out, PLAN_FILE)
     con = connect(src, dst, reads=[target])
-    sql = plan_sql(
+    sql, params = plan_sql(
         src.relation_sql(),
         dst.relation_sql(),
         checksum=checksum,
@@ -158,7 +167,7 @@ def write_plan(
         owners=owners,
     )
     try:
-        write_parquet(con, sql, target)  # the one writer: a random temp name renamed onto plan.parquet
+        write_parquet(con, sql, target, params=params)  # the one writer: a random temp name renamed onto plan.parquet
     except PfsError as exc:
         raise PfsError(f"sync plan failed: {exc}") from None
     rows = con.execute(

@@ -18,7 +18,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dask_pfs.errors import PfsError
 
@@ -100,13 +100,16 @@ def deadline(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
             timer.cancel()
 
 
-def arrow_reader(con: duckdb.DuckDBPyConnection, sql: str, rows: int = BATCH_ROWS) -> pa.RecordBatchReader:
-    """The result of ``sql`` as Arrow batches; a DuckDB error becomes a one-line PfsError."""
+def arrow_reader(
+    con: duckdb.DuckDBPyConnection, sql: str, rows: int = BATCH_ROWS, params: dict[str, Any] | None = None
+) -> pa.RecordBatchReader:
+    """The result of ``sql`` as Arrow batches; a DuckDB error becomes a one-line PfsError.  ``params``:
+    the values of ``sql``'s ``$name`` placeholders (a value pfs puts into SQL is a parameter, never text)."""
     import pyarrow as pa
 
     cur = con.cursor()
     with _one_line(), deadline(cur):
-        reader = cur.sql(sql).to_arrow_reader(rows)
+        reader = cur.sql(sql, params=params).to_arrow_reader(rows)
 
     def batches() -> Iterator[pa.RecordBatch]:
         while True:
@@ -139,14 +142,20 @@ def fetch_all(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list
         return list(rel.columns), rel.fetchall()
 
 
-def write_parquet(con: duckdb.DuckDBPyConnection, sql: str, path: str, storage_options: dict | None = None) -> int:
-    """Write the result of ``sql`` to the Parquet file ``path`` (pyarrow does the writing: the
-    connection itself cannot write); returns the rows written."""
+def write_parquet(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    path: str,
+    storage_options: dict | None = None,
+    params: dict[str, Any] | None = None,
+) -> int:
+    """Write the result of ``sql`` (``params``: see :func:`arrow_reader`) to the Parquet file ``path``
+    (pyarrow does the writing: the connection itself cannot write); returns the rows written."""
     import pyarrow.parquet as pq
 
     from operators.core import outputs
 
-    reader = arrow_reader(con, sql)
+    reader = arrow_reader(con, sql, params=params)
     rows = 0
     # the one writer: a random temp name in the checked directory, renamed onto ``path`` when complete
     # (a local name is taken as it is: fsspec reads '::' and globs); one put on an object store
