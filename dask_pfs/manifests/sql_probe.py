@@ -144,8 +144,9 @@ def _forked(job: dict, limit: float) -> tuple[int, str]:
         code = 1
         try:
             os.close(r)
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-                signal.signal(sig, signal.SIG_DFL)
+            for sig in (signal.SIGINT, signal.SIGTERM):  # as a fresh interpreter: Python's handlers gone,
+                if signal.getsignal(sig) not in (signal.SIG_IGN, None):  # an ignored signal still ignored
+                    signal.signal(sig, signal.SIG_DFL)
             with open(w, "w", encoding="utf-8", errors="backslashreplace") as err:
                 code = _drain(job, err)
         finally:
@@ -153,28 +154,24 @@ def _forked(job: dict, limit: float) -> tuple[int, str]:
     os.close(w)
     chunks: list[bytes] = []
     ends = time.monotonic() + limit if limit else None
+    status: int | None = None
     try:
         while True:
             wait = None if ends is None else max(0.0, ends - time.monotonic())
-            ready, _, _ = select.select([r], [], [], wait)
-            if not ready:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                raise _stopped(limit) from None
+            if not select.select([r], [], [], wait)[0]:
+                break  # over the time limit
             chunk = os.read(r, 65536)
             if not chunk:
+                status = os.waitpid(pid, 0)[1]
                 break
             chunks.append(chunk)
-        _, status = os.waitpid(pid, 0)
-    except BaseException:  # Ctrl-C here: the child goes too, never left running
-        try:
+    finally:  # over the limit, or Ctrl-C here: the child goes too, never left running
+        os.close(r)
+        if status is None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        raise
-    finally:
-        os.close(r)
+    if status is None:
+        raise _stopped(limit)
     return os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace")
 
 
