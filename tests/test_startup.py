@@ -32,7 +32,7 @@ sys.addaudithook(_audit)
 def _record():
     if os.getpid() != me:
         return
-    modules = {m.split(".")[0] for m in sys.modules} | ({"pyarrow.compute"} & set(sys.modules))
+    modules = {m.split(".")[0] for m in sys.modules} | ({"pyarrow.compute", "pyarrow.dataset"} & set(sys.modules))
     with open(sys.argv[1], "w") as f:
         json.dump({"modules": sorted(modules), "started": started, "forks": len(forks)}, f)
 atexit.register(_record)
@@ -40,7 +40,7 @@ from dask_pfs.cli import main
 main(sys.argv[2:])
 """
 
-HEAVY = {"pandas", "numpy", "fsspec", "rich", "distributed", "pyarrow.compute"}
+HEAVY = {"pandas", "numpy", "fsspec", "rich", "distributed", "pyarrow.compute", "pyarrow.dataset"}
 
 
 def _run(tmp_path, *args: str, env: dict | None = None, code: int = 0) -> tuple[dict, str]:
@@ -83,6 +83,8 @@ def test_a_1_file_command_imports_no_pandas_numpy_fsspec_rich_or_distributed(tmp
     # sync compares extended attributes by default (issue 31): reading them takes pyarrow.compute
     allowed = {"pyarrow.compute"} if command == "sync" else set()
     assert not modules & (HEAVY - allowed)
+    if command in ("scan", "rm"):  # no SQL on their path
+        assert "duckdb" not in modules
 
 
 @pytest.fixture
