@@ -206,3 +206,33 @@ def test_core_columns_with_backward_offsets_are_refused_without_pyarrow_compute(
         _check_offsets("path", 3, pa.py_buffer(struct.pack("<4i", 0, 3, 2, 4)), data)
     with pytest.raises(ValueError, match="do not cover"):
         _check_offsets("path", 3, pa.py_buffer(struct.pack("<4i", 0, 1, 2, 3)), data)
+
+
+def test_ctrl_c_during_the_forked_probe_takes_the_probe_too(tmp_path, one_row):
+    """Interrupted while its probe runs, the command ends as interrupted (130) and leaves no child behind."""
+    import signal
+    import time
+
+    slow = "list_reduce(range(0, 30000000 + len(path)), lambda x, y: x + y) > 0"
+    env = {**os.environ, "PFS_SERVER": "off", "PFS_SQL_TIMEOUT": "120", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dask_pfs", "query", str(one_row), "--where", slow],
+        cwd="/",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children = f"/proc/{proc.pid}/task/{proc.pid}/children"
+    deadline = time.monotonic() + 120
+    probe = ""
+    while not probe and time.monotonic() < deadline and proc.poll() is None:
+        with open(children) as f:
+            probe = f.read().strip()
+        time.sleep(0.05)
+    assert probe, "the probe was never forked"
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert out == ""
+    assert not os.path.exists(f"/proc/{probe.split()[0]}")
