@@ -42,7 +42,6 @@ from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
 from dask_pfs.urls import resolve
-from operators.core import localfs
 from operators.scan.prune import Prune
 from operators.schema import PART_PREFIX, PART_SUFFIX
 
@@ -196,7 +195,9 @@ def _manifest_or_none(name: str, storage_options: dict | None) -> Manifest | Non
     """The manifest ``name`` is, or None for a live tree (a directory that holds no manifest)."""
     if has_marker(name, storage_options):
         return open_manifest(name, storage_options=storage_options)
-    fs, path = localfs.url_to_fs(name, **(storage_options or {}))
+    import fsspec  # only for a diff against a live tree or a place that is not a manifest
+
+    fs, path = fsspec.core.url_to_fs(name, **(storage_options or {}))
     if not fs.exists(path):
         raise PfsError(f"{name}: no such manifest or directory")
     if fs.isdir(path) and fs.glob(f"{path.rstrip('/')}/{PART_PREFIX}*{PART_SUFFIX}"):

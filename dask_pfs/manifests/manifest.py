@@ -136,7 +136,7 @@ class Manifest:
         """A ``pyarrow.dataset`` over the part files."""
         import pyarrow.dataset as ds
 
-        fs, _ = self._fs_path
+        fs = None if self.is_local else self._fs_path[0]  # local parts: pyarrow's own file system reads them
         return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
 
     def tables(self) -> dict[str, str | list[str] | None]:
