@@ -30,6 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import measured_env, served_cpu  # the one reading of a served command's CPU
+
 PFS = [sys.executable, "-m", "dask_pfs"]
 
 
@@ -62,11 +65,10 @@ def timed(cmd: list[str], env: dict, server: int | None = None) -> tuple[float, 
         sys.stderr.write(f"{' '.join(cmd)}: exit {proc.returncode}: {err[-400:]}\n")
     cpu = usage.ru_utime + usage.ru_stime
     if server is not None:
-        job = [line for line in err.splitlines() if line.startswith("pfs: server job cpu ")]
+        job = served_cpu(err)
         if not job:
             sys.stderr.write(f"{' '.join(cmd)}: not run by the server\n")
-        cpu += float(job[-1].split()[4]) if job else 0.0
-        cpu += server_cpu(server) - before
+        cpu += job + server_cpu(server) - before
     return wall, cpu, proc.returncode
 
 
@@ -113,7 +115,7 @@ def main() -> None:
     base = {k: v for k, v in os.environ.items() if k != "PFS_THREADS"}
     base.update({"PFS_DASHBOARD": "0", "XDG_CACHE_HOME": str(args.dir / "cache")})
     modes = {
-        "server": {"PFS_SERVER_CPU": "1"},
+        "server": measured_env({}),  # the served child's CPU is reported on stderr (common.served_cpu)
         "alone": {"PFS_SERVER": "off"},
         "cluster": {"PFS_SERVER": "off", "PFS_ALONE_SECONDS": "0"},
     }

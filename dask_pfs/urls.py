@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import stat as st
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
-
-import fsspec
-from fsspec.registry import available_protocols
+from typing import TYPE_CHECKING, NamedTuple
 
 from dask_pfs.errors import PfsError
-from dask_pfs.places import LOCAL_PROTOCOLS, local_path
+from dask_pfs.places import LOCAL_PROTOCOLS, local_path, protocol_of
+
+if TYPE_CHECKING:
+    import fsspec
 from operators.scan.prune import Prune
 
 EXTRAS = {
@@ -43,6 +43,8 @@ class Location:
         return self.protocol in LOCAL_PROTOCOLS
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
+        import fsspec  # not for a local path: ~0.1 s of a small command's start-up
+
         return fsspec.filesystem(self.protocol, **self.storage_options)
 
     def child(self, rel: str) -> str:
@@ -53,10 +55,13 @@ class Location:
 def resolve(url: str | os.PathLike, storage_options: dict | None = None) -> Location:
     """Resolve ``url``; raise :class:`PfsError` naming the extra to install if a backend is missing."""
     url = os.fspath(url)
-    protocol = fsspec.utils.get_protocol(url)
     path = local_path(url)
     if path is not None:
         return Location(path, "file", path, dict(storage_options or {}))
+    import fsspec
+    from fsspec.registry import available_protocols
+
+    protocol = protocol_of(url)
     if protocol not in available_protocols():
         raise PfsError(f"unknown protocol {protocol!r} in {url!r}; known: file, s3, sftp, gs, az, http, ...")
     try:

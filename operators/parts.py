@@ -13,12 +13,10 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fsspec.implementations.local import LocalFileSystem
 
-from operators.core import outputs
+from operators.core import localfs, outputs
 from operators.schema import PART_PREFIX, PART_SUFFIX
 
 # Dictionary encoding only where values repeat: on a column of (nearly) unique values (path, name,
@@ -57,8 +55,8 @@ def part_name(task_id: str, seq: int) -> str:
 
 def write_part(table: pa.Table, out_url: str, name: str, storage_options: dict | None = None) -> str:
     """Write ``table`` as ``out_url/name`` atomically; return the part's name."""
-    fs, out = fsspec.core.url_to_fs(out_url, **(storage_options or {}))
-    if isinstance(fs, LocalFileSystem):
+    fs, out = localfs.url_to_fs(out_url, **(storage_options or {}))
+    if outputs.is_local(fs):
         # the one writer: a random temp name in the checked directory, renamed there (per part, not per entry);
         # pyarrow writes natively into the open temp file through its /proc/self/fd name
         with outputs.open_dir(out) as d, d.replace(name) as tmp:

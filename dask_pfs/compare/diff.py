@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import duckdb
-import fsspec
 import pyarrow.parquet as pq
 
 from dask_pfs.clusters.client import ClusterOptions
@@ -196,6 +195,8 @@ def _manifest_or_none(name: str, storage_options: dict | None) -> Manifest | Non
     """The manifest ``name`` is, or None for a live tree (a directory that holds no manifest)."""
     if has_marker(name, storage_options):
         return open_manifest(name, storage_options=storage_options)
+    import fsspec  # only for a diff against a live tree or a place that is not a manifest
+
     fs, path = fsspec.core.url_to_fs(name, **(storage_options or {}))
     if not fs.exists(path):
         raise PfsError(f"{name}: no such manifest or directory")

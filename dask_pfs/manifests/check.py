@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import Manifest
+from operators.core import outputs
 
 
 class DamagedManifestError(PfsError):
@@ -30,8 +31,14 @@ def check_parts(m: Manifest) -> int:
     """Read every part of ``m`` through; its number of rows, or :class:`DamagedManifestError`."""
     parts = m.part_files()
     fs, _ = m._fs_path
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(parts)))) as pool:
-        counted = list(pool.map(lambda p: _rows(fs, p), parts))
+    # a local part is read without pyarrow's pre-buffering, whose I/O threads would outlive the check (and
+    # keep the query's bounded probe from forking: dask_pfs.manifests.sql_probe); one part without a pool
+    local = outputs.is_local(fs)
+    if len(parts) <= 1:
+        counted = [_rows(fs, p, local) for p in parts]
+    else:
+        with ThreadPoolExecutor(max_workers=min(8, len(parts))) as pool:
+            counted = list(pool.map(lambda p: _rows(fs, p, local), parts))
     rows = 0
     for part, n in zip(parts, counted, strict=True):
         if isinstance(n, str):
@@ -53,11 +60,11 @@ def check_parts(m: Manifest) -> int:
     return rows
 
 
-def _rows(fs, part: str) -> int | str:
+def _rows(fs, part: str, local: bool) -> int | str:
     """The rows of one part read through (pages checked against their checksums), or why it cannot be read."""
     try:
         with fs.open(part, "rb") as f:
-            pf = pq.ParquetFile(f, page_checksum_verification=True)
+            pf = pq.ParquetFile(f, page_checksum_verification=True, pre_buffer=not local)
             n = 0
             for i in range(pf.num_row_groups):
                 n += pf.read_row_group(i, use_threads=False).num_rows

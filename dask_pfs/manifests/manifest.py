@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import fsspec
 import pyarrow as pa
 
 from dask_pfs.errors import IncompleteManifestError, Named, NotAManifestError, OutputError, PfsError, QueryError
@@ -31,9 +30,9 @@ from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
 from dask_pfs.options import named
-from dask_pfs.places import local_path
+from dask_pfs.places import local_path, protocol_of
 from dask_pfs.version import __version__
-from operators.core import outputs
+from operators.core import localfs, outputs
 from operators.schema import (
     MARKER_NAME,
     PART_PREFIX,
@@ -58,7 +57,7 @@ MANIFEST_PROTOCOLS = ("file", "local", "s3", "s3a", "gs", "gcs", "az", "abfs", "
 def check_manifest_protocol(url: str) -> str:
     """The protocol of a manifest URL, or PfsError (one line, credentials redacted) for one pfs does not
     read manifests from (:data:`MANIFEST_PROTOCOLS`)."""
-    protocol = fsspec.utils.get_protocol(os.fspath(url))
+    protocol = protocol_of(os.fspath(url))
     if protocol not in MANIFEST_PROTOCOLS:
         raise PfsError(
             f"manifest {url}: protocol {protocol!r} is not one pfs keeps manifests on "
@@ -70,7 +69,7 @@ def check_manifest_protocol(url: str) -> str:
 def _fs(url: str, storage_options: dict | None = None):
     """The file system of ``url``; ``storage_options`` are for remote ones (a local path takes none)."""
     local = check_manifest_protocol(url) in ("file", "local")
-    return fsspec.core.url_to_fs(url, **({} if local else storage_options or {}))
+    return localfs.url_to_fs(url, **({} if local else storage_options or {}))
 
 
 @dataclass
@@ -89,7 +88,7 @@ class Manifest:
 
     @property
     def is_local(self) -> bool:
-        return fsspec.utils.get_protocol(self.url) in ("file", "local")
+        return protocol_of(self.url) in ("file", "local")
 
     @property
     def local_dir(self) -> str:
@@ -137,7 +136,7 @@ class Manifest:
         """A ``pyarrow.dataset`` over the part files."""
         import pyarrow.dataset as ds
 
-        fs, _ = self._fs_path
+        fs = None if self.is_local else self._fs_path[0]  # local parts: pyarrow's own file system reads them
         return ds.dataset(self.part_files(), schema=SCHEMA, format="parquet", filesystem=fs)
 
     def tables(self) -> dict[str, str | list[str] | None]:

@@ -133,7 +133,8 @@ def _refusal(text: str, kind: str) -> str | None:
         return "';' ends a statement (only one expression is run, never statements)"
     sql = template.format(text)
     try:
-        statements = duckdb.extract_statements(sql)
+        with _parser_lock:  # the parse-only connection's, not DuckDB's default one (its database keeps threads)
+            statements = _parser().extract_statements(sql)
     except duckdb.Error as exc:
         return f"not valid SQL ({_first_line(exc)})"
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
@@ -201,9 +202,10 @@ def _parser() -> duckdb.DuckDBPyConnection:
 
 
 @atexit.register
-def _release_parser() -> None:
-    """Free the parse-only connection before the interpreter ends: DuckDB's bindings (nanobind) print
-    every one of their objects still alive then as leaked (dozens of lines after each Airflow task)."""
+def release_parser() -> None:
+    """Free the parse-only connection: before the interpreter ends, as DuckDB's bindings (nanobind) print
+    every one of their objects still alive then as leaked (dozens of lines after each Airflow task); and
+    before a fork (``sql_probe``), as its database keeps threads while open.  The next parse opens another."""
     if _parser.cache_info().currsize:
         with _parser_lock:
             _parser().close()

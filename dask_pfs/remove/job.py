@@ -11,8 +11,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-import fsspec
-
 from dask_pfs.errors import PfsError
 from dask_pfs.guard import check_target, selection_reach
 from dask_pfs.manifests.caps import Cap
@@ -28,6 +26,7 @@ from dask_pfs.runtime.progress import Reporter, human_bytes
 from dask_pfs.runtime.results import JobResult, ProblemLog
 from dask_pfs.runtime.submitter import Submitter, WalkTuning, walk_frontier
 from dask_pfs.urls import Location, probe, pruned_at, resolve
+from operators.core import localfs
 from operators.journal import Journal
 from operators.names import decode
 from operators.remove.tasks import (
@@ -233,7 +232,7 @@ class Removal:
         default_log = f"{url.rstrip('/')}/{FAILURE_LOG}"
         log_options = None if m.is_local or log else m.storage_options  # the default log is beside the manifest
         if not self.dry_run and not log:
-            fs, path = fsspec.core.url_to_fs(default_log, **(log_options or {}))
+            fs, path = localfs.url_to_fs(default_log, **(log_options or {}))
             if fs.exists(path):
                 fs.rm(path)  # a stale log from an earlier run would be misread as this run's
         self._log(log, default_log, log_options)

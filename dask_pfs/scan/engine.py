@@ -31,8 +31,6 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-import fsspec
-
 from dask_pfs.clusters.client import dashboard_link
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import has_marker, prepare_output, remove_manifest_files, write_marker
@@ -48,6 +46,7 @@ from dask_pfs.scan.single_file import scan_file
 from dask_pfs.urls import Location, probe, pruned_at, resolve
 from operators import ratelimit
 from operators.checksum import check_algorithm
+from operators.core import localfs
 from operators.core.concurrency import report as process_concurrency
 from operators.core.concurrency import summarize
 from operators.mounts import is_network
@@ -297,7 +296,7 @@ class TreeScan:
     def _complete(self, checksum: str | None, pruning: dict | None) -> ScanResult:
         """``resume`` over a finished scan: its summary, nothing scanned (a leftover journal is dropped);
         refused (exit 2) when it was made with other options than this run's."""
-        fs, path = fsspec.core.url_to_fs(self.out, **(self.out_options or {}))
+        fs, path = localfs.url_to_fs(self.out, **(self.out_options or {}))
         with fs.open(f"{path.rstrip('/')}/_manifest.json", "r") as f:
             info = json.load(f)
         if info.get("scanned_url") not in (None, self.loc.url):
@@ -409,7 +408,7 @@ def _root_item(loc: Location) -> DirItem:
 
 def _parts_present(out: str, parts: list[str], out_storage_options: dict | None) -> bool:
     """Every part a journal names is still in ``out`` (a journal in the cache can outlive its output)."""
-    fs, path = fsspec.core.url_to_fs(out, **(out_storage_options or {}))
+    fs, path = localfs.url_to_fs(out, **(out_storage_options or {}))
     try:
         names = {os.path.basename(p.rstrip("/")) for p in fs.ls(path.rstrip("/"), detail=False)}
     except FileNotFoundError:

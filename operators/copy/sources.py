@@ -12,20 +12,22 @@ import shutil
 import stat as st
 from typing import TYPE_CHECKING
 
-import fsspec
-
 from operators.copy.attrs import refusals
 from operators.copy.kernel import copy_range, is_sparse
 from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
 from operators.objmeta import Refused, has_metadata, head, head_object, local_attrs, set_local, to_metadata
 
 if TYPE_CHECKING:
+    import fsspec
+
     from operators.copy.local_destination import LocalDestination
 
 STREAM_BLOCK = 16 << 20
 
 
 def fs_of(protocol: str, options: dict) -> fsspec.AbstractFileSystem:
+    import fsspec  # only for a remote side: a local copy never imports it (issue 43)
+
     return fsspec.filesystem(protocol, **options)
 
 

@@ -25,8 +25,8 @@ import os
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-import fsspec
 import pyarrow as pa
 
 from operators.core.concurrency import in_flight_cap
@@ -40,6 +40,9 @@ from operators.rows import Row
 from operators.safety import check_paths, row_damage
 from operators.scan.prune import STOP, Prune
 from operators.scan.walk import Budget, DirItem, walk
+
+if TYPE_CHECKING:
+    import fsspec
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class RemoveSpec:
         return get_pool(self.threads, ((self.protocol, self.root),))
 
     def filesystem(self) -> fsspec.AbstractFileSystem:
+        import fsspec  # only for a remote tree: a local rm never imports it (issue 43)
+
         return fsspec.filesystem(self.protocol, **self.storage_options)
 
     def remote(self, rel: bytes) -> str:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from concurrent.futures import Executor
 
-import fsspec
-
 from operators.ratelimit import take_ops
 from operators.rows import Row, error_row, row_from_info
 from operators.scan.walk import DirItem, Listing
@@ -21,6 +19,8 @@ FLAT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "ad
 
 class FsspecLister:
     def __init__(self, protocol: str, root: str, storage_options: dict | None = None, flat: bool | None = None) -> None:
+        import fsspec  # only for a remote tree: a local scan never imports it (issue 43)
+
         self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
         self.root = root.rstrip("/")
         self.flat = protocol in FLAT_PROTOCOLS if flat is None else flat
