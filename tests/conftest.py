@@ -33,6 +33,7 @@ if os.environ.get("PFS_TEST_SERVER") == "on":  # the whole suite served (faster 
     os.environ["PFS_SERVER"] = "on"
 os.environ.setdefault("PFS_SERVER_IDLE", "300")
 
+
 # A suite started as a shell's background job (``.ci/run &``), under ``nohup`` or by a runner that ignores or
 # blocks signals passes that on to every command it runs: such a command is never served
 # (dask_pfs.warm.faithful) and may not be interruptible.  The commands a user types get the default
