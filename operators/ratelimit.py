@@ -167,6 +167,7 @@ def take_ops(n: int = 1) -> None:
     bucket = _ops
     if bucket is not None:
         bucket.take(n)
+        stopgate.granted(ops=n)
 
 
 def throttled_seconds() -> float:
@@ -192,6 +193,7 @@ def take_bytes(n: int) -> None:
     bucket = _bytes
     if bucket is not None and n > 0:
         bucket.take(n)
+        stopgate.granted(nbytes=n)
 
 
 def parse_bandwidth(text: str) -> float:

@@ -23,7 +23,23 @@ import threading
 import time
 from collections.abc import Iterator
 
-_JOB: contextvars.ContextVar[str | None] = contextvars.ContextVar("pfs_job", default=None)
+
+class Task:
+    """The running task's job, and what its caps granted it so far (its partial work, should it be stopped)."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.ops = 0
+        self.bytes = 0
+        self._lock = threading.Lock()  # the task's pool threads share it
+
+    def granted(self, ops: int = 0, nbytes: int = 0) -> None:
+        with self._lock:
+            self.ops += ops
+            self.bytes += nbytes
+
+
+_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar("pfs_task", default=None)
 _lock = threading.Lock()
 _stopped: dict[str, threading.Event] = {}  # job -> its stop; only jobs stopped (or waited on) in this process
 _KEEP = 1024  # stopped jobs remembered per process: a task of an older one has long ended
@@ -54,40 +70,48 @@ def forget(job: str) -> None:
         _stopped.pop(job, None)
 
 
-def current() -> str | None:
-    return _JOB.get()
+def current() -> Task | None:
+    return _TASK.get()
 
 
 @contextlib.contextmanager
-def in_job(job: str) -> Iterator[None]:
+def in_job(job: str) -> Iterator[Task]:
     """Run the block as a task of ``job``."""
-    token = _JOB.set(job)
+    task = Task(job)
+    token = _TASK.set(task)
     try:
-        yield
+        yield task
     finally:
-        _JOB.reset(token)
+        _TASK.reset(token)
 
 
 def requested() -> bool:
     """Whether the job of the running task is stopped."""
-    job = _JOB.get()
-    if job is None:
+    task = _TASK.get()
+    if task is None:
         return False
-    ev = _stopped.get(job)
+    ev = _stopped.get(task.job)
     return ev is not None and ev.is_set()
 
 
 def check() -> None:
     """Raise :class:`Stopped` if the running task's job is stopped."""
     if requested():
-        raise Stopped(f"job {_JOB.get()} stopped")
+        raise Stopped("job stopped")
+
+
+def granted(ops: int = 0, nbytes: int = 0) -> None:
+    """Count operations or bytes the caps let the running task do (``operators.ratelimit``)."""
+    task = _TASK.get()
+    if task is not None:
+        task.granted(ops, nbytes)
 
 
 def sleep(seconds: float) -> None:
     """``time.sleep`` that a stop of the running task's job ends at once (with :class:`Stopped`)."""
-    job = _JOB.get()
-    if job is None:
+    task = _TASK.get()
+    if task is None:
         time.sleep(seconds)
         return
-    if _event(job).wait(seconds):
-        raise Stopped(f"job {job} stopped")
+    if _event(task.job).wait(seconds):
+        raise Stopped("job stopped")

@@ -73,7 +73,7 @@ def no_tasks_left(sched: Path, timeout: float = 30) -> None:
             time.sleep(0.2)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stopped_client_stops_the_rm_at_once(remote, sig):  # noqa: F811
     """Ctrl-C or SIGTERM: the client waits for the driver to stop, says what was done, exits 130; nothing
     more is removed after it (the count at exit+1 s and exit+5 s are equal), and little between the

@@ -34,7 +34,7 @@ from dask_pfs.remote.driver import (
     read_record,
     sign,
 )
-from dask_pfs.runtime.progress import Reporter, describe
+from dask_pfs.runtime.progress import Reporter, describe, human_bytes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -180,8 +180,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield  # not the CLI's main thread, or a host with its own SIGTERM handling (an Airflow task runner)
         return
 
     def interrupt(signum, frame):
@@ -228,6 +228,11 @@ def stop_report(outcome: dict) -> str:
     tasks = f"{stop.get('stopped_tasks', 0)} task(s) in flight stopped before their next batch"
     if stop.get("finished_tasks"):
         tasks += f", {stop['finished_tasks']} ended on their own"
+    if stop.get("granted_ops") or stop.get("granted_bytes"):
+        tasks += (
+            f" (the caps had granted them {stop.get('granted_ops', 0):,} operations and "
+            f"{human_bytes(stop.get('granted_bytes', 0))}: their partial work, not in the counts)"
+        )
     if stop.get("left_running"):
         tasks += f", {stop['left_running']} still running (stuck on storage)"
     title = outcome.get("title") or "the job"

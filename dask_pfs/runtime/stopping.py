@@ -40,22 +40,25 @@ class JobCancelled(Exception):
 
 @dataclass(frozen=True)
 class TaskStopped:
-    """What a task returns when its job's gate refused its next batch (its partial work is not counted)."""
+    """What a task returns when its job's gate refused its next batch: its partial work is not in the job's
+    counters, only what the caps had granted it (operations, bytes; 0 without caps)."""
 
     job: str
+    ops: int = 0
+    bytes: int = 0
 
 
 def gated(job: str, fn: Callable, *args: Any) -> Any:
     """The task: ``fn(*args)`` as a task of ``job`` (``operators.stopgate``); :class:`TaskStopped` if the
     job was stopped before it started or while it ran.  Returned, not raised: Dask would retry it."""
-    with stopgate.in_job(job):
+    with stopgate.in_job(job) as task:
         try:
             stopgate.check()
             if any(isinstance(a, TaskStopped) for a in args):  # a task it depends on was stopped
                 return TaskStopped(job)
             return fn(*args)
         except stopgate.Stopped:
-            return TaskStopped(job)
+            return TaskStopped(job, task.ops, task.bytes)
 
 
 class Stop:
@@ -69,6 +72,13 @@ class Stop:
         self.stopped_tasks = 0  # tasks in flight at the stop that their gate refused
         self.finished_tasks = 0  # tasks in flight at the stop that ended on their own
         self.left_running = 0  # tasks still running after STOP_WAIT (stuck on storage; refused at their next batch)
+        self.granted_ops = 0  # what the caps had granted the stopped tasks: their partial work, not in the counters
+        self.granted_bytes = 0
+
+    def stopped_task(self, result: TaskStopped) -> None:
+        self.stopped_tasks += 1
+        self.granted_ops += result.ops
+        self.granted_bytes += result.bytes
 
     def request(self, reason: str, client: Client | None = None) -> bool:
         """Stop the job (once) and shut its gate on every worker of ``client``; True the first time."""
@@ -91,6 +101,8 @@ class Stop:
             "stopped_tasks": self.stopped_tasks,
             "finished_tasks": self.finished_tasks,
             "left_running": self.left_running,
+            "granted_ops": self.granted_ops,
+            "granted_bytes": self.granted_bytes,
         }
 
 

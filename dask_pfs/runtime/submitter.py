@@ -160,9 +160,11 @@ class Submitter:
             return
         done, running = wait_for(futs, STOP_WAIT)
         for fut in done:
-            stopped = fut.status == "finished" and isinstance(fut.result(), TaskStopped)
-            self.stop.stopped_tasks += stopped
-            self.stop.finished_tasks += not stopped
+            result = fut.result() if fut.status == "finished" else None
+            if isinstance(result, TaskStopped):
+                self.stop.stopped_task(result)
+            else:
+                self.stop.finished_tasks += 1
         self.stop.left_running += len(running)
         if running:
             log.warning("%d task(s) still running %.0f s after the stop (stuck on storage?): refused at their "
@@ -228,7 +230,7 @@ class Submitter:
             return
         fut.release()
         if isinstance(result, TaskStopped):  # the job was stopped (a driver's watcher shut its gate)
-            self.stop.stopped_tasks += 1
+            self.stop.stopped_task(result)
             raise JobCancelled(self.stop.reason or "stopped")
         then(result)
 
