@@ -96,6 +96,26 @@ def test_a_stopped_client_stops_the_rm_at_once(remote, sig):  # noqa: F811
     no_tasks_left(sched)
 
 
+def test_ctrl_c_stops_an_rm_by_manifest_in_small_chunks(remote):  # noqa: F811
+    """The issue's second case: ``rm --manifest --chunk-files 50``, Ctrl-C: nothing removed after the exit."""
+    sched, data = remote
+    tree, manifest = data / "victim-manifest", data / "victim-manifest.m"
+    total = make_victim(tree)
+    r = pfs(remote, "scan", str(tree), "-o", str(manifest))
+    assert r.returncode == 0, r.stderr
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PFS_CLEAN_EXIT": "0"}
+    argv = pfs_argv(remote, "rm", "--manifest", str(manifest), "--chunk-files", "50", "-y", "--driver", "cluster",
+                    "--max-ops-per-second", RATE)  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    wait_started(proc, tree, total)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    at_exit = left(tree)
+    assert proc.returncode == 130, err.decode()
+    assert steady(tree, 1.0, 5.0) == (at_exit, at_exit) and at_exit > 0
+    no_tasks_left(sched)
+
+
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
 def test_a_vanished_client_stops_the_rm_within_the_lease(remote, how):  # noqa: F811
     """A client killed (the scheduler drops it) or frozen (its connection stays up: only the lease tells)

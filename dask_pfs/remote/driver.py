@@ -279,6 +279,7 @@ class Watcher:
         self.client, self.name, self.key, self.token = client, name, key, token
         self.stop, self.leased = stop, leased
         self.done = threading.Event()
+        self.fired = False  # this watcher stopped the job (not the engine's own failure)
         self.beat: Any = None
         self.moved = time.monotonic()  # when the heartbeat last moved, on this host's clock (clocks may differ)
         self.thread = threading.Thread(target=self._run, name=f"pfs-watch-{name}", daemon=True)
@@ -303,6 +304,7 @@ class Watcher:
                 continue
             if reason is not None:
                 log.warning("%s: stopping the job: %s", self.name, reason)
+                self.fired = True
                 self.stop.request(reason, self.client)
                 return
 
@@ -357,7 +359,7 @@ def drive(spec: JobSpec, name: str, interval: float, token: str, leased: bool = 
             with job_stop(stop):
                 value = spec.call(client, progress)
         except Exception as exc:
-            if isinstance(exc, JobCancelled) or stop.stopped:
+            if isinstance(exc, JobCancelled) or watcher.fired:
                 outcome = {
                     "key": key,
                     "state": CANCELLED,

@@ -123,20 +123,30 @@ def current() -> Stop | None:
     return _CURRENT.get()
 
 
+SHUT_WAIT = 5.0  # seconds the broadcast of a stop may take (a frozen worker must not hold the driver)
+
+
 def shut(client: Any, gate: str) -> None:
-    """Shut ``gate`` on every worker of ``client`` (and in this process, where a lone driver runs tasks)."""
+    """Shut ``gate`` on every worker of ``client`` (and in this process, where a lone driver runs tasks);
+    a worker that does not answer within :data:`SHUT_WAIT` is not waited for (it answers nobody else either)."""
     stopgate.stop(gate)
-    try:
-        client.run(stopgate.stop, gate)
-    except Exception as exc:  # the cluster is going away: its tasks go with it
-        log.debug("could not shut gate %s on the workers: %s", gate, exc)
+
+    def broadcast() -> None:
+        try:
+            client.run(stopgate.stop, gate, on_error="ignore")
+        except Exception as exc:  # the cluster is going away: its tasks go with it
+            log.debug("could not shut gate %s on the workers: %s", gate, exc)
+
+    sender = threading.Thread(target=broadcast, name="pfs-stop-broadcast", daemon=True)
+    sender.start()
+    sender.join(SHUT_WAIT)
 
 
 def reopen(client: Any, gate: str) -> None:
     """Forget ``gate`` on every worker (its last task has ended)."""
     stopgate.forget(gate)
     with contextlib.suppress(Exception):
-        client.run(stopgate.forget, gate)
+        client.run(stopgate.forget, gate, on_error="ignore")
 
 
 def wait_for(futures: list, timeout: float = STOP_WAIT) -> tuple[list, list]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dask_pfs.clusters.client import ClusterOptions, connect, total_task_slots
-from dask_pfs.clusters.stall import Watch, storage_gone
+from dask_pfs.clusters.stall import StalledError, Watch, storage_gone
 from dask_pfs.runtime import stopping
 from dask_pfs.runtime.here import HereClient, here_client
 from dask_pfs.runtime.limits import Limits, job_limits
@@ -145,18 +145,20 @@ class Submitter:
 
     def __exit__(self, kind, exc, tb) -> None:
         if exc is not None:
-            self.halt(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.halt(reason, wait=not isinstance(exc, StalledError))  # stalled: its tasks are stuck on storage
             self._ac.clear()
 
-    def halt(self, reason: str) -> None:
-        """The job ends early: shut its gate on the workers and wait for every task in flight (see the
-        module docstring); count how they ended in :attr:`stop`."""
+    def halt(self, reason: str, wait: bool = True) -> None:
+        """The job ends early: shut its gate on the workers and (``wait``) wait for every task in flight (see
+        the module docstring); count how they ended in :attr:`stop`."""
         futs = list(self._futs.values())
         self._futs.clear()
         self.stop.request(reason, self.client)
         if not futs:
             return
-        if isinstance(self.client, HereClient):  # its tasks end with it (helpers killed, threads abandoned)
+        if not wait or isinstance(self.client, HereClient):  # a lone driver's tasks end with it
+            self.stop.left_running += len(futs)
             return
         done, running = wait_for(futs, STOP_WAIT)
         for fut in done:
