@@ -291,8 +291,8 @@ def test_rm_asks_on_the_clients_terminal(remote):
 
 
 def test_killed_client_stops_the_driver(remote):
-    """kill -9 of the client: the scheduler releases the driver task, which stops at its next progress
-    report (no task left on the cluster, the journal kept for --resume)."""
+    """kill -9 of the client: the scheduler releases the driver task, whose watcher stops the job within 0.2 s
+    (no task left on the cluster, the journal kept for --resume)."""
     sched, data = remote
     tree, out = data / "orphan", data / "orphan.m"
     for i in range(40):
