@@ -58,6 +58,7 @@ COMMAND_MODULES = {  # subcommand -> module under dask_pfs.commands that registe
     "diff": "diff",
     "du": "query",
     "info": "query",
+    "job": "job",
     "query": "query",
     "retire-worker": "workers",
     "rm": "rm",
@@ -163,6 +164,12 @@ def cluster_options(func: Callable) -> Callable:
     opts = [
         *scheduler_options(),
         driver_option(),
+        click.option(
+            "--detach",
+            is_flag=True,
+            help="With the driver on the cluster: start the job and leave; it runs to its end without this "
+            "client (else a client killed or cut off stops it within 5 s). Prints the job's name: pfs job NAME.",
+        ),
         click.option("--workers", type=click.IntRange(1), help="Worker processes of the local cluster."),
         click.option(
             "--threads",
@@ -245,6 +252,7 @@ def cluster_options(func: Callable) -> Callable:
         kwargs["cluster"] = ClusterOptions(
             **pop_scheduler_options(kwargs),
             driver=kwargs.pop("driver"),
+            detach=kwargs.pop("detach"),
             workers=kwargs.pop("workers"),
             threads=kwargs["threads"],
             slurm=slurm,

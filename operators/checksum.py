@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import operators._native as _native
+from operators.core.pool import CarryingPool
 from operators.ratelimit import bytes_capped, take_bytes
 from operators.root_identity import RootIdentity, host_pin
 
@@ -117,7 +118,7 @@ def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=_threads(threads), thread_name_prefix="pfs-sum")
+            _pool = CarryingPool(max_workers=_threads(threads), thread_name_prefix="pfs-sum")
         return _pool
 
 

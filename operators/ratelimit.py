@@ -13,6 +13,10 @@ until they are earned, so callers queue fairly and the long-run rate is exact.
 What counts as one operation: one entry touched (an ``lstat`` in a scan, a removal in ``rm``,
 an entry created by ``cp``); a directory listing is not counted on its own.  Bytes are data
 read for copying.  With no cap set, ``take_ops``/``take_bytes`` return at once.
+
+A stopped job (``operators.stopgate``) takes no more tokens: ``take_ops``/``take_bytes`` raise
+``stopgate.Stopped``, a wait for tokens ends at once, and ``ops_capped``/``bytes_capped`` say True so that
+an uncapped loop goes the paced way too and meets that refusal before its next batch.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from operators import stopgate
 from operators.sizes import parse_size
 
 
@@ -63,7 +68,7 @@ class TokenBucket:
         wait = self.reserve(n)
         if wait > 0:
             self.slept += wait  # a float add under the GIL: a lost update only undercounts
-            time.sleep(wait)
+            stopgate.sleep(wait)
         return wait
 
 
@@ -79,6 +84,7 @@ class LeasedBucket:
 
     def take(self, n: float = 1) -> float:
         with self._lock:  # held while waiting: the next caller's tokens come after these anyway
+            stopgate.check()  # a caller that waited for the lock while the job stopped
             if self._tokens >= n:
                 self._tokens -= n
                 return 0.0
@@ -86,7 +92,7 @@ class LeasedBucket:
             asked = time.monotonic()
             wait = self.lease(want) - (time.monotonic() - asked)  # the round trip was part of the wait
             if wait > 0:
-                time.sleep(wait)
+                stopgate.sleep(wait)
             self._tokens += want - n
             return wait
 
@@ -155,10 +161,13 @@ def _update(bucket, rate: float | None, burst_seconds: float = 0.05) -> TokenBuc
 
 
 def take_ops(n: int = 1) -> None:
-    """Account for ``n`` entry operations, waiting if the process is over its share."""
+    """Account for ``n`` entry operations, waiting if the process is over its share
+    (``stopgate.Stopped`` once the task's job is stopped)."""
+    stopgate.check()
     bucket = _ops
     if bucket is not None:
         bucket.take(n)
+        stopgate.granted(ops=n)
 
 
 def throttled_seconds() -> float:
@@ -167,20 +176,24 @@ def throttled_seconds() -> float:
 
 
 def ops_capped() -> bool:
-    """Whether this process has an ops/s cap to honour (the core then calls :func:`take_ops` per chunk)."""
-    return _ops is not None
+    """Whether this process has an ops/s cap to honour (the core then calls :func:`take_ops` per chunk),
+    or the running task's job was stopped (its next :func:`take_ops` refuses)."""
+    return _ops is not None or stopgate.requested()
 
 
 def bytes_capped() -> bool:
-    """Whether this process has a bandwidth cap (cp then takes tokens per batch of files)."""
-    return _bytes is not None
+    """Whether this process has a bandwidth cap (cp then takes tokens per batch of files), or the running
+    task's job was stopped."""
+    return _bytes is not None or stopgate.requested()
 
 
 def take_bytes(n: int) -> None:
-    """Account for ``n`` bytes of data about to be read."""
+    """Account for ``n`` bytes of data about to be read (``stopgate.Stopped`` once the job is stopped)."""
+    stopgate.check()
     bucket = _bytes
     if bucket is not None and n > 0:
         bucket.take(n)
+        stopgate.granted(nbytes=n)
 
 
 def parse_bandwidth(text: str) -> float:

@@ -46,6 +46,8 @@ class ClusterOptions:
     security: TlsFiles | Security | None = None
     # where the driver runs with a scheduler given: auto, local or cluster (dask_pfs.remote.client.remote_driver)
     driver: str = "auto"
+    # a driver on the cluster runs to its end without this client (--detach: dask_pfs.remote.client.detach)
+    detach: bool = False
     announce: bool = False  # the CLI: print the dashboard link of a cluster it starts on stderr
 
     @property

@@ -8,7 +8,6 @@ manifest, so a comparison never trusts size and mtime when content was asked for
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from dask_pfs.runtime.submitter import Submitter
 from dask_pfs.scan.engine import scan_tree
 from dask_pfs.urls import resolve
 from operators.checksum import checksum_table
+from operators.core.pool import CarryingPool
 from operators.parts import part_name
 from operators.scan.prune import Prune
 from operators.scan.remote import FLAT_PROTOCOLS
@@ -82,7 +82,7 @@ def scan_sides(
         )
         return Side(open_manifest(out), result.root, options or {}, result.failed)
 
-    with ThreadPoolExecutor(max(1, len(jobs))) as pool:
+    with CarryingPool(max(1, len(jobs))) as pool:  # the scans run under the job's stop (dask_pfs.runtime.stopping)
         futs = [pool.submit(one, *job) if job and side is None else None for side, job in zip(sides, jobs, strict=True)]
         done = [side or (f.result() if f is not None else None) for side, f in zip(sides, futs, strict=True)]
     missing = [i for i, side in enumerate(done) if side is None]

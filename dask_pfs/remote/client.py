@@ -14,13 +14,13 @@ import os
 import secrets
 import sys
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dask_pfs.clusters.client import ClusterOptions, connect, dashboard_link, wants_dashboard
 from dask_pfs.errors import PfsError
 from dask_pfs.places import local_path, local_text
-from dask_pfs.remote.control import forget, start
+from dask_pfs.remote.control import Heartbeat, forget, start
 from dask_pfs.remote.driver import (
     ASKING,
     CANCEL_GRACE,
@@ -34,7 +34,7 @@ from dask_pfs.remote.driver import (
     read_record,
     sign,
 )
-from dask_pfs.runtime.progress import Reporter
+from dask_pfs.runtime.progress import Reporter, describe, human_bytes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -82,6 +82,8 @@ def run_job(
     ``confirm`` and ``on_dashboard`` are passed to a local engine; a remote one asks through this client."""
     inputs = list(inputs)
     if not remote_driver(cluster, inputs):
+        if cluster.detach:
+            raise PfsError("--detach needs the driver on the cluster: --driver cluster and a scheduler")
         extra: dict[str, Any] = {"cluster": cluster}
         if confirm is not None:
             extra["confirm"] = confirm
@@ -96,6 +98,10 @@ def run_job(
             "directory means nothing: give absolute paths, as the workers see them"
         )
     with connect(cluster) as client:
+        if cluster.detach:
+            from dask_pfs.remote.detached import detach
+
+            detach(client, spec, cluster, confirm)  # ends the command
         link = dashboard_link(client)
         if link and on_dashboard is not None:
             on_dashboard(link)
@@ -111,7 +117,11 @@ def follow(
     progress: Reporter,
     confirm: Callable[[str], bool] | None,
 ) -> Any:
-    """Start the driver on the cluster, show its progress, answer its questions, return its result."""
+    """Start the driver on the cluster, show its progress, answer its questions, return its result.
+
+    The job is leased to this client (``dask_pfs.remote.driver.Watcher``): a heartbeat thread renews it
+    every ``LEASE_BEAT`` seconds, and a client that is killed, frozen or cut off stops the job within
+    ``LEASE_TIMEOUT`` seconds.  Ctrl-C and SIGTERM stop it at once and wait for its report."""
     from distributed import Variable
 
     name = f"pfs-cli-{spec.engine.replace(':', '.')}-{uuid.uuid4().hex[:12]}"
@@ -122,36 +132,66 @@ def follow(
     kwargs["cluster"] = ClusterOptions(threads=cluster.threads, limits=cluster.limits)
     if confirm is not None:
         kwargs["confirm"] = RemoteConfirm(name, key, token)
-    future = start(client, name, dataclasses.replace(spec, kwargs=kwargs), POLL, token, key)
+    future = start(client, name, dataclasses.replace(spec, kwargs=kwargs), POLL, token, key, leased=True)
+    heartbeat = Heartbeat(client, name, token)
     shown = None
     answered = None
     try:
-        while future.status == "pending":
-            record = read_record(client, name, token)
-            if record.get("state") == RUNNING and record.get("title"):
-                shown = _show(progress, shown, record)
-            elif record.get("state") == ASKING and record.get("asked") != answered and confirm is not None:
-                answered = record["asked"]
-                yes = confirm(record.get("question", ""))
-                Variable(answer_name(name), client=client).set(sign({"asked": answered, "yes": yes}, token))
-            with contextlib.suppress(TimeoutError):
-                future.exception(timeout=POLL)  # returns when the driver ends
-        outcome = future.result()
+        with _sigterm_as_interrupt():
+            while future.status == "pending":
+                record = read_record(client, name, token)
+                if record.get("state") == RUNNING and record.get("title"):
+                    shown = _show(progress, shown, record)
+                elif record.get("state") == ASKING and record.get("asked") != answered and confirm is not None:
+                    answered = record["asked"]
+                    yes = confirm(record.get("question", ""))
+                    Variable(answer_name(name), client=client).set(sign({"asked": answered, "yes": yes}, token))
+                with contextlib.suppress(TimeoutError):
+                    future.exception(timeout=POLL)  # returns when the driver ends
+            outcome = future.result()
         if outcome.get("title"):  # the last counters (a short job may have ended before the first poll)
             shown = _show(progress, shown, outcome)
     except KeyboardInterrupt:
-        _stop(client, name, future)
+        if shown is not None:
+            progress.stop()
+            shown = None
+        stopped = _stop(client, name, future)
+        if stopped is not None:
+            _report_stop(stopped)
         raise
     finally:
+        heartbeat.close()
         if shown is not None:
             progress.stop()
         with contextlib.suppress(Exception):
             forget(client, name)
     if outcome.get("state") == CANCELLED:
+        _report_stop(outcome)
         raise KeyboardInterrupt(outcome.get("error"))
     if "value" not in outcome:  # a recomputed task found the record of its first run
         raise PfsError(f"the driver on the cluster finished but its result was lost: {outcome.get('result')}")
     return outcome["value"]
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM while following a job is a stop like Ctrl-C (the job is stopped and its report waited for),
+    not a silent death that would leave the driver to notice the lost lease."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield  # not the CLI's main thread, or a host with its own SIGTERM handling (an Airflow task runner)
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("terminated")
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _show(progress: Reporter, shown: str | None, record: dict) -> str:
@@ -164,12 +204,40 @@ def _show(progress: Reporter, shown: str | None, record: dict) -> str:
     return record["title"]
 
 
-def _stop(client: Client, name: str, future) -> None:
-    """Ctrl-C: ask the driver to stop, and wait (a second Ctrl-C does not) until it has, so its
-    journal is consistent for ``--resume``."""
+def _stop(client: Client, name: str, future) -> dict | None:
+    """Ctrl-C or SIGTERM: ask the driver to stop, and wait (a second Ctrl-C does not) until it has: its
+    tasks in flight refused their next batch and ended, its journal is consistent for ``--resume``.
+    The driver's outcome, or None if it was not back within ``CANCEL_GRACE`` seconds."""
     from distributed import Event
 
     print("pfs: stopping the driver on the cluster (Ctrl-C again to leave it)...", file=sys.stderr, flush=True)
     Event(cancel_name(name), client=client).set()
     with contextlib.suppress(Exception):
         future.exception(timeout=CANCEL_GRACE)
+        outcome = future.result(timeout=1)
+        return outcome if isinstance(outcome, dict) else None
+    return None
+
+
+def stop_report(outcome: dict) -> str:
+    """What a stopped job did, in one line: why it stopped, the counters it had reached, its tasks' ends."""
+    counters = outcome.get("counters") or {}
+    parts = describe(counters, 0.0).split(", ") if counters else []
+    done = ", ".join(p for p in parts if not p.endswith("/s")) or "no task had finished"  # a rate means nothing here
+    stop = outcome.get("stop") or {}
+    tasks = f"{stop.get('stopped_tasks', 0)} task(s) in flight stopped before their next batch"
+    if stop.get("finished_tasks"):
+        tasks += f", {stop['finished_tasks']} ended on their own"
+    if stop.get("granted_ops") or stop.get("granted_bytes"):
+        tasks += (
+            f" (the caps had granted them {stop.get('granted_ops', 0):,} operations and "
+            f"{human_bytes(stop.get('granted_bytes', 0))}: their partial work, not in the counts)"
+        )
+    if stop.get("left_running"):
+        tasks += f", {stop['left_running']} still running (stuck on storage)"
+    title = outcome.get("title") or "the job"
+    return f"stopped ({outcome.get('error') or 'cancelled'}): {title}: {done}; {tasks}"
+
+
+def _report_stop(outcome: dict) -> None:
+    print(f"pfs: {stop_report(outcome)}", file=sys.stderr, flush=True)

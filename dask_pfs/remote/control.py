@@ -23,12 +23,14 @@ from dask_pfs.remote.driver import (
     ERROR,
     FINISHED,
     FORGED,
+    LEASE_BEAT,
     MISSING,
     RUNNING,
     JobSpec,
     answer_name,
     cancel_name,
     drive,
+    lease_name,
     read_record,
     sign,
     state_name,
@@ -76,15 +78,60 @@ def status(client: Client, name: str, token: str) -> tuple[str, dict]:
     return decide(record, future_status), record
 
 
-def start(client: Client, name: str, spec: JobSpec, interval: float, token: str, key: str | None = None):
+def start(
+    client: Client,
+    name: str,
+    spec: JobSpec,
+    interval: float,
+    token: str,
+    key: str | None = None,
+    leased: bool = False,
+):
     """Start the driver under ``key`` (default: a fresh one); return its future (held by this client only).
-    ``token`` signs its state record: keep it to yourself."""
+    ``token`` signs its state record: keep it to yourself.  ``leased``: the job stops when this client's
+    heartbeat (:class:`Heartbeat`, started here) stops; the caller closes the heartbeat it returns."""
     from distributed import Event, Variable
 
     Event(cancel_name(name), client=client).clear()
     key = key or f"{name}-{uuid.uuid4().hex[:8]}"
     Variable(state_name(name), client=client).set(sign({"key": key, "state": "submitted"}, token))
-    return client.submit(drive, spec, name, interval, token, key=key, pure=False, retries=0)
+    if leased:
+        beat(client, name, token, 0)
+    return client.submit(drive, spec, name, interval, token, leased, key=key, pure=False, retries=0)
+
+
+def beat(client: Client, name: str, token: str, n: int) -> None:
+    """One heartbeat of a leased job: a new counter, signed (a peer cannot keep a job alive)."""
+    from distributed import Variable
+
+    Variable(lease_name(name), client=client).set(sign({"beat": n}, token))
+
+
+class Heartbeat:
+    """A client's heartbeat for its leased job, every ``LEASE_BEAT`` seconds on a thread of its own (the
+    client may be waiting on its user's answer meanwhile).  Stopped with :meth:`close` or by the
+    process's end: the driver then stops the job within ``LEASE_TIMEOUT`` seconds."""
+
+    def __init__(self, client: Client, name: str, token: str) -> None:
+        import threading
+
+        self.client, self.name, self.token = client, name, token
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"pfs-heartbeat-{name}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        while not self.done.wait(LEASE_BEAT):
+            n += 1
+            try:
+                beat(self.client, self.name, self.token, n)
+            except Exception:  # the scheduler did not answer this time; the lease allows a few misses
+                continue
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)
 
 
 def submit(client: Client, name: str, spec: JobSpec, interval: float, token: str) -> str:
@@ -124,6 +171,7 @@ def forget(client: Client, name: str) -> None:
     release(client, name)
     Variable(state_name(name), client=client).delete()
     Variable(answer_name(name), client=client).delete()
+    Variable(lease_name(name), client=client).delete()
 
 
 def cancel(client: Client, name: str, token: str) -> bool:

@@ -7,8 +7,14 @@ secedes (``worker_client``) and submits the engine's own tasks from there, so it
 thread and a one-worker cluster does not deadlock.
 
 The driver keeps a state record (a Dask ``Variable``: the progress title and counters while
-running, a question while it waits for a confirmation, then the outcome) and stops when the job's
-cancel ``Event`` is set or nobody wants its result any more (the client went away).  Two users:
+running, a question while it waits for a confirmation, then the outcome).  A watcher thread
+(:class:`Watcher`) stops the job, within :data:`WATCH` seconds, when its cancel ``Event`` is set, when
+nobody wants its result any more (the scheduler released the driver task: its client went away), or,
+for a *leased* job (the CLI's, unless ``--detach``), when its client's heartbeat (a signed counter the
+client bumps every :data:`LEASE_BEAT` seconds) has not moved for :data:`LEASE_TIMEOUT` seconds: a client
+that was killed, frozen or cut off.  The stop shuts the job's gate on every worker
+(``dask_pfs.runtime.stopping``): no task starts another batch of I/O, the caps hold until the last task
+has ended, and the outcome says how many tasks were stopped and the counters reached.  Two users:
 
 * the CLI (``dask_pfs.remote.client.run_job``): ``--driver auto|local|cluster``; it follows the record with the same
   progress bar as a local run, answers ``rm``/``sync`` confirmations on its terminal, turns
@@ -30,6 +36,7 @@ import importlib
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 import warnings
@@ -39,8 +46,10 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from dask_pfs.errors import PfsError
+from dask_pfs.runtime import stopping
 from dask_pfs.runtime.allowed import check_allowed
 from dask_pfs.runtime.progress import LogProgress, Reporter
+from dask_pfs.runtime.stopping import JobCancelled, Stop, job_stop, reopen
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -67,10 +76,11 @@ RECORD_TIMEOUT = 0.3  # seconds to wait for a state record that may not exist
 MAX_SAMPLES = 20
 POLL = 0.2  # seconds between the CLI's reads of the state record
 CANCEL_GRACE = 60.0  # seconds the CLI waits, after Ctrl-C, for the driver to stop and keep its journal
+WATCH = 0.2  # seconds between the driver's looks at its cancel event, its task and its client's lease
+LEASE_BEAT = 1.0  # seconds between a leased job's heartbeats from its client
+LEASE_TIMEOUT = 4.0  # seconds without a new heartbeat after which a leased job stops (its client is gone)
 
-
-class JobCancelled(Exception):
-    """Raised inside the driver when the job's cancel event is set or its client is gone."""
+__all__ = ["JobCancelled"]  # raised inside the driver when the job is stopped (dask_pfs.runtime.stopping)
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,10 @@ def answer_name(name: str) -> str:
     return f"{name}-answer"
 
 
+def lease_name(name: str) -> str:
+    return f"{name}-lease"
+
+
 def jsonable(value: Any) -> Any:
     """Make an engine result fit XCom and trigger payloads (JSON, small)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -189,15 +203,15 @@ def orphaned(key: str) -> bool:
 
 
 class JobProgress:
-    """Driver-side reporter: worker log lines, counters into the state record, the cancel check."""
+    """Driver-side reporter: worker log lines, counters into the state record, the stop check."""
 
-    def __init__(self, name: str, key: str, client: Client, interval: float, token: str) -> None:
-        from distributed import Event, Variable
+    def __init__(self, name: str, key: str, client: Client, interval: float, token: str, stop: Stop) -> None:
+        from distributed import Variable
 
         self.token = token
         self.logger = LogProgress(log, interval)
         self.record = Variable(state_name(name), client=client)
-        self.cancel = Event(cancel_name(name), client=client)
+        self.stop_ = stop
         self.key = key
         self.interval = interval
         self.last = 0.0
@@ -210,8 +224,9 @@ class JobProgress:
 
     def update(self, counters: dict) -> None:
         self.logger.update(counters)
-        if self._publish(counters) and (self.cancel.is_set() or orphaned(self.key)):
-            raise JobCancelled(f"{self.title}: cancelled")
+        self._publish(counters)
+        if self.stop_.stopped:  # the watcher stopped the job: no more tasks
+            raise JobCancelled(f"{self.title}: {self.stop_.reason}")
 
     def stop(self) -> None:
         self.logger.stop()
@@ -251,17 +266,81 @@ class RemoteConfirm:
                     if reply.get("asked") == asked:
                         answer.delete()
                         return bool(reply.get("yes"))
-                if cancel.is_set() or orphaned(self.key):
+                stop = stopping.current()
+                if cancel.is_set() or orphaned(self.key) or (stop is not None and stop.stopped):
                     raise JobCancelled("cancelled while asking for confirmation")
 
 
-def drive(spec: JobSpec, name: str, interval: float, token: str) -> dict:
+class Watcher:
+    """The driver's watch over its job (see the module docstring): a thread that stops it when it is
+    cancelled, orphaned or, ``leased``, when its client's heartbeat stops."""
+
+    def __init__(self, client: Client, name: str, key: str, token: str, stop: Stop, leased: bool) -> None:
+        self.client, self.name, self.key, self.token = client, name, key, token
+        self.stop, self.leased = stop, leased
+        self.done = threading.Event()
+        self.fired = False  # this watcher stopped the job (not the engine's own failure)
+        self.beat: Any = None
+        self.moved = time.monotonic()  # when the heartbeat last moved, on this host's clock (clocks may differ)
+        self.thread = threading.Thread(target=self._run, name=f"pfs-watch-{name}", daemon=True)
+
+    def start(self) -> Watcher:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)
+
+    def _run(self) -> None:
+        from distributed import Event
+
+        cancel = Event(cancel_name(self.name), client=self.client)
+        while not self.done.wait(WATCH):
+            try:
+                reason = self.reason(cancel)
+            except Exception as exc:  # the scheduler did not answer this time: look again
+                log.debug("%s: watch: %s", self.name, exc)
+                continue
+            if reason is not None:
+                log.warning("%s: stopping the job: %s", self.name, reason)
+                self.fired = True
+                self.stop.request(reason, self.client)
+                return
+
+    def reason(self, cancel) -> str | None:
+        """Why the job must stop now, or None."""
+        if cancel.is_set():
+            return "cancelled"
+        if orphaned(self.key):
+            return "its client is gone (the scheduler released the driver task)"
+        if self.leased and self._lease_ran_out():
+            return f"its client's lease ran out (no heartbeat for {LEASE_TIMEOUT:g} s)"
+        return None
+
+    def _lease_ran_out(self) -> bool:
+        from distributed import Variable
+
+        now = time.monotonic()
+        try:
+            raw = Variable(lease_name(self.name), client=self.client).get(timeout=RECORD_TIMEOUT)
+        except TimeoutError:
+            raw = None
+        beat = (verified(raw, self.token) or {}).get("beat") if raw is not None else None  # a peer cannot renew it
+        if beat is not None and beat != self.beat:
+            self.beat, self.moved = beat, now
+        return now - self.moved > LEASE_TIMEOUT
+
+
+def drive(spec: JobSpec, name: str, interval: float, token: str, leased: bool = False) -> dict:
     """The Dask task that runs a whole engine call; seceded, so it holds no worker thread.
 
     The outcome goes into the job's state record before the task ends, so the result survives
     the task being released, and a recomputation of this same task (its worker died after it
     finished) sees the record and does not run the engine a second time.  The returned dict is
     the record plus ``value``, the engine's result object (for the CLI, which prints it).
+    ``leased``: the job stops when its client's heartbeat stops (:class:`Watcher`); else it runs
+    to its end whatever happens to the client that started it (a detached job, Airflow's).
     """
     from distributed import Event, Variable, get_worker, worker_client
 
@@ -271,18 +350,32 @@ def drive(spec: JobSpec, name: str, interval: float, token: str) -> dict:
         previous = read_record(client, name, token)
         if previous.get("key") == key and previous.get("state") in DONE:
             return previous
+        stop = Stop()
+        watcher = Watcher(client, name, key, token, stop, leased).start()
+        progress = JobProgress(name, key, client, interval, token, stop)
         try:
             if Event(cancel_name(name), client=client).is_set():
                 raise JobCancelled(f"{name}: cancelled before it started")
-            progress = JobProgress(name, key, client, interval, token)
-            value = spec.call(client, progress)
-        except JobCancelled as exc:
-            outcome = {"key": key, "state": CANCELLED, "error": str(exc)}
-            record.set(sign(outcome, token))
-            return outcome
+            with job_stop(stop):
+                value = spec.call(client, progress)
         except Exception as exc:
+            if isinstance(exc, JobCancelled) or watcher.fired:
+                outcome = {
+                    "key": key,
+                    "state": CANCELLED,
+                    "error": stop.reason or str(exc),
+                    "title": progress.title,
+                    "counters": jsonable(progress.logger.counters),
+                    "stop": stop.report(),
+                }
+                record.set(sign(outcome, token))
+                return outcome
             record.set(sign({"key": key, "state": ERROR, "error": describe_error(exc)}, token))
             raise
+        finally:
+            watcher.close()
+            if stop.stopped and not stop.left_running:
+                reopen(client, stop.gate)
         finished: dict[str, Any] = {"key": key, "state": FINISHED, "result": summarize(value)}
         record.set(sign(finished, token))
         # the last counters (the record had them only every ``interval``), for the client's progress bar

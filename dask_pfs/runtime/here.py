@@ -302,10 +302,10 @@ class HereClient:
         mine = {"here": self.slots}
         return mine | (self.joined.nthreads() if self.joined is not None else {})
 
-    def run(self, fn: Callable) -> dict[str, Any]:
-        """``fn()`` on every worker: here, the driver (its own process, or not at all for helper processes)."""
-        mine = {"here": fn()} if not self.processes else {}
-        return mine | (self.joined.run(fn) if self.joined is not None else {})
+    def run(self, fn: Callable, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """``fn(*args)`` on every worker: here, the driver (its own process, or not at all for helper processes)."""
+        mine = {"here": fn(*args)} if not self.processes else {}
+        return mine | (self.joined.run(fn, *args, **kwargs) if self.joined is not None else {})
 
     def cancel(self, futures: list) -> None:
         for f in futures:

@@ -14,12 +14,17 @@ One policy for all of them:
   as they finish, so the driver holds counters and a frontier, never the tree.
 * **failure**: a task that still raises after its retries ends the job (the exception goes up),
   unless the caller gives ``failed=`` to turn it into per-entry failures (``cp`` does).
+* **stop**: every task runs under the job's gate (``dask_pfs.runtime.stopping``).  Left by an exception
+  (Ctrl-C, a cancel, a failure), the submitter shuts the gate on every worker, so no task in flight starts
+  another batch of I/O, and waits for them all before it returns: the job-wide caps, lifted after it,
+  hold until the last task has ended.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import queue
 import uuid
@@ -29,9 +34,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dask_pfs.clusters.client import ClusterOptions, connect, total_task_slots
-from dask_pfs.clusters.stall import Watch, storage_gone
+from dask_pfs.clusters.stall import StalledError, Watch, storage_gone
+from dask_pfs.runtime import stopping
 from dask_pfs.runtime.here import HereClient, here_client
 from dask_pfs.runtime.limits import Limits, job_limits
+from dask_pfs.runtime.stopping import STOP_WAIT, JobCancelled, Stop, TaskStopped, gated, reopen, wait_for
 from operators.root_identity import RootChangedError
 from operators.scan.walk import Budget, DirItem
 
@@ -39,6 +46,8 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from dask_pfs.urls import Location
+
+log = logging.getLogger("pfs.submit")
 
 RETRIES = 2
 PER_SLOT = 2  # tasks in flight per worker thread: one running, one queued behind it
@@ -126,13 +135,44 @@ class Submitter:
             self._ac = as_completed(loop=client.loop)
         self._then: dict[Hashable, tuple[int, Callable[[Any], None], Callable[[BaseException], None] | None]] = {}
         self.watch = Watch()  # no task back within the stall timeout: StalledError (dask_pfs.clusters.stall)
+        shared = stopping.current()  # a driver's (dask_pfs.remote.driver), shared by its submitters
+        self.stop = shared or Stop(f"pfs-gate-{job}-{self.run}")
+        self._own_stop = shared is None  # reopens the gate after its tasks (a shared one: the driver does)
+        self._futs: dict[Hashable, Any] = {}  # in flight: waited for after a stop
 
     def __enter__(self) -> Submitter:
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
         if exc is not None:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.halt(reason, wait=not isinstance(exc, StalledError))  # stalled: its tasks are stuck on storage
             self._ac.clear()
+
+    def halt(self, reason: str, wait: bool = True) -> None:
+        """The job ends early: shut its gate on the workers and (``wait``) wait for every task in flight (see
+        the module docstring); count how they ended in :attr:`stop`."""
+        futs = list(self._futs.values())
+        self._futs.clear()
+        self.stop.request(reason, self.client)
+        if not futs:
+            return
+        if not wait or isinstance(self.client, HereClient):  # a lone driver's tasks end with it
+            self.stop.left_running += len(futs)
+            return
+        done, running = wait_for(futs, STOP_WAIT)
+        for fut in done:
+            result = fut.result() if fut.status == "finished" else None
+            if isinstance(result, TaskStopped):
+                self.stop.stopped_task(result)
+            else:
+                self.stop.finished_tasks += 1
+        self.stop.left_running += len(running)
+        if running:
+            log.warning("%d task(s) still running %.0f s after the stop (stuck on storage?): refused at their "
+                        "next batch", len(running), STOP_WAIT)  # fmt: skip
+        elif self._own_stop:
+            reopen(self.client, self.stop.gate)
 
     def key(self, kind: str | None = None, part: int | None = None) -> str:
         """The next task's key (see the module docstring)."""
@@ -141,7 +181,9 @@ class Submitter:
 
     def future(self, fn: Callable, *args: Any, kind: str | None = None, part: int | None = None) -> Future:
         """Submit a task nothing waits on directly (an input of a later task): same key and retry policy."""
-        fut = self.client.submit(fn, *args, key=self.key(kind, part), pure=False, retries=RETRIES)
+        fut = self.client.submit(
+            gated, self.stop.gate, fn, *args, key=self.key(kind, part), pure=False, retries=RETRIES
+        )
         self.tasks += 1
         return fut
 
@@ -158,6 +200,7 @@ class Submitter:
         self.make_room(weight)
         fut = self.future(fn, *args, kind=kind)
         self.inflight += weight
+        self._futs[fut.key] = fut
         self._then[fut.key] = (weight, then, failed)
         fut.add_done_callback(self.watch.back)
         self._ac.add(fut)
@@ -175,6 +218,7 @@ class Submitter:
         self.watch.until(self._ac.has_ready, self.inflight)
         fut = next(self._ac)
         weight, then, failed = self._then.pop(fut.key)
+        self._futs.pop(fut.key, None)
         self.inflight -= weight
         try:
             result = fut.result()
@@ -187,6 +231,9 @@ class Submitter:
             failed(exc)
             return
         fut.release()
+        if isinstance(result, TaskStopped):  # the job was stopped (a driver's watcher shut its gate)
+            self.stop.stopped_task(result)
+            raise JobCancelled(self.stop.reason or "stopped")
         then(result)
 
     def poll(self) -> None:

@@ -25,6 +25,7 @@ falls, so a job never waits on a gate and is never woken from one.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import os
@@ -236,7 +237,8 @@ class GatedExecutor(Executor):
         if self._shutdown:
             raise RuntimeError("cannot schedule new futures after shutdown")
         fut: Future = Future()
-        self._queue.put((fut, fn, args, kwargs))
+        # run in the submitter's context, as operators.core.pool.CarryingPool: the task's job reaches the thread
+        self._queue.put((fut, contextvars.copy_context().run, (fn, *args), kwargs))
         if len(self._threads) < min(self._max_workers, self.controller.limit):
             self._start_thread()
         return fut

@@ -8,6 +8,7 @@ Dask tasks run at once.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -39,7 +40,15 @@ def default_threads() -> int:
         return DEFAULT_THREADS
 
 
-class _Permitted(ThreadPoolExecutor):
+class CarryingPool(ThreadPoolExecutor):
+    """A thread pool whose jobs run in the submitter's context: a task's job (``operators.stopgate``)
+    reaches the threads doing its I/O, so a stopped job's pooled batches are refused as its own."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+
+class _Permitted(CarryingPool):
     """The fixed pool (``--threads N``): each job holds one of the process's N permits
     (``operators.core.inflight``), shared with the native core's fan-out, so both together keep N in flight."""
 

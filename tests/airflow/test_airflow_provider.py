@@ -274,6 +274,49 @@ def test_killing_deferred_task_cancels_job(airflow_db, dask_processes, tmp_path)
     assert marker.read_text() == "run\n"
 
 
+def test_killing_a_deferred_rm_stops_its_io_at_once(airflow_db, dask_processes, tmp_path):
+    """Issue 44: on_kill of a deferred, capped rm: no file goes a second after it (the tasks in flight refuse
+    their next batch, under the caps), and the job's record says it was cancelled and what its tasks did."""
+    import os
+    import time
+
+    from distributed import Client
+
+    from airflow_pfs import jobs
+    from airflow_pfs.operators import PfsRemoveOperator
+
+    tree = tmp_path / "victim"
+    for i in range(6):
+        (tree / f"d{i}").mkdir(parents=True)
+        for j in range(120):
+            (tree / f"d{i}" / f"f{j}").write_bytes(b"")
+
+    def left() -> int:
+        return sum(len(files) for _, _, files in os.walk(tree))
+
+    op = PfsRemoveOperator(task_id="rm", path=str(tree), deferrable=True, max_ops_per_second=40)
+    trigger = _defer(op, _context("kill-rm-1"))
+    deadline = time.monotonic() + 60
+    while left() > 720 - 64:
+        assert time.monotonic() < deadline, "the rm did not start"
+        time.sleep(0.05)
+    asyncio.run(trigger.on_kill())
+    time.sleep(1)
+    at1 = left()
+    time.sleep(4)
+    assert left() == at1 > 0
+    with Client(dask_processes, timeout="30s") as client:
+        deadline = time.monotonic() + 30
+        while (record := jobs.read_record(client, trigger.name, trigger.token)).get("state") != "cancelled":
+            assert time.monotonic() < deadline, record
+            time.sleep(0.1)
+        jobs.forget(client, trigger.name)
+    assert record["error"] == "cancelled" and record["stop"]["stopped_tasks"] >= 1, record
+    removed = 720 - at1  # by tasks that were stopped (their counts never came back) or had finished
+    assert record["title"].startswith("rm ")
+    assert (record["counters"].get("entries") or 0) + record["stop"]["granted_ops"] >= removed, record
+
+
 def test_deferred_job_needs_scheduler(airflow_db, tmp_path):
     from airflow.sdk.exceptions import AirflowException
 
