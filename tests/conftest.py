@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from .tls_certs import Issued
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Trees deeper than Python's default recursion limit (1,000) are part of the suite (issue 42: depth is bounded
+# only by the file system).  pytest removes old base directories with shutil.rmtree, which recurses once per
+# level on Python 3.11: without room for them, the clean-up of an earlier session's deep tree ends the run.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
 PFS = [sys.executable, "-m", "dask_pfs"]
 
 # Commands run as a user's do by default: in their own process (the warm server, dask_pfs.warm, is
