@@ -9,9 +9,14 @@ ACLs) and each test compares, entry by entry with one comparator (``tests/treecm
   after random mutations of both sides;
 * ``pfs scan`` with an ``lstat`` walk.
 
-Deep trees (past 1,000 levels) and long paths (past 4,096 bytes) are separate, bounded examples
-(``test_deep_and_long``).  Profiles: ``ci`` (the default, run by ``make test``: derandomized, a fixed
-number of examples, a minute or two on 2 cores) and ``fuzz`` (``make fuzz``: many random examples;
+* ``pfs rm --manifest`` after random mutations (a file replaced by one of the same size and mtime, renames,
+  rewrites, new hard links, a mode changed) with what the manifest and the identity rule
+  (``dask_pfs.remove.journal.IDENTITY_COLUMNS``) allow.
+
+Deep trees (1,100 levels) and long paths (past 4,096 bytes) are separate, bounded cases (``tests/test_deep_long.py``:
+scan, cp, sync, rm and rm --manifest of each, against ``cp -a`` or the tree itself).  Profiles: ``ci`` (the
+default, run by ``make test``: derandomized, a fixed number of examples, a minute or two on 2 cores) and ``fuzz``
+(``make fuzz``: many random examples;
 ``HYPOTHESIS_PROFILE=fuzz``, ``PFS_ORACLE_SCALE`` times the examples).  Commands run as a user's do, through
 the session's warm server (``conftest.run_pfs``), so an example costs the job, not an interpreter start-up.
 """
