@@ -66,6 +66,20 @@ class AncestorCheck:
             self.cache[rel_dir] = problem
         return problem
 
+    def lstat(self, rel: bytes) -> os.stat_result:
+        """``lstat`` of ``rel`` (below the root) relative to its parent's descriptor, opened down with
+        ``O_NOFOLLOW`` (a symlinked ancestor: ``ELOOP``/``ENOTDIR``): never a full path, whatever its length."""
+        if not rel:
+            return os.stat(self.root, follow_symlinks=False)
+        parent, _, name = rel.rpartition(b"/")
+        if self._dirs is None:
+            self._dirs = OpenDirs(self.root, size=32)
+        handle = self._dirs.handle(parent)
+        try:
+            return os.stat(name, dir_fd=handle.fd, follow_symlinks=False)
+        finally:
+            handle.release()
+
     def _probe(self, rel_dir: bytes) -> str | None:
         """``rel_dir`` itself, every directory above it being a real one or missing."""
         parent, _, name = rel_dir.rpartition(b"/")

@@ -188,3 +188,20 @@ def test_paths_past_path_max_scan_cp_sync_rm(long, scratch):
     _ok("cp", long, out, "--update")
     _ok("rm", out, "-y")
     assert not os.path.lexists(out)
+
+
+def test_airflow_watcher_sees_a_change_past_path_max(long, scratch):
+    """The Airflow tree watcher (``airflow_pfs.tree_changes``) stats each watched directory relative to its
+    parent (was: a full path, "File name too long" read as "unchanged": a landing there was never seen)."""
+    from airflow_pfs import tree_changes
+
+    _ok("scan", long, "-o", scratch / "m")
+    base = tree_changes.load_baseline(str(scratch / "m"))
+    assert base is not None and max(len(rel) for rel in base.dirs) > 4096
+    fd = _bottom(long)
+    try:
+        _file(fd, b"landed", b"x", 1_700_000_000_000_000_000)
+    finally:
+        os.close(fd)
+    changes = tree_changes.find_changes(base)
+    assert changes.changed == 1, changes
