@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from dask_pfs.errors import IncompleteManifestError, PfsError
 from dask_pfs.manifests.manifest import open_manifest
@@ -33,7 +35,7 @@ from dask_pfs.manifests.query import run_query, select_sql
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import connect
 from operators.names import UnsafePathError, check_relative, join
-from operators.safety import AncestorCheck, full_path
+from operators.safety import AncestorCheck
 from operators.schema import MARKER_NAME
 
 MAX_SAMPLES = 10
@@ -119,7 +121,7 @@ def find_changes(baseline: Baseline) -> Changes:
     reported once) and say what it was."""
     root = os.fsencode(baseline.root)
     result = Changes()
-    root_mtime = _mtime_us(root)
+    root_mtime = _mtime_us(lambda: os.stat(root, follow_symlinks=False))
     if root_mtime is None or root_mtime == UNKNOWN:
         raise TreeGoneError(f"{baseline.root}: the watched tree is gone (or cannot be read)")
     result.checked += 1
@@ -130,7 +132,7 @@ def find_changes(baseline: Baseline) -> Changes:
         _adopt_new(root, ROOT, baseline)
     for rel, recorded in list(baseline.dirs.items()):
         result.checked += 1
-        mtime = None if safe.ancestor_problem(rel) else _mtime_us(full_path(root, rel))
+        mtime = None if safe.ancestor_problem(rel) else _mtime_us(partial(safe.lstat, rel))
         if mtime in (recorded, UNKNOWN):
             continue
         _note(result, rel)
@@ -142,10 +144,11 @@ def find_changes(baseline: Baseline) -> Changes:
     return result
 
 
-def _mtime_us(path: bytes) -> int | None:
-    """The directory's mtime in microseconds; None when it is gone or is no longer a directory."""
+def _mtime_us(lstat: Callable[[], os.stat_result]) -> int | None:
+    """The directory's mtime in microseconds (``lstat()``: relative to its parent's descriptor, so a path
+    past 4,096 bytes is watched as a short one is); None when it is gone or is no longer a directory."""
     try:
-        st = os.stat(path, follow_symlinks=False)
+        st = lstat()
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:

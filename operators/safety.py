@@ -10,10 +10,11 @@ are checked with ``lstat`` and cached per directory, so a chunk of sibling rows 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat as st
-from dataclasses import dataclass, field
 
+from operators.core.dirfd import OpenDirs
 from operators.names import UnsafePathError, check_relative, decode, depth, split_parent
 
 
@@ -24,37 +25,80 @@ def full_path(root: bytes, rel: bytes) -> bytes:
     return root + rel if root.endswith(b"/") else root + b"/" + rel
 
 
-@dataclass
 class AncestorCheck:
     """Refuses paths that pass through a symlinked (or non-directory) ancestor below ``root``.
 
-    One instance per chunk of rows: ``cache`` maps a relative directory to ``None`` (a real
-    directory or missing) or the reason it is unsafe.
+    One instance per chunk of rows.  Each directory is probed once, with ``fstatat`` relative to its
+    parent's descriptor (``operators.core.dirfd.OpenDirs``: opened down from the root, ``O_NOFOLLOW``),
+    never by its full path: a path past ``PATH_MAX`` (4,096 bytes) is checked like a short one, and a
+    directory 1,000 levels down costs one probe, not one lookup per level (``cache``: a relative directory
+    to ``None``, it and every directory above it real or missing, or the reason one of them is unsafe).
     """
 
-    root: bytes
-    cache: dict[bytes, str | None] = field(default_factory=dict)
+    def __init__(self, root: bytes) -> None:
+        self.root = root
+        self.cache: dict[bytes, str | None] = {b"": None}
+        self._dirs: OpenDirs | None = None
+
+    def close(self) -> None:
+        """Release the directories held open (also done when the check is collected)."""
+        if self._dirs is not None:
+            self._dirs.close()
+            self._dirs = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def ancestor_problem(self, rel: bytes) -> str | None:
         """Why ``rel`` is unsafe to act on through its parents, or ``None``."""
-        parts = rel.split(b"/")
-        prefix = b""
-        for part in parts[:-1]:
-            prefix = prefix + b"/" + part if prefix else part
-            if prefix not in self.cache:
-                self.cache[prefix] = self._probe(prefix)
-            problem = self.cache[prefix]
-            if problem is not None:
-                return problem
-        return None
+        parent = rel.rpartition(b"/")[0]
+        if parent in self.cache:
+            return self.cache[parent]
+        chain = []  # directories not probed yet, deepest first: up to one whose verdict is known
+        while parent not in self.cache:
+            chain.append(parent)
+            parent = parent.rpartition(b"/")[0]
+        problem = self.cache[parent]
+        for rel_dir in reversed(chain):
+            if problem is None:
+                problem = self._probe(rel_dir)
+            self.cache[rel_dir] = problem
+        return problem
+
+    def lstat(self, rel: bytes) -> os.stat_result:
+        """``lstat`` of ``rel`` (below the root) relative to its parent's descriptor, opened down with
+        ``O_NOFOLLOW`` (a symlinked ancestor: ``ELOOP``/``ENOTDIR``): never a full path, whatever its length."""
+        if not rel:
+            return os.stat(self.root, follow_symlinks=False)
+        parent, _, name = rel.rpartition(b"/")
+        if self._dirs is None:
+            self._dirs = OpenDirs(self.root, size=32)
+        handle = self._dirs.handle(parent)
+        try:
+            return os.stat(name, dir_fd=handle.fd, follow_symlinks=False)
+        finally:
+            handle.release()
 
     def _probe(self, rel_dir: bytes) -> str | None:
+        """``rel_dir`` itself, every directory above it being a real one or missing."""
+        parent, _, name = rel_dir.rpartition(b"/")
+        if self._dirs is None:
+            self._dirs = OpenDirs(self.root, size=32)
         try:
-            s = os.lstat(full_path(self.root, rel_dir))
+            handle = self._dirs.handle(parent)
+        except FileNotFoundError:
+            return None  # gone: nothing below it to reach
+        except OSError as exc:  # a file where a directory was: ENOTDIR, as a full path's lstat said
+            return f"cannot check ancestor {os.fsdecode(rel_dir)!r}: {exc.strerror}"
+        try:
+            s = os.stat(name, dir_fd=handle.fd, follow_symlinks=False)
         except FileNotFoundError:
             return None  # gone: acting below it finds nothing, and cannot escape
         except OSError as exc:
             return f"cannot check ancestor {os.fsdecode(rel_dir)!r}: {exc.strerror}"
+        finally:
+            handle.release()
         if st.S_ISLNK(s.st_mode):
             return f"ancestor {os.fsdecode(rel_dir)!r} is a symlink"
         return None  # a directory, or a file where one was (nothing below it to reach)

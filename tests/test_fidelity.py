@@ -147,3 +147,28 @@ def test_sync_delete_gives_a_directory_that_only_lost_entries_its_mtime_back(tmp
             os.utime(tmp_path / side / "d", ns=(10**18, 10**18))
 
     _sync_like_rsync(tmp_path, src, mutate, "--delete")
+
+
+def test_sync_links_files_that_became_hard_links(tmp_path):
+    """Separate files in source and destination that became names of one inode in the source (same bytes, size
+    and mtime: nothing else changed), and a new name added to an existing file: after ``pfs sync`` the
+    destination names are hard-linked as ``rsync -aH`` links them (was: they stayed separate files)."""
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    for name in ("a", "b", "d/c", "solo"):
+        (src / name).write_bytes(b"same bytes")
+        os.utime(src / name, ns=(1_700_000_000_123_456_789,) * 2)
+    os.utime(src / "d", ns=(10**18, 10**18))
+
+    def mutate(s) -> None:
+        for name in ("b", "d/c"):
+            os.unlink(s / name)
+            os.link(s / "a", s / name)
+        os.link(s / "solo", s / "d" / "solo2")
+        os.utime(s / "d", ns=(10**18, 10**18))
+        os.utime(s, ns=(10**18, 10**18))
+
+    _sync_like_rsync(tmp_path, src, mutate)
+    out = tmp_path / "out"
+    assert os.stat(out / "a").st_ino == os.stat(out / "b").st_ino == os.stat(out / "d" / "c").st_ino
+    assert os.stat(out / "solo").st_ino == os.stat(out / "d" / "solo2").st_ino

@@ -9,9 +9,14 @@ ACLs) and each test compares, entry by entry with one comparator (``tests/treecm
   after random mutations of both sides;
 * ``pfs scan`` with an ``lstat`` walk.
 
-Deep trees (past 1,000 levels) and long paths (past 4,096 bytes) are separate, bounded examples
-(``test_deep_and_long``).  Profiles: ``ci`` (the default, run by ``make test``: derandomized, a fixed
-number of examples, a minute or two on 2 cores) and ``fuzz`` (``make fuzz``: many random examples;
+* ``pfs rm --manifest`` after random mutations (a file replaced by one of the same size and mtime, renames,
+  rewrites, new hard links, a mode changed) with what the manifest and the identity rule
+  (``dask_pfs.remove.journal.IDENTITY_COLUMNS``) allow.
+
+Deep trees (1,100 levels) and long paths (past 4,096 bytes) are separate, bounded cases (``tests/test_deep_long.py``:
+scan, cp, sync, rm and rm --manifest of each, against ``cp -a`` or the tree itself).  Profiles: ``ci`` (the
+default, run by ``make test``: derandomized, a fixed number of examples, a minute or two on 2 cores) and ``fuzz``
+(``make fuzz``: many random examples;
 ``HYPOTHESIS_PROFILE=fuzz``, ``PFS_ORACLE_SCALE`` times the examples).  Commands run as a user's do, through
 the session's warm server (``conftest.run_pfs``), so an example costs the job, not an interpreter start-up.
 """
@@ -22,6 +27,7 @@ import contextlib
 import datetime
 import os
 import shutil
+import stat as st
 import subprocess
 import tempfile
 
@@ -211,3 +217,110 @@ def test_scan_matches_an_lstat_walk(spec):
         assert code == 0, said
         want, got = _lstat_rows(src), _manifest_rows(os.path.join(w, "m"))
         assert {p: (want.get(p), got.get(p)) for p in want.keys() | got.keys() if want.get(p) != got.get(p)} == {}
+
+
+# ---------------------------------------------------------------- rm --manifest and the identity rule
+
+RM_MUTATIONS = ("replace", "rename", "rename_over", "rewrite", "link", "chmod")
+
+
+def _rm_mutate(root: str, picks: list[tuple[str, int]]) -> None:
+    """Changes to a scanned tree that an ``rm --manifest`` must notice or not: a file replaced by another with
+    the same bytes, size, mode and mtime (new inode, what ``cp -p`` or ``rsync -a`` restoring it makes), an entry
+    renamed away or over another, a file's content changed, a new hard link to a file, a mode changed (ctime)."""
+    base = os.fsencode(root)
+    for what, n in picks:
+        entries = sorted(p for p, row in snapshot(root).items() if p and row["type"] != "directory")
+        if not entries:
+            return
+        rel = entries[n % len(entries)]
+        path = base + b"/" + rel
+        head = path.rpartition(b"/")[0]
+        s = os.lstat(path)
+        regular = st.S_ISREG(s.st_mode)
+        if what == "replace" and regular:
+            tmp = head + b"/.replacement-%d" % n
+            with open(path, "rb") as f, open(tmp, "wb") as g:
+                g.write(f.read())
+            os.chmod(tmp, st.S_IMODE(s.st_mode))
+            os.utime(tmp, ns=(s.st_atime_ns, s.st_mtime_ns))
+            os.rename(tmp, path)  # made while the old one still exists: its inode number is another
+        elif what == "rename":
+            os.rename(path, head + b"/renamed-%d" % n)
+        elif what == "rename_over":
+            other = base + b"/" + entries[(n // 7) % len(entries)]
+            if other != path:
+                os.rename(path, other)
+        elif what == "rewrite" and regular:
+            with open(path, "ab") as f:
+                f.write(b"more")
+        elif what == "link" and regular:
+            os.link(path, head + b"/linked-%d" % n)
+        elif what == "chmod" and not st.S_ISLNK(s.st_mode):
+            os.chmod(path, st.S_IMODE(s.st_mode) ^ 0o004)
+
+
+def _identity_rows(manifest: str) -> dict[bytes, dict]:
+    """Each non-directory row of a manifest with what the identity rule compares (``dask_pfs.remove.journal``
+    ``IDENTITY_COLUMNS``): type, size, mtime and ctime in microseconds, inode number, link count."""
+    table = pq.read_table(
+        [os.path.join(manifest, n) for n in sorted(os.listdir(manifest)) if n.endswith(".parquet")]
+    ).to_pylist()
+    rows = {}
+    for r in table:
+        if r["type"] == "directory" or r["error"] is not None:
+            continue
+        path = r["path_raw"] if r["path_raw"] is not None else r["path"].encode()
+        us = {k: (r[k] - EPOCH) // datetime.timedelta(microseconds=1) for k in ("mtime", "ctime")}
+        rows[path] = {"type": r["type"], "size": r["size"], "ino": r["ino"], "nlink": r["nlink"], **us}
+    return rows
+
+
+def _kind(mode: int) -> str:
+    return "file" if st.S_ISREG(mode) else "symlink" if st.S_ISLNK(mode) else "directory" if st.S_ISDIR(mode) else ""
+
+
+def _still_the_one(row: dict, s: os.stat_result) -> bool:
+    """The identity rule, written out from its definition: same type, size, mtime (microseconds) and inode, and
+    the same ctime unless the manifest saw a name of a hard-link group (removing another name changes it)."""
+    if row["type"] in ("file", "symlink") and (_kind(s.st_mode) != row["type"] or s.st_size != row["size"]):
+        return False
+    if row["type"] == "other" and _kind(s.st_mode) in ("file", "symlink", "directory"):
+        return False
+    if micros(s.st_mtime_ns) != row["mtime"] or s.st_ino != row["ino"]:
+        return False
+    return row["nlink"] > 1 or micros(s.st_ctime_ns) == row["ctime"]
+
+
+rm_mutations = hs.lists(hs.tuples(hs.sampled_from(RM_MUTATIONS), hs.integers(0, 1000)), max_size=4)
+
+
+@examples(6)
+@given(nodes(max_nodes=10, own_names=False), rm_mutations)
+def test_rm_manifest_removes_only_what_the_identity_rule_allows(spec, changes):
+    """Scan, mutate, ``rm --manifest``: exactly the rows whose entry is still the one the manifest saw are
+    removed, every other entry (changed, replaced, or not in the manifest) stays and the changed ones are
+    counted skipped."""
+    with workspace() as w:
+        src = _tree(w, "src", spec)
+        m = os.path.join(w, "m")
+        code, said = pfs("scan", src, "-o", m)
+        assert code == 0, said
+        _rm_mutate(src, changes)
+        base = os.fsencode(src)
+        before = snapshot(src)
+        rows = _identity_rows(m)
+        removable, changed = set(), set()
+        for rel, row in rows.items():
+            try:
+                s = os.lstat(base + b"/" + rel)
+            except FileNotFoundError:
+                continue  # renamed away: already gone, as far as the manifest knows
+            (removable if _still_the_one(row, s) else changed).add(rel)
+        code, said = pfs("rm", "--manifest", m, "-y", "--json")
+        assert code == 0, said
+        after = snapshot(src)
+        assert {p for p in before if p and before[p]["type"] != "directory" and p not in after} == removable, said
+        assert f'"skipped_changed": {len(changed)}' in said, (sorted(changed), said)
+        kept = {p for p in before if p and before[p]["type"] != "directory" and p not in removable}
+        assert all(after[p]["type"] == before[p]["type"] for p in kept)

@@ -196,9 +196,9 @@ def cp_cmd(
 
     Differs from cp -a (README, "Where pfs differs"): with -L, two symlinks to one file give
     two copies (cp -aL links them) and a symlink to a directory fails that entry (cp -L copies
-    the directory); a tree past about 1,000 levels fails (RecursionError, exit 1) and misses
-    entries; below a path past 4,096 bytes directories' metadata is refused (exit 1) and their
-    mtimes are cut to microseconds.
+    the directory). Depth and path length are bounded only by the file system: a tree 1,000
+    levels deep and paths past 4,096 bytes copy whole (every entry reached relative to its open
+    parent directory), where cp -a itself fails past 4,096 bytes.
 
     Exit codes: 0 done; 1 some files failed (see the failure log); 2 refused, nothing copied;
     130 interrupted (the journal is kept for --resume).

@@ -101,10 +101,10 @@ def sync_cmd(
     After a clean run only the plan stays in ~/.cache/pfs/sync-<id>/ (the default work directory).
 
     Differs from rsync -aHAX (README, "Where pfs differs"): times are compared in microseconds
-    (a change of nanoseconds only is not seen); a file that became a hard link of another
-    in the source stays a separate copy unless both are copied in that run; a destination
-    entry named like pfs's temp or journal files (.*.pfs-tmp-*, .pfs-journal-*) is never
-    deleted; trees past about 1,000 levels and paths past 4,096 bytes are not mirrored whole.
+    (a change of nanoseconds only is not seen); a destination entry named like pfs's temp or
+    journal files (.*.pfs-tmp-*, .pfs-journal-*) is never deleted. Files that became hard
+    links in the source are linked in the destination (rsync -aH); trees 1,000 levels deep
+    and paths past 4,096 bytes are mirrored whole.
 
     Exit codes: 0 in sync; 1 some entries failed; 2 refused (nothing changed); 130 interrupted.
     """

@@ -14,7 +14,8 @@ disk, not memory.  Paths reach SQL only as parameters or as relations ``sql.conn
   and (``owners``: the copy keeps owners, or sets them with ``--chown``) any entry whose owner or
   group differs from what the copy gives it (``rsync -a`` sets such metadata in place; pfs copies
   the entry again); with ``xattrs``, any entry whose extended attributes (names, value digests) or
-  ACL presence differ;
+  ACL presence differ; on a POSIX destination also every name of a source hard-link group whose
+  destination names are not one inode (files that became hard links: linked as ``rsync -aH`` does);
 * ``type-changed``: a file became a directory or the reverse (the destination entry, and
   everything below it, is removed before the copy: ``remove_first``);
 * ``unchanged``; ``error``: either side could not be read (never acted on).
@@ -87,7 +88,7 @@ def plan_sql(
     otherwise, passed as parameters), compared with the destination's."""
     params: dict[str, int] = {}
     cols = f"{KEY} AS k, path, path_raw, type, size, mtime, mode, uid, gid, checksum, link_target, error, xattrs, "
-    cols += "has_acl"
+    cols += "has_acl, dev, ino, nlink"
     xattrs_differ = "s.xattrs IS DISTINCT FROM d.xattrs" if xattrs else "false"
     acl_differs = "s.has_acl IS DISTINCT FROM d.has_acl" if xattrs else "false"
     attrs = f"WHEN {xattrs_differ} OR {acl_differs} THEN 'changed' "
@@ -115,6 +116,7 @@ def plan_sql(
     sql = (
         f"WITH s AS (SELECT {cols} FROM {src_rel} AS m), "
         f"d AS (SELECT {cols} FROM {dst_rel} AS m WHERE NOT ({PFS_NAMES} AND {KEY} NOT IN (SELECT k FROM s))), "
+        f"{_broken_links_sql(compare_mtime)}, "
         "j AS (SELECT coalesce(s.k, d.k) AS key, coalesce(s.path, d.path) AS path, "
         "coalesce(s.path_raw, d.path_raw) AS path_raw, s.type AS src_type, d.type AS dst_type, "
         "s.size AS size, d.size AS dst_size, s.mtime AS mtime, d.mtime AS dst_mtime, "
@@ -126,13 +128,15 @@ def plan_sql(
         "WHEN d.error IS NOT NULL THEN 'error' "
         "WHEN s.k IS NULL THEN 'extra' "
         "WHEN s.type <> d.type THEN 'type-changed' "
+        "WHEN bl.dev IS NOT NULL THEN 'changed' "
         f"WHEN s.type = 'file' AND ({differs}) THEN 'changed' "
         "WHEN s.type = 'symlink' AND s.link_target IS DISTINCT FROM d.link_target THEN 'changed' "
         f"WHEN {meta} THEN 'changed' "
         f"WHEN s.type = 'directory' AND {'true' if compare_mtime else 'false'} "
         "AND (s.mtime IS DISTINCT FROM d.mtime OR s.mode IS DISTINCT FROM d.mode) THEN 'changed' "
         + (attrs if xattrs else "")
-        + "ELSE 'unchanged' END AS action FROM s FULL OUTER JOIN d ON s.k = d.k), "
+        + "ELSE 'unchanged' END AS action FROM s FULL OUTER JOIN d ON s.k = d.k "
+        "LEFT JOIN bl ON s.dev = bl.dev AND s.ino = bl.ino), "
         # destination directories replaced by a file: everything below them goes first
         "tc AS (SELECT path FROM j WHERE action = 'type-changed' AND dst_type = 'directory') "
         "SELECT *, action = 'type-changed' OR (action = 'extra' AND EXISTS "
@@ -140,6 +144,24 @@ def plan_sql(
         "FROM j ORDER BY path"
     )
     return sql, params
+
+
+def _broken_links_sql(posix: bool) -> str:
+    """``bl``: the source's hard-link groups (names of one inode, any type but directories) whose
+    destination names are not all there as one inode: every name of such a group is copied again, so
+    the copy links them as ``rsync -aH`` does (a group's first name copied, the others linked to it),
+    also when the files were separate before and have not changed otherwise (a destination name whose
+    inode the destination manifest does not know, one ``--update-dst-manifest`` wrote, counts as
+    linked: never copied again for that alone).  Empty for a
+    destination without hard links (an object store)."""
+    if not posix:
+        return "bl AS (SELECT NULL::UBIGINT AS dev, NULL::UBIGINT AS ino WHERE false)"
+    return (
+        "bl AS (SELECT s.dev, s.ino FROM s LEFT JOIN d ON s.k = d.k "
+        "WHERE s.type <> 'directory' AND s.nlink > 1 AND s.error IS NULL AND s.ino IS NOT NULL "
+        "GROUP BY s.dev, s.ino HAVING count(*) > 1 AND (count(d.k) < count(*) "
+        "OR count(DISTINCT d.ino) > 1 OR count(DISTINCT d.dev) > 1))"
+    )
 
 
 def write_plan(

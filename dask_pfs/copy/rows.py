@@ -89,10 +89,12 @@ class CopyRows:
             return f"WITH {self.cte()} SELECT {META} FROM sel WHERE type = 'directory' ORDER BY depth {order}, path"
         # a selection may leave out the directories above its rows: add every ancestor
         return (
-            f"WITH {self.cte()}, "
+            f"WITH RECURSIVE {self.cte()}, "
             f"alld AS (SELECT * FROM {self.m.relation_sql()} AS a WHERE type = 'directory'), "
-            "anc AS (SELECT DISTINCT array_to_string(string_split(path, '/')[1:i], '/') AS path "
-            "FROM (SELECT path, unnest(range(1, len(string_split(path, '/')))) AS i FROM sel)), "
+            # the ancestors, one parent step per round from the distinct parents up: each directory made
+            # once, not every prefix of every row (a row 1,000 levels down has 999 prefixes of up to its length)
+            "anc(path) AS (SELECT DISTINCT regexp_replace(path, '/[^/]*$', '') FROM sel WHERE contains(path, '/') "
+            "UNION SELECT regexp_replace(path, '/[^/]*$', '') FROM anc WHERE contains(path, '/')), "
             "want AS (SELECT path FROM sel WHERE type = 'directory' UNION SELECT path FROM anc) "
             "SELECT want.path, alld.path_raw, 'directory' AS type, alld.size, epoch_us(alld.mtime) AS mtime_us, "
             "epoch_us(alld.atime) AS atime_us, alld.mode, alld.uid, alld.gid "

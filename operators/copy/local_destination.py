@@ -88,13 +88,14 @@ class LocalDestination(Destination):
         if e.rel:
             e = src.fresh(e)
         times = (e.atime_ns or e.mtime_ns, e.mtime_ns) if e.mtime_ns is not None else None
-        from_path = src.path(e.rel) if isinstance(src, LocalSource) else None
-
-        def xattrs(fd: int) -> list[tuple[bytes, int]]:
-            return copy_xattrs(self.spec, from_path, fd, clean=self.spec.check_existing)
-
         owner = self.spec.owner_ids(e)
-        refusals(self.root.dir_meta(e.out_rel, mode=e.mode, times_ns=times, owner=owner, attrs=xattrs))
+        with contextlib.ExitStack() as stack:
+            from_path = stack.enter_context(src.proc_path(e.rel)) if isinstance(src, LocalSource) else None
+
+            def xattrs(fd: int) -> list[tuple[bytes, int]]:
+                return copy_xattrs(self.spec, from_path, fd, clean=self.spec.check_existing)
+
+            refusals(self.root.dir_meta(e.out_rel, mode=e.mode, times_ns=times, owner=owner, attrs=xattrs))
 
     def make_parent(self, e: Entry) -> bool:
         """Make sure the destination directory of ``e`` exists (owner-writable: its real mode comes
@@ -290,7 +291,8 @@ class LocalDestination(Destination):
         ``f*xattr`` takes): ``/proc/self/fd/<pfd>/<name>``, so nothing above ``name`` is resolved again."""
         if not isinstance(src, LocalSource):
             return []
-        return copy_xattrs(self.spec, src.path(e.rel), b"/proc/self/fd/%d/%s" % (pfd, name), clean=False)
+        with src.proc_path(e.rel) as from_path:
+            return copy_xattrs(self.spec, from_path, b"/proc/self/fd/%d/%s" % (pfd, name), clean=False)
 
     def create_at(self, pfd: int, name: bytes, mode: int) -> tuple[int, int]:
         """A new file ``name`` in the directory ``pfd`` (a leftover of an earlier attempt is replaced),
@@ -357,7 +359,7 @@ class LocalDestination(Destination):
         onto the open file ``fd``."""
         if not isinstance(src, LocalSource) or not self.spec.xattrs:  # S3: its metadata as user.* (objmeta)
             return [] if isinstance(src, LocalSource) or phase == "layouts" else src.xattrs_onto(e, fd)
-        sfd = os.open(src.path(e.rel), os.O_RDONLY | os.O_CLOEXEC | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW))
+        sfd = src.open(e.rel, os.O_RDONLY | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW))
         try:
             return copy_xattrs(self.spec, sfd, fd, clean=False, phase=phase)
         finally:

@@ -94,7 +94,11 @@ def start_upload(spec: CopySpec, e: Entry, previous: str | None = None) -> dict:
         parts = _list_parts(fs, bucket, key, previous)
         if parts is not None:
             return {"status": "copy", "upload_id": previous, "parts": parts}
-    meta, refused = object_metadata(spec, source_of(spec), e)  # reported once the upload completes
+    source = source_of(spec)
+    try:
+        meta, refused = object_metadata(spec, source, e)  # reported once the upload completes
+    finally:
+        source.close()
     mpu = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key, **({"Metadata": meta} if meta else {}))
     return {"status": "copy", "upload_id": mpu["UploadId"], "parts": {}, "refused": refused}
 
@@ -174,7 +178,10 @@ def _reader(spec: CopySpec, e: Entry):
     source = source_of(spec)
     src = source.path(e.rel)
     if isinstance(source, LocalSource):
-        fd = os.open(src, os.O_RDONLY | (0 if spec.follow_symlinks else os.O_NOFOLLOW))
+        try:
+            fd = source.open(e.rel, os.O_RDONLY | (0 if spec.follow_symlinks else os.O_NOFOLLOW))
+        finally:
+            source.close()  # the file is open: its directories are no longer needed
         try:
 
             def read(offset: int, length: int) -> bytes:

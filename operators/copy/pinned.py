@@ -98,32 +98,44 @@ class PinnedRoot:
 
     def make_dir(self, rel: bytes, mode: int = 0o700) -> bool:
         """Create the directory ``rel`` (True), or accept an existing real one (False); a symlink or a
-        file there is an error.  A missing parent is made first, each component relative."""
+        file there is an error.  Missing parents are made first, from the top down, each relative to the
+        one above (a loop, up to the first that exists, then down: 10,000 missing levels need no stack)."""
         if not rel:
             return False  # the root: opened (so there) when the job pinned it
         try:
-            with self.parent(rel) as (fd, name):
-                try:
-                    os.mkdir(name, mode, dir_fd=fd)
-                    return True
-                except FileExistsError:
-                    s = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                    if st.S_ISLNK(s.st_mode):
-                        raise PlantedLinkError(
-                            errno.ELOOP, f"destination {os.fsdecode(rel)!r} is a symlink, not a directory; not followed"
-                        ) from None
-                    if not st.S_ISDIR(s.st_mode):
-                        raise FileExistsError(
-                            errno.EEXIST, f"exists and is not a directory: {os.fsdecode(rel)}"
-                        ) from None
-                    _writable(fd, name, s)
-                    return False
+            return self._make_one(rel, mode)
         except FileNotFoundError:
-            parent_rel = rel.rpartition(b"/")[0]
-            if not parent_rel:
+            if b"/" not in rel:
                 raise
-            self.make_dir(parent_rel, mode)
-            return self.make_dir(rel, mode)
+        ends = []  # where each missing ancestor's path ends, deepest first: up to the first that exists
+        end = rel.rfind(b"/")
+        while end > 0:
+            try:
+                self._make_one(rel[:end], mode)
+                break
+            except FileNotFoundError:
+                ends.append(end)
+                end = rel.rfind(b"/", 0, end)
+        for end in reversed(ends):
+            self._make_one(rel[:end], mode)
+        return self._make_one(rel, mode)
+
+    def _make_one(self, rel: bytes, mode: int) -> bool:
+        """``make_dir`` of ``rel`` whose parent exists (FileNotFoundError otherwise)."""
+        with self.parent(rel) as (fd, name):
+            try:
+                os.mkdir(name, mode, dir_fd=fd)
+                return True
+            except FileExistsError:
+                s = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if st.S_ISLNK(s.st_mode):
+                    raise PlantedLinkError(
+                        errno.ELOOP, f"destination {os.fsdecode(rel)!r} is a symlink, not a directory; not followed"
+                    ) from None
+                if not st.S_ISDIR(s.st_mode):
+                    raise FileExistsError(errno.EEXIST, f"exists and is not a directory: {os.fsdecode(rel)}") from None
+                _writable(fd, name, s)
+                return False
 
     def make_parents(self, rel: bytes, mode: int = 0o700) -> None:
         """Make sure the parent directories of ``rel`` exist (each made relative to the one above)."""

@@ -7,14 +7,18 @@ entry's fresh metadata, its bytes or a byte range.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat as st
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from operators.copy.attrs import refusals
 from operators.copy.kernel import copy_range, is_sparse
 from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
+from operators.core.dirfd import OpenDirs
+from operators.names import check_relative
 from operators.objmeta import Refused, has_metadata, head, head_object, local_attrs, set_local, to_metadata
 
 if TYPE_CHECKING:
@@ -32,27 +36,75 @@ def fs_of(protocol: str, options: dict) -> fsspec.AbstractFileSystem:
 
 
 class LocalSource:
-    """A local or mounted tree; files opened relative to their open parent directory."""
+    """A local or mounted tree; every entry reached relative to its open parent directory.
+
+    One mechanism for every read of the source outside the core: :meth:`at` hands out the descriptor of an
+    entry's parent (``operators.core.dirfd.OpenDirs``: opened down from the root one component at a time,
+    ``O_NOFOLLOW``, the most recent kept open) and the entry's own name, so no call hands the kernel a
+    full path: a path longer than ``PATH_MAX`` (4,096 bytes) works as a short one does (was: "File name
+    too long"), and a directory swapped for a symlink mid-copy is not followed.  :meth:`close` when the task
+    ends (``tasks``: with the destination).
+    """
 
     local = True
 
     def __init__(self, spec: CopySpec) -> None:
         self.spec = spec
+        self._dirs: OpenDirs | None = None
 
     def path(self, rel: bytes) -> bytes:
+        """The full path of ``rel``: for messages only (never handed to the kernel: see :meth:`at`)."""
         return local_path(self.spec.src_root, rel)
+
+    def close(self) -> None:
+        if self._dirs is not None:
+            self._dirs.close()
+            self._dirs = None
+
+    @contextlib.contextmanager
+    def at(self, rel: bytes) -> Iterator[tuple[int | None, bytes]]:
+        """``(descriptor of rel's parent, rel's last name)`` held while the caller acts on the name; the
+        root itself (``b""``) is ``(None, root path)``: the path the user gave, as ``os.*`` takes it."""
+        if not rel:
+            yield None, local_path(self.spec.src_root, rel)
+            return
+        check_relative(rel)
+        if self._dirs is None:
+            self._dirs = OpenDirs(os.fsencode(self.spec.src_root))
+        parent_rel, _, name = rel.rpartition(b"/")
+        handle = self._dirs.handle(parent_rel)
+        try:
+            yield handle.fd, name
+        finally:
+            handle.release()
+
+    @contextlib.contextmanager
+    def proc_path(self, rel: bytes) -> Iterator[bytes]:
+        """A short path to ``rel`` for calls that take only paths (``l*xattr`` on a symlink, an upload):
+        ``/proc/self/fd/<parent>/<name>``, resolved through the held parent."""
+        with self.at(rel) as (fd, name):
+            yield name if fd is None else b"/proc/self/fd/%d/%s" % (fd, name)
+
+    def stat(self, rel: bytes, follow: bool = False) -> os.stat_result:
+        with self.at(rel) as (fd, name):
+            return os.stat(name, dir_fd=fd, follow_symlinks=follow)
+
+    def open(self, rel: bytes, flags: int) -> int:
+        """``os.open`` of ``rel`` relative to its parent (``flags`` decide whether a link is followed)."""
+        with self.at(rel) as (fd, name):
+            return os.open(name, flags | os.O_CLOEXEC, dir_fd=fd)
 
     def fresh(self, e: Entry, follow: bool = False) -> Entry:
         """``e`` with the metadata the source has now (the manifest's when it cannot be read)."""
         try:
-            return with_stat(e, os.stat(self.path(e.rel), follow_symlinks=follow))
+            return with_stat(e, self.stat(e.rel, follow))
         except OSError:
             return e
 
     def kind_now(self, e: Entry) -> str | None:
         """What the source holds at ``e`` now, not following a link (None: nothing, or unreadable)."""
         try:
-            mode = os.lstat(self.path(e.rel)).st_mode
+            mode = self.stat(e.rel).st_mode
         except OSError:
             return None
         if st.S_ISDIR(mode):
@@ -60,15 +112,15 @@ class LocalSource:
         return "file" if st.S_ISREG(mode) else "symlink" if st.S_ISLNK(mode) else "other"
 
     def kind_followed(self, e: Entry) -> str:
-        s = os.stat(self.path(e.rel))
+        s = self.stat(e.rel, follow=True)
         return "file" if st.S_ISREG(s.st_mode) else "directory" if st.S_ISDIR(s.st_mode) else "other"
 
     def device(self, e: Entry) -> int | None:
-        return os.lstat(self.path(e.rel)).st_rdev
+        return self.stat(e.rel).st_rdev
 
     def read_range(self, e: Entry, dfd: int, offset: int, length: int) -> None:
         """Copy ``[offset, offset+length)`` of ``e`` to the same offsets of ``dfd``."""
-        sfd = os.open(self.path(e.rel), os.O_RDONLY | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW))
+        sfd = self.open(e.rel, os.O_RDONLY | (0 if self.spec.follow_symlinks else os.O_NOFOLLOW))
         try:
             s = os.fstat(sfd)
             copy_range(sfd, dfd, offset, length, is_sparse(s), (s.st_dev, 0))
@@ -79,7 +131,8 @@ class LocalSource:
         """The S3 metadata that carries the ``user.*`` attributes of ``e`` (``operators.objmeta``), and the
         attributes it cannot carry."""
         try:
-            return to_metadata(local_attrs(self.path(e.rel), self.spec.follow_symlinks))
+            with self.proc_path(e.rel) as path:
+                return to_metadata(local_attrs(path, self.spec.follow_symlinks))
         except OSError as exc:
             return {}, [(b"xattrs", exc.errno or 0)]
 
@@ -87,7 +140,8 @@ class LocalSource:
         """Upload ``e`` to ``target`` on ``fs`` (``keep``: its ``user.*`` attributes as the object's S3
         metadata); returns the attributes S3 cannot carry."""
         meta, refused = self.object_metadata(e) if keep else ({}, [])
-        fs.put_file(os.fsdecode(self.path(e.rel)), target, **({"Metadata": meta} if meta else {}))
+        with self.proc_path(e.rel) as path:
+            fs.put_file(os.fsdecode(path), target, **({"Metadata": meta} if meta else {}))
         return refused
 
 
@@ -102,6 +156,9 @@ class FsspecSource:
 
     def path(self, rel: bytes) -> str:
         return remote_path(self.spec.src_root, rel)
+
+    def close(self) -> None:
+        pass  # nothing held
 
     def fresh(self, e: Entry, follow: bool = False) -> Entry:
         return e  # the manifest's metadata: nothing cheaper to ask

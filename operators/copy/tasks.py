@@ -80,6 +80,7 @@ def make_dirs(spec: CopySpec, dirs: list[Entry]) -> Outcome:
         results = _each(spec, dirs, make)
     finally:
         dst.close()
+        src.close()
     for e, result in zip(dirs, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
@@ -98,6 +99,7 @@ def set_dir_meta(spec: CopySpec, dirs: list[Entry]) -> Outcome:
         results = _each(spec, dirs, lambda e: dst.set_meta(src, e))
     finally:
         dst.close()
+        src.close()
     for e, result in zip(dirs, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
@@ -112,10 +114,12 @@ def copy_files(spec: CopySpec, entries: list[Entry]) -> Outcome:
     out = Outcome()
     dst = destination_of(spec)
     entries = _safe(dst, entries, out)
+    src = source_of(spec)
     try:
-        results = dst.copy_batch(source_of(spec), entries, get_pool(spec.threads, spec.storage))
+        results = dst.copy_batch(src, entries, get_pool(spec.threads, spec.storage))
     finally:
         dst.close()
+        src.close()
     for e, result in zip(entries, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
@@ -162,7 +166,7 @@ def copy_part(spec: CopySpec, e: Entry, offset: int, length: int) -> str:
     Idempotent: a retry rewrites the same bytes.  Returns ``"copied"``, ``"skip"`` or an error
     message when the destination already exists.
     """
-    dst = LocalDestination(spec)
+    dst, src = LocalDestination(spec), source_of(spec)
     try:
         if spec.check_existing:
             check = dst.ancestors()
@@ -172,9 +176,10 @@ def copy_part(spec: CopySpec, e: Entry, offset: int, length: int) -> str:
             verdict = dst.verdict(e)
             if verdict != "copy":
                 return verdict
-        dst.write_range(source_of(spec), e, offset, length)
+        dst.write_range(src, e, offset, length)
     finally:
         dst.close()
+        src.close()
     return "copied"
 
 
@@ -189,15 +194,16 @@ def finish_file(spec: CopySpec, e: Entry, *parts: str) -> Outcome:
         else:  # ranges found the file in place and up to date: all of them, or those left after a resume
             out.skipped += 1  # whose earlier run journaled the others, then renamed the file before it was killed
         return out
-    dst = LocalDestination(spec)
+    dst, src = LocalDestination(spec), source_of(spec)
     try:
-        dst.finish(source_of(spec), e)
+        dst.finish(src, e)
         out.files += 1
         out.bytes += e.size or 0
     except Exception as exc:
         out.fail(e.out_rel, exc)
     finally:
         dst.close()
+        src.close()
     return out
 
 

@@ -127,11 +127,50 @@ impl Root {
         Ok((parent, cname))
     }
 
-    /// The directory `rel` (`ends[level]` ends its last component; every component checked), opened
+    /// The directory `rel` (`ends[target]` ends its last component; every component checked), opened
     /// relative to its parent without following symlinks, once per call: the slices of a fan-out cut
     /// one sorted batch, so they share its directories and always its ancestors, and on network
     /// storage every open is a lookup and an open on the server.
-    fn shared_dir(&self, rel: &[u8], ends: &[usize], level: usize) -> Result<Arc<OwnedFd>, Error> {
+    ///
+    /// A loop, not a recursion, down from the deepest ancestor already open (`known`: the caller's
+    /// own, else one the call shares): a tree 10,000 levels deep costs no stack, and a directory
+    /// below one already open costs one open, however deep (past [`MAX_SHARED`] directories, the
+    /// chain of a deep tree is the caller's `known`, not one open per level per directory).
+    fn shared_dir(
+        &self,
+        rel: &[u8],
+        ends: &[usize],
+        target: usize,
+        known: Option<(usize, Arc<OwnedFd>)>,
+    ) -> Result<Arc<OwnedFd>, Error> {
+        let mut from = known;
+        {
+            let dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            let floor = from.as_ref().map_or(0, |(level, _)| level + 1);
+            for level in (floor..=target).rev() {
+                if let Some(Some(Ok(fd))) = dirs.get(&rel[..ends[level]]).map(|slot| slot.get()) {
+                    from = Some((level, fd.clone()));
+                    break;
+                }
+            }
+        }
+        let start = from.as_ref().map_or(0, |(level, _)| level + 1);
+        let mut fd = from.map(|(_, fd)| fd);
+        for level in start..=target {
+            fd = Some(self.shared_level(rel, ends, level, fd.as_deref())?);
+        }
+        Ok(fd.expect("the target itself was found open, or the loop opened it"))
+    }
+
+    /// The directory `rel[..ends[level]]` opened relative to `parent` (None: the root) once per call
+    /// (shared while fewer than [`MAX_SHARED`] are), or for the caller alone.
+    fn shared_level(
+        &self,
+        rel: &[u8],
+        ends: &[usize],
+        level: usize,
+        parent: Option<&OwnedFd>,
+    ) -> Result<Arc<OwnedFd>, Error> {
         let path = &rel[..ends[level]];
         let slot = {
             let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
@@ -146,14 +185,10 @@ impl Root {
             }
         };
         let open = || -> Result<Arc<OwnedFd>, Error> {
-            let parent = match level {
-                0 => None,
-                _ => Some(self.shared_dir(rel, ends, level - 1)?),
-            };
             let start = if level == 0 { 0 } else { ends[level - 1] + 1 };
             let err = |e: i32| Error::new(e, path);
             let name = cstring(&rel[start..ends[level]]).map_err(err)?;
-            let at = parent.as_ref().map_or(self.fd(), |fd| fd.as_fd());
+            let at = parent.map_or(self.fd(), |fd| fd.as_fd());
             let fd = sys::open_at(Some(at), &name, OPEN_DIR | libc::O_NOFOLLOW, 0).map_err(err)?;
             Ok(Arc::new(fd))
         };
@@ -197,7 +232,6 @@ impl<'r> Parents<'r> {
             return Ok(self.root.fd());
         }
         if !matches!(&self.last, Some((path, _)) if path.as_slice() == rel_dir) {
-            self.last = None;
             // (end of each component in rel_dir): the path of level i is rel_dir[..ends[i]]
             let mut ends = Vec::new();
             let mut at = 0usize;
@@ -207,7 +241,14 @@ impl<'r> Parents<'r> {
                 ends.push(at);
                 at += 1;
             }
-            let fd = self.root.shared_dir(rel_dir, &ends, ends.len() - 1)?;
+            // the last directory, when it is an ancestor (a sorted batch of a deep tree: the parent)
+            let known = self.last.take().and_then(|(path, fd)| {
+                let level = ends.iter().position(|&end| end == path.len())?;
+                (level + 1 < ends.len() && rel_dir.starts_with(&path)).then_some((level, fd))
+            });
+            let fd = self
+                .root
+                .shared_dir(rel_dir, &ends, ends.len() - 1, known)?;
             self.last = Some((rel_dir.to_vec(), fd));
         }
         Ok(match &self.last {

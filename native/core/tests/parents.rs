@@ -76,3 +76,43 @@ fn past_the_shared_limit_directories_still_open() {
         "components are still checked"
     );
 }
+
+#[test]
+fn a_chain_deeper_than_the_stack_allows_a_recursion_opens_level_by_level() {
+    // 5,000 levels (paths of 10,000 bytes, past PATH_MAX), made relative to the level above
+    let t = TempDir::new();
+    let levels = 5_000;
+    let mut dir = fs::File::open(t.path()).unwrap();
+    for _ in 0..levels {
+        let name = std::ffi::CString::new("d").unwrap();
+        assert_eq!(
+            unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) },
+            0
+        );
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            )
+        };
+        assert!(fd >= 0);
+        dir = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    }
+    let root = Root::open(&t.bytes(), None).unwrap();
+    let deepest = vec![b"d".as_slice(); levels].join(&b'/');
+    // on a thread with a small stack: the walk down is a loop, whatever the depth
+    thread::Builder::new()
+        .stack_size(64 << 10)
+        .spawn(move || {
+            let mut parents = Parents::new(&root);
+            for level in 1..=levels {
+                parents.dir(&deepest[..2 * level - 1]).unwrap(); // each level below the last one
+            }
+            let mut fresh = Parents::new(&root);
+            fresh.dir(&deepest).unwrap(); // and the deepest at once, from the shared ones down
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
