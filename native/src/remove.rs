@@ -151,7 +151,9 @@ fn rm_unlink_rels(
     inos: Option<Vec<Option<u64>>>,
     ctimes: Option<Vec<Option<i128>>>,
 ) -> PyResult<BatchResult> {
-    let at = |v: &Option<Vec<Option<i128>>>, i: usize| v.as_ref().and_then(|v| v.get(i).copied().flatten());
+    let at = |v: &Option<Vec<Option<i128>>>, i: usize| {
+        v.as_ref().and_then(|v| v.get(i).copied().flatten())
+    };
     let rows: Vec<(Vec<u8>, Expect)> = names_of(rels)?
         .into_iter()
         .enumerate()
