@@ -48,3 +48,28 @@ def test_copy_and_sync_operators_pass_xattrs_and_keep_owner(tmp_path):
         assert off.owner == "airflow"  # Airflow's own task owner is untouched
         with pytest.raises(AirflowException, match="keep_owner must be"):
             cls(task_id="bad", keep_owner="yes", **where).job_spec({})
+
+
+def test_copy_operator_takes_every_option_of_the_copy_engine(tmp_path):
+    """``dask_pfs.options`` defines copy's options once: the operator accepts each by its Airflow name and passes
+    it on, so an option added there needs no edit here."""
+    from airflow_pfs.operators.copy import PfsCopyOperator
+    from dask_pfs.options import of_job
+
+    where = {"src": str(tmp_path / "a"), "dst": str(tmp_path / "b"), "manifest": str(tmp_path / "m")}
+    given = {}
+    for o in of_job("copy"):
+        if o.airflow_name is None or o.name in where:
+            continue
+        if o.annotation.startswith("bool"):
+            given[o.airflow_name] = o.name == "update" or (o.name not in ("overwrite", "ignore_existing")
+                                                           and not o.default)  # fmt: skip
+        else:
+            given[o.airflow_name] = str(tmp_path / o.name) if o.name in ("manifest_out", "log") else 7
+    given["where"] = "size > 1"
+    spec = PfsCopyOperator(task_id="all", **where, **given).job_spec({})
+    assert [o.name for o in of_job("copy") if o.airflow_name is None] == ["resume"]  # a retry resumes
+    for o in of_job("copy"):
+        if o.airflow_name is not None and o.name not in where:
+            assert str(spec.kwargs[o.name]).strip() == str(given[o.airflow_name]), (o.name, spec.kwargs.get(o.name))
+    assert spec.kwargs["owner"] is True and "keep_owner" not in spec.kwargs  # BaseOperator's owner: the task's
