@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import pytest
 
@@ -150,3 +151,27 @@ def test_each_job_words_its_refusals_for_python_and_for_the_cli(tmp_path):
             done = run_pfs(*argv)
             assert done.returncode == 2 and cli_words in done.stderr, (argv, done.stderr)
     assert not (tmp_path / "dst").exists() and not (tmp_path / "mirror").exists()
+
+
+def test_old_keyword_names_still_work_with_a_warning(tmp_path):
+    """One name per thing across jobs: the tree a job reads is ``src`` (was ``url`` in scan), the Parquet file of
+    entries that failed or differ is ``log`` (was ``failure_log`` in copy, ``report`` in verify)."""
+    src = make_tree(tmp_path / "src", {"a": b"1"})
+    with pytest.warns(DeprecationWarning, match=r"scan\(url=\.\.\.\) is deprecated: use src=\.\.\."):
+        scan(url=src, out=tmp_path / "m")
+    assert paths(tmp_path / "m") >= {"a"}
+    make_tree(tmp_path / "dst", {"a": b"22"})
+    with pytest.warns(DeprecationWarning, match=r"copy\(failure_log=\.\.\.\) is deprecated: use log=\.\.\."):
+        failed = copy(f"{src}/", tmp_path / "dst", failure_log=tmp_path / "failed.parquet")
+    assert failed.failed == 1 and failed.log == str(tmp_path / "failed.parquet") and failed.failure_log == failed.log
+    with pytest.warns(DeprecationWarning, match=r"verify\(report=\.\.\.\) is deprecated: use log=\.\.\."):
+        differs = verify(src, tmp_path / "dst", report=tmp_path / "differs.parquet")
+    assert differs.log == str(tmp_path / "differs.parquet") and os.path.exists(differs.log)
+    with pytest.raises(PfsError, match=r"give log= \(or its old name report=\), not both"):
+        verify(src, tmp_path / "dst", report=tmp_path / "r1", log=tmp_path / "r2")
+    for fn in (scan, copy, verify):  # help() and docs/api.md show the new names only
+        assert not {"url", "failure_log", "report"} & set(inspect.signature(fn).parameters), fn.__name__
+    logged = run_pfs("cp", f"{src}/", tmp_path / "dst", "--log", tmp_path / "cli.parquet")
+    assert logged.returncode == 1 and os.path.exists(tmp_path / "cli.parquet"), logged.stderr
+    old = run_pfs("verify", src, tmp_path / "dst", "--report", tmp_path / "old.parquet")
+    assert old.returncode == 1 and os.path.exists(tmp_path / "old.parquet"), old.stderr

@@ -1,5 +1,6 @@
 """The operators' names for existing destination files: ``update``, ``ignore_existing``, and the
-deprecated ``skip_existing`` (= ``update``), as the engine receives them."""
+deprecated ``skip_existing`` (= ``update``), as the engine receives them; the other options of the copy
+engine and the names the operators share with the Python API."""
 
 from __future__ import annotations
 
@@ -73,3 +74,29 @@ def test_copy_operator_takes_every_option_of_the_copy_engine(tmp_path):
         if o.airflow_name is not None and o.name not in where:
             assert str(spec.kwargs[o.name]).strip() == str(given[o.airflow_name]), (o.name, spec.kwargs.get(o.name))
     assert spec.kwargs["owner"] is True and "keep_owner" not in spec.kwargs  # BaseOperator's owner: the task's
+
+
+def test_operators_use_the_engine_names_and_keep_the_old_ones_with_a_warning(tmp_path):
+    """The tree a task reads is ``src`` (PfsScanOperator's ``path`` before), the Parquet file of entries that
+    failed or differ ``log`` (PfsVerifyOperator's ``report_path`` before), as in the Python API."""
+    import warnings
+
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_pfs.operators.scan import PfsScanOperator
+    from airflow_pfs.operators.verify import PfsVerifyOperator
+
+    tree, out = str(tmp_path / "t"), str(tmp_path / "m")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert PfsScanOperator(task_id="new", src=tree, manifest=out).job_spec({}).args == (tree, out)
+        spec = PfsVerifyOperator(task_id="v", src=tree, dst=out, log=str(tmp_path / "r")).job_spec({})
+        assert spec.kwargs["log"] == str(tmp_path / "r") and "report" not in spec.kwargs
+    with pytest.warns(DeprecationWarning, match=r"PfsScanOperator\(path=\.\.\.\) is deprecated: use src="):
+        old = PfsScanOperator(task_id="old", path=tree, manifest=out)
+    assert old.job_spec({}).args == (tree, out)
+    with pytest.warns(DeprecationWarning, match=r"report_path=\.\.\.\) is deprecated: use log="):
+        verify_old = PfsVerifyOperator(task_id="vo", src=tree, dst=out, report_path=str(tmp_path / "r"))
+    assert verify_old.job_spec({}).kwargs["log"] == str(tmp_path / "r")
+    with pytest.raises(AirflowException, match="give src \\(or its old name path\\), not both"):
+        PfsScanOperator(task_id="both", src=tree, path=tree, manifest=out)

@@ -127,7 +127,7 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
     assert results["count_rows"] == {"rows": entries, "entries": entries}
     assert scan in asset_events("file:///pfs-test/manifest")
     assert f"scan {src} done: {entries} entries" in logs  # LogProgress in the task log
-    assert "path must be an absolute path or a URL, got 'data/project'" in logs
+    assert "src must be an absolute path or a URL, got 'data/project'" in logs
     assert "no-such-dir: no such file or directory" in logs
     assert "deferrable=True needs a running Dask scheduler" in logs
     # counted by the engines, for the remove and for the copy
