@@ -166,7 +166,7 @@ def cp_cmd(
             + (f" ({c['dirs_existing']:,} there already)" if c.get("dirs_existing") else "")
             + f", {counted(c['symlinks'], 'symlink')}, "
             f"{counted(c['hardlinks'], 'hard link')}, "
-            f"{c['skipped']:,} identical skipped in {result.seconds:.1f} s "
+            f"{c['skipped']:,} skipped in {result.seconds:.1f} s "
             f"({c['bytes'] / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s, {result.tasks} tasks"
             + (f", {result.resumed} chunks done before" if result.resumed else "")
             + ")"
