@@ -298,7 +298,9 @@ def _attributes_known(sides: list[Side]) -> bool:
         if not s.manifest.has_xattrs and (s.manifest.info.get("counts") or {}).get("entries")
     ]
     if unknown:
-        logging.getLogger("pfs").warning("%s: scanned without --xattrs: attributes not compared", ", ".join(unknown))
+        logging.getLogger("pfs").warning(
+            "%s: scanned without %s: attributes not compared", ", ".join(unknown), named("xattrs", True)
+        )
     return not unknown
 
 
@@ -326,7 +328,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             f"the source scan reported {sides[0].scanned_errors} errors: unreadable entries must not "
             "look deleted at the source; nothing is deleted (fix the errors and sync again)"
         )
-        warnings.warn(f"--delete switched off: {result.delete_suppressed}", stacklevel=3)
+        warnings.warn(f"{named('delete', True)} switched off: {result.delete_suppressed}", stacklevel=3)
     extras = c["extra"] - extras_removed_first(p)
     if result.delete and extras and cap is not None:
         total = c["extra"] + c["unchanged"] + c["changed"] + c["type-changed"]
