@@ -50,6 +50,7 @@ class Option:
     cli: bool = True  # False: a Python (and Airflow) keyword only
     airflow: str | None = ""  # the Airflow operators' argument: "" the same name, None not one
     show_default: bool = False
+    task: bool = False  # the copy's tasks take it as it is: a field of ``operators.copy.spec.CopySpec``
 
     @property
     def airflow_name(self) -> str | None:
@@ -127,7 +128,7 @@ _ALL = (
     ),
     Option(
         "follow_symlinks", "--dereference", "bool", False, "Copy what symlinks to files point at.", True,
-        short="-L", jobs=COPY,
+        short="-L", jobs=COPY, task=True,
     ),
     Option("preserve", "--preserve", "bool", False, "Same as --owner (kept for scripts).", True, jobs=COPY),
     Option(
@@ -135,7 +136,7 @@ _ALL = (
         "Copy extended attributes and POSIX ACLs (user.*, system.posix_acl_*; security.* and "
         "trusted.* with CAP_SYS_ADMIN; lustre.lov/ceph layouts between like file systems). "
         "One the destination refuses is a failure. S3: user.* as object metadata, both ways.", True,
-        jobs=COPY + SYNC, decls=("--xattrs/--no-xattrs",), show_default=True,
+        jobs=COPY + SYNC, decls=("--xattrs/--no-xattrs",), show_default=True, task=True,
     ),
     Option(
         "owner", "--owner", "bool | None", None,
@@ -156,7 +157,7 @@ _ALL = (
     Option(
         "inplace", "--inplace", "bool", False,
         "Write small files straight to their names (no temp name + rename; faster on GlusterFS, not atomic).",
-        True, jobs=COPY,
+        True, jobs=COPY, task=True,
     ),
     Option(
         "stream", "--stream", "bool | None", None,

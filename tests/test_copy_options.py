@@ -89,3 +89,16 @@ def test_a_journal_from_before_an_option_resumes_at_its_default(tmp_path):
     with pytest.raises(PfsError, match="inplace="):
         copy(f"{src}/", dst, resume=True, inplace=True)
     assert copy(f"{src}/", dst, resume=True, overwrite=False).failed == 1  # same options: resumed, same failure
+
+
+def test_options_the_tasks_take_as_they_are_are_copy_spec_fields(tmp_path):
+    """``task`` options go to ``CopySpec`` under their own names (no third list in copy()); one that works: -L."""
+    import dataclasses
+
+    from operators.copy.spec import CopySpec
+
+    task = {o.name for o in of_job("copy") if o.task}
+    assert task and task <= {f.name for f in dataclasses.fields(CopySpec)}
+    src = make_tree(tmp_path / "src", {"real": b"data", "link": "->real"})
+    assert copy(f"{src}/", tmp_path / "dst", follow_symlinks=True, inplace=True, xattrs=False).failed == 0
+    assert not (tmp_path / "dst/link").is_symlink() and (tmp_path / "dst/link").read_bytes() == b"data"

@@ -274,12 +274,10 @@ def copy(
                     token=token,
                     on_exist=on_exist,
                     check_existing=not target.fresh,
-                    follow_symlinks=follow_symlinks,
                     owner=owner,
                     chown=chown_ids,
-                    xattrs=xattrs,
-                    inplace=inplace,
                     make_parents=streamed,
+                    **{o.name: given[o.name] for o in of_job("copy") if o.task},  # as given (dask_pfs.options)
                     threads=threads,
                     src_options=rows_root.storage_options,
                     dst_options=target.dst.storage_options,
