@@ -9,15 +9,12 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
-from dask_pfs.options import of_job
-
 from ..jobs import JobSpec
 from ..lineage import MANIFEST, LineageRef
 from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
-from .base import PfsBaseOperator
+from .base import PfsBaseOperator, engine_kwargs, take_options
 
 TEMPLATED = ("manifest", "where", "max_entries", "manifest_out")  # this operator's own (templated) arguments
-OWN = tuple(o for o in of_job("copy") if o.airflow_name is not None and o.name not in TEMPLATED)
 
 
 class PfsCopyOperator(PfsBaseOperator):
@@ -67,7 +64,7 @@ class PfsCopyOperator(PfsBaseOperator):
     ) -> None:
         # every other option of the copy engine, by its Airflow name (dask_pfs.options: ``keep_owner`` for
         # ``owner``, which is BaseOperator's task owner); checked and passed on as given
-        self.options = {o.name: kwargs.pop(o.airflow_name) for o in OWN if o.airflow_name in kwargs}
+        self.options = take_options("copy", kwargs, skip=TEMPLATED)
         super().__init__(**kwargs)
         self.src = src
         self.dst = dst
@@ -85,12 +82,7 @@ class PfsCopyOperator(PfsBaseOperator):
     def job_spec(self, context: Context) -> JobSpec:
         if self.src is None and self.manifest is None:
             raise AirflowException("give src (a tree to copy) or manifest (rows to copy)")
-        for o in OWN:
-            value = self.options.get(o.name, o.default)
-            if o.annotation.startswith("bool") and value not in ((None, True, False) if "None" in o.annotation
-                                                                 else (True, False)):  # fmt: skip
-                allowed = "True, False or None" if "None" in o.annotation else "True or False"
-                raise AirflowException(f"{o.airflow_name} must be {allowed}, got {value!r}")
+        options = engine_kwargs("copy", self.options, skip=TEMPLATED)
         chosen = [flag for flag in ("overwrite", "update", "ignore_existing") if self.options.get(flag)]
         if len(chosen) > 1:
             raise AirflowException(f"{' and '.join(chosen)} exclude each other")
@@ -101,7 +93,7 @@ class PfsCopyOperator(PfsBaseOperator):
         src, src_options = to_url(self.src, "src") if self.src is not None else (None, {})
         dst, dst_options = to_url(self.dst, "dst")
         kwargs: dict[str, Any] = {
-            **{o.name: self.options.get(o.name, o.default) for o in OWN},
+            **options,
             "where": where,
             "resume": _is_retry(context),  # a retry goes on from the journal of the try that failed
             "threads": self.threads,

@@ -100,3 +100,21 @@ def test_operators_use_the_engine_names_and_keep_the_old_ones_with_a_warning(tmp
     assert verify_old.job_spec({}).kwargs["log"] == str(tmp_path / "r")
     with pytest.raises(AirflowException, match="give src \\(or its old name path\\), not both"):
         PfsScanOperator(task_id="both", src=tree, path=tree, manifest=out)
+
+
+def test_sync_operator_takes_the_options_sync_shares_with_copy(tmp_path):
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_pfs.operators.sync import PfsSyncOperator
+    from dask_pfs.options import of_job
+
+    where = {"src": str(tmp_path / "a"), "dst": str(tmp_path / "b")}
+    given = {"keep_owner": False, "xattrs": False, "chown": "0:0", "numeric_ids": True, "chunk_files": 9,
+             "chunk_bytes": 1 << 20, "split_size": 1 << 22, "allow_other_root": True}  # fmt: skip
+    assert set(given) == {o.airflow_name for o in of_job("sync")} - {None, "ignore_existing"}  # all of them
+    spec = PfsSyncOperator(task_id="all", **where, **given).job_spec({})
+    for o in of_job("sync"):
+        if o.airflow_name in given:
+            assert spec.kwargs[o.name] == given[o.airflow_name], o.name
+    with pytest.raises(AirflowException, match="keep_owner must be True, False or None, got 'yes'"):
+        PfsSyncOperator(task_id="bad", **where, keep_owner="yes").job_spec({})
