@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 from airflow.sdk import Asset, BaseOperator, Context
@@ -50,6 +51,28 @@ def take_options(job: str, kwargs: dict[str, Any], skip: Sequence[str] = ()) -> 
     by their Airflow names: ``keep_owner`` for ``owner``, BaseOperator's task owner) -> engine name -> value;
     ``skip``: the ones the operator takes itself."""
     return {o.name: kwargs.pop(o.airflow_name) for o in own_options(job, skip) if o.airflow_name in kwargs}
+
+
+def with_options(job: str, skip: Sequence[str] = ()) -> Callable[[Callable], Callable]:
+    """An operator's ``__init__`` taking ``job``'s options in ``**kwargs`` (:func:`take_options`) shows them in its
+    signature: Airflow's ``partial()``/``expand()`` accept only the arguments a signature names, and ``help()``
+    lists them."""
+
+    def wrap(init: Callable) -> Callable:
+        sig = inspect.signature(init)
+        params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        rest = [p for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+        have = {p.name for p in params}
+        extra = [
+            inspect.Parameter(str(o.airflow_name), inspect.Parameter.KEYWORD_ONLY, default=o.default,
+                              annotation=o.annotation)
+            for o in own_options(job, skip)
+            if o.airflow_name not in have
+        ]  # fmt: skip
+        init.__signature__ = sig.replace(parameters=[*params, *extra, *rest])  # type: ignore[attr-defined]
+        return init
+
+    return wrap
 
 
 def own_options(job: str, skip: Sequence[str] = ()) -> tuple[Option, ...]:

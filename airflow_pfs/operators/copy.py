@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 from ..jobs import JobSpec
 from ..lineage import MANIFEST, LineageRef
 from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
-from .base import PfsBaseOperator, engine_kwargs, take_options
+from .base import PfsBaseOperator, engine_kwargs, take_options, with_options
 
 TEMPLATED = ("manifest", "where", "max_entries", "manifest_out")  # this operator's own (templated) arguments
 
@@ -48,6 +48,7 @@ class PfsCopyOperator(PfsBaseOperator):
         "dst_storage_options",
     )
 
+    @with_options("copy", skip=TEMPLATED)
     def __init__(
         self,
         *,

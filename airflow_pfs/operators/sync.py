@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 from ..jobs import JobSpec
 from ..lineage import MANIFEST, PLAN, LineageRef
 from ..paths import manifest_urls, merge_options, to_url
-from .base import PfsBaseOperator, engine_kwargs, take_options
+from .base import PfsBaseOperator, engine_kwargs, take_options, with_options
 
 OWN = ("ignore_existing",)  # sync's own handling (with update=False it is on too)
 
@@ -45,6 +45,7 @@ class PfsSyncOperator(PfsBaseOperator):
         "dst_storage_options",
     )
 
+    @with_options("sync", skip=OWN)
     def __init__(
         self,
         *,

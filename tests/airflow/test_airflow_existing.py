@@ -74,6 +74,7 @@ def test_copy_operator_takes_every_option_of_the_copy_engine(tmp_path):
         if o.airflow_name is not None and o.name not in where:
             assert str(spec.kwargs[o.name]).strip() == str(given[o.airflow_name]), (o.name, spec.kwargs.get(o.name))
     assert spec.kwargs["owner"] is True and "keep_owner" not in spec.kwargs  # BaseOperator's owner: the task's
+    PfsCopyOperator.partial(task_id="mapped", **where, **given)  # dynamic mapping takes them too (the signature)
 
 
 def test_operators_use_the_engine_names_and_keep_the_old_ones_with_a_warning(tmp_path):
@@ -113,6 +114,7 @@ def test_sync_operator_takes_the_options_sync_shares_with_copy(tmp_path):
              "chunk_bytes": 1 << 20, "split_size": 1 << 22, "allow_other_root": True}  # fmt: skip
     assert set(given) == {o.airflow_name for o in of_job("sync")} - {None, "ignore_existing"}  # all of them
     spec = PfsSyncOperator(task_id="all", **where, **given).job_spec({})
+    PfsSyncOperator.partial(task_id="mapped", **where, **given)  # dynamic mapping takes them too (the signature)
     for o in of_job("sync"):
         if o.airflow_name in given:
             assert spec.kwargs[o.name] == given[o.airflow_name], o.name
