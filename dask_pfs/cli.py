@@ -301,6 +301,44 @@ def prune_options(func: Callable) -> Callable:
     return wrapper
 
 
+def job_cli_options(job: str, *, skip: tuple[str, ...] = (), help: dict[str, str] | None = None):
+    """The flags of ``job``'s own options (``dask_pfs.options.of_job``: name, help, type and default are defined
+    there once), gathered into one ``options`` keyword (Python name -> value) that the command passes on to
+    the engine function as it is; ``skip``: options the command declares itself, ``help``: a command's own
+    words for an option."""
+    from dask_pfs.options import of_job
+
+    chosen = [o for o in of_job(job) if o.cli and o.name not in skip]
+    types = {"count": click.IntRange(1), "size": SIZE}
+
+    def decorate(func: Callable) -> Callable:
+        for o in reversed(chosen):
+            decls = o.decls or ((o.short, o.flag) if o.short else (o.flag,))
+            kwargs: dict = {"help": (help or {}).get(o.name, o.help), "show_default": o.show_default}
+            if "/" in decls[-1]:
+                kwargs["default"] = o.default
+            elif o.annotation == "bool":
+                kwargs["is_flag"] = True
+            else:
+                kwargs["default"] = o.default
+                if o.kind:
+                    kwargs["type"] = types[o.kind]
+                if o.kind == "size" and o.default:
+                    kwargs["default"] = f"{o.default >> 20}MiB"  # as the help shows it; SIZE reads it back
+            if o.metavar:
+                kwargs["metavar"] = o.metavar
+            func = click.option(*decls, o.name, **kwargs)(func)
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            kwargs["options"] = {o.name: kwargs.pop(o.name) for o in chosen}
+            return func(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
 def echo_json(data) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 

@@ -32,11 +32,17 @@ class Named:
     name: str
     flag: str
     value: object = None
+    given: str | None = None  # the value as the CLI shows it after the flag: ``--max-entries 10``
 
     def __str__(self) -> str:
         if FRONT_END.get() == "cli":
-            return self.flag
-        return f"{self.name}={self.value!r}" if self.value is not None else f"{self.name}="
+            return f"{self.flag} {self.given}" if self.given is not None else self.flag
+        return f"{self.name}={self.value!r}" if self.value is not None or self.given else f"{self.name}="
+
+    def set_to(self, value: object, shown: str | None = None) -> Named:
+        """This option with ``value``, as a user gives it: ``--chunk-files 7`` (``shown``: the CLI's words for
+        the value, else ``value``) or ``chunk_files=7``."""
+        return Named(self.name, self.flag, value, given=str(value) if shown is None else shown)
 
 
 class PfsError(Exception):
@@ -57,7 +63,9 @@ class PfsError(Exception):
 
     def __str__(self) -> str:
         """Parts with a :class:`Named` option in them are joined, each option named for the front end."""
-        if any(isinstance(a, Named) for a in self.args):
+        if any(isinstance(a, Named) for a in self.args) or (
+            len(self.args) > 1 and all(isinstance(a, str) for a in self.args)
+        ):
             return "".join(str(a) for a in self.args)
         return super().__str__()
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dask_pfs.errors import PfsError
+from dask_pfs.options import named
 from dask_pfs.urls import Location, is_inside
 
 
@@ -66,7 +67,9 @@ def check_target(
         return
     reason = _protected(target, reach)
     if reason:
-        raise PfsError(f"refusing to remove {target.url}: {reason} (pass --force to remove it anyway)")
+        raise PfsError(
+            f"refusing to remove {target.url}: {reason} (pass ", named("force", True), " to remove it anyway)"
+        )
 
 
 def _protected(loc: Location, reach: Reach) -> str | None:

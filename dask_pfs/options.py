@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,8 +44,20 @@ class Option:
     short: str | None = None  # the CLI's short flag
     multiple: bool = False  # a list in Python, a repeatable flag on the command line
     metavar: str | None = None
+    jobs: tuple[str, ...] = ()  # the public engine functions whose own keyword it is (see :func:`of_job`)
+    decls: tuple[str, ...] = ()  # the CLI's declarations when more than ``flag`` (aliases, ``--x/--no-x``)
+    kind: str | None = None  # the CLI's value type: "count" (a whole number >= 1), "size" (256MiB)
+    cli: bool = True  # False: a Python (and Airflow) keyword only
+    airflow: str | None = ""  # the Airflow operators' argument: "" the same name, None not one
+    show_default: bool = False
+    task: bool = False  # the copy's tasks take it as it is: a field of ``operators.copy.spec.CopySpec``
+
+    @property
+    def airflow_name(self) -> str | None:
+        return self.name if self.airflow == "" else self.airflow
 
 
+COPY, SYNC = ("copy",), ("sync",)
 _ALL = (
     Option(
         "exclude", "--exclude", "Sequence[str]", (),
@@ -72,20 +85,150 @@ _ALL = (
         metavar="RATE",
     ),
     # options that errors name (each function takes them as its own keyword)
-    Option("overwrite", "--overwrite", "bool", False, "Replace what is there."),
-    Option("resume", "--resume", "bool", False, "Finish the interrupted run its journal describes."),
-    Option("manifest", "--manifest", "str | None", None, "A manifest whose rows the job acts on."),
-    Option("where", "--where", "str | None", None, "One SQL condition over the manifest's columns."),
+    Option(
+        "overwrite", "--overwrite", "bool", False, "Rewrite every destination file that exists.", True,
+        jobs=COPY,
+    ),
+    Option(
+        "resume", "--resume", "bool", False,
+        "Go on with an interrupted run: only the chunks its journal lacks.", jobs=COPY + SYNC, airflow=None,
+    ),
+    Option(
+        "manifest", "--manifest", "str | None", None,
+        "Copy the rows of this manifest (relative to its root) instead of scanning SRC.", True, jobs=COPY,
+    ),
+    Option(
+        "where", "--where", "str | None", None,
+        "With --manifest: one SQL condition over the manifest's columns selecting the rows to copy "
+        "(no statements, no subqueries).", True, jobs=COPY,
+    ),
     Option("select", "--select", "str | None", None, "Columns or expressions over the manifest's columns."),
     Option("order_by", "--order-by", "str | None", None, "Sort keys over the manifest's columns."),
     Option("group_by", "--group-by", "str | None", None, "Grouping expressions for an aggregate select."),
-    Option("max_entries", "--max-entries", "int | str | None", None, "Refuse a selection larger than N (or N%)."),
-    Option("update", "--update", "bool", False, "Replace destination files that differ."),
+    Option(
+        "max_entries", "--max-entries", "int | str | None", None,
+        "With --manifest: refuse (exit 2, nothing copied) when the selection has more rows than N (or N%).",
+        jobs=COPY, metavar="N|P%",
+    ),
+    Option(
+        "update", "--update", "bool", False,
+        "Replace existing files that differ (size or mtime); identical ones are skipped.", True,
+        jobs=COPY, decls=("-u", "--update", "--replace-changed"),
+    ),
     Option("allow_incomplete", "--allow-incomplete", "bool", False, "Read a manifest without its marker."),
+    # copy's own options (sync passes those it shares on to the copy it runs)
+    Option(
+        "manifest_out", "--manifest-out", "str | None", None,
+        "Keep the scan of SRC in this manifest directory (default: a temporary one).", True, jobs=COPY,
+    ),
+    Option(
+        "ignore_existing", "--ignore-existing", "bool", False,
+        "Never touch a destination file that exists, identical or not: copy only what is missing.", True,
+        jobs=COPY + SYNC,
+    ),
+    Option(
+        "follow_symlinks", "--dereference", "bool", False, "Copy what symlinks to files point at.", True,
+        short="-L", jobs=COPY, task=True,
+    ),
+    Option("preserve", "--preserve", "bool", False, "Same as --owner (kept for scripts).", True, jobs=COPY),
+    Option(
+        "xattrs", "--xattrs", "bool", True,
+        "Copy extended attributes and POSIX ACLs (user.*, system.posix_acl_*; security.* and "
+        "trusted.* with CAP_SYS_ADMIN; lustre.lov/ceph layouts between like file systems). "
+        "One the destination refuses is a failure. S3: user.* as object metadata, both ways.", True,
+        jobs=COPY + SYNC, decls=("--xattrs/--no-xattrs",), show_default=True, task=True,
+    ),
+    Option(
+        "owner", "--owner", "bool | None", None,
+        "Keep the source's owner and group (default: when root). Asked for explicitly as "
+        "non-root, each refused chown is a failure.", True,
+        jobs=COPY + SYNC, decls=("--owner/--no-owner",), airflow="keep_owner",  # Airflow's owner: the task's
+    ),
+    Option(
+        "chown", "--chown", "str | None", None,
+        "Give copies this owner and/or group (names on this host or numbers; USER, USER: or :GROUP).", True,
+        jobs=COPY + SYNC, metavar="USER:GROUP",
+    ),
+    Option(
+        "numeric_ids", "--numeric-ids", "bool", False,
+        "Keep ids as numbers (as rsync; both trees are on this host, so names map to the same ids anyway).",
+        True, jobs=COPY + SYNC,
+    ),
+    Option(
+        "inplace", "--inplace", "bool", False,
+        "Write small files straight to their names (no temp name + rename; faster on GlusterFS, not atomic).",
+        True, jobs=COPY, task=True,
+    ),
+    Option(
+        "stream", "--stream", "bool | None", None,
+        "Into a new local destination, copy each directory's files as the scan lists them "
+        "(default: yes, unless SRC or DST is a network or FUSE mount, where copying after the scan is faster).",
+        True, jobs=COPY, decls=("--stream/--no-stream",),
+    ),
+    Option(
+        "chunk_files", "--chunk-files", "int", 500, "Files per copy task.", True,
+        jobs=COPY + SYNC, kind="count", show_default=True,
+    ),
+    Option(
+        "chunk_bytes", "--chunk-bytes", "int", 256 << 20, f"Bytes per copy task ({SIZES}).", True,
+        jobs=COPY + SYNC, kind="size", show_default=True,
+    ),
+    Option(
+        "split_size", "--split-size", "int | None", None,
+        "Copy bigger files in byte ranges of this size, in parallel "
+        "(default: 256MiB, or whole files from one local disk to another).", True, jobs=COPY + SYNC, kind="size",
+    ),
+    Option(
+        "part_size", "--part-size", "int", 8 << 20,
+        "Parts of the multipart upload a big file becomes on S3 (at least 5 MiB).", True,
+        jobs=COPY, cli=False,
+    ),
+    Option(
+        "log", "--log", "str | None", None,
+        "Parquet file listing failed paths (default: one in the temp dir).", jobs=COPY,
+        decls=("--log", "--failure-log"),  # --failure-log: its first name
+    ),
+    Option(
+        "allow_other_root", "--allow-other-root", "bool", False,
+        "Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
+        "differ, or its marker records none).", jobs=COPY + SYNC,
+    ),
 )  # fmt: skip
 OPTIONS: dict[str, Option] = {o.name: o for o in _ALL}
 PRUNE = ("exclude", "include", "max_depth", "one_file_system")
 LIMITS = ("max_ops_per_second", "max_bandwidth")
+PRUNE_KEY = "/".join(OPTIONS[n].flag for n in PRUNE)  # how a job's journal records its pruning, as one value
+
+
+def of_job(job: str) -> tuple[Option, ...]:
+    """The options that are ``job``'s own keywords (``copy``, ``sync``), in definition order: what its public
+    function takes, its command shows, its Airflow operator accepts and (``binds_resume``) its journal records."""
+    return tuple(o for o in _ALL if job in o.jobs)
+
+
+def journal_options(job: str, values: dict[str, Any], prune: Any = None) -> dict[str, Any]:
+    """What ``job``'s journal records of a run's options (``binds_resume`` ones), keyed by their flags, as
+    ``dask_pfs.runtime.journals.check_options`` compares them; ``values``: each option's value by name (as the
+    run uses it: a manifest's identity, the where-clause's text); ``prune``: the pruning's ``describe()``."""
+    bound = {o.flag: values.get(o.name, o.default) for o in of_job(job) if o.binds_resume}
+    bound[PRUNE_KEY] = prune
+    return bound
+
+
+def journal_default(flag: str) -> Any:
+    """The value a journal written before the option ``flag`` existed stands for: its default."""
+    option = next((o for o in _ALL if o.flag == flag), None)
+    return option.default if option is not None else None
+
+
+def named_flag(flag: str) -> Named | str:
+    """The option a journal's key ``flag`` records, named for the front end (``--chunk-files``, ``chunk_files=``)."""
+    option = next((o for o in _ALL if o.flag == flag), None)
+    if option is not None:
+        return named(option.name)
+    if flag == PRUNE_KEY:
+        return Named("=/".join(PRUNE), flag)
+    return flag
 
 
 def named(name: str, value: Any = None) -> Named:
@@ -149,6 +292,28 @@ def limits_of(values: dict[str, Any]):
     if ops is None and rate is None:
         return None
     return Limits(float(ops) if ops is not None else None, rate)
+
+
+def renamed(**old_to_new: str) -> Callable[[Callable], Callable]:
+    """Keep a keyword's old name working for a release: ``old=`` is ``new=`` with a DeprecationWarning (both
+    given: refused).  The signature (``help()``, docs/api.md) shows the new name only."""
+
+    def wrap(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise PfsError(f"give {new}= (or its old name {old}=), not both")
+                    warnings.warn(
+                        f"{func.__name__}({old}=...) is deprecated: use {new}=...", DeprecationWarning, stacklevel=2
+                    )
+                    kwargs[new] = kwargs.pop(old)
+            return func(*args, **kwargs)
+
+        return call
+
+    return wrap
 
 
 def job_options(*names: str) -> Callable[[Callable], Callable]:

@@ -82,7 +82,7 @@ with DAG(
 ) as archive_landed:
     scan = PfsScanOperator(
         task_id="scan_landing",
-        path="{{ params.landing }}",
+        src="{{ params.landing }}",
         manifest="{{ params.manifest }}",
         overwrite=True,
         allowed_roots=ROOTS,

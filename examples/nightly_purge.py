@@ -46,7 +46,7 @@ with DAG(
 ) as dag:
     scan = PfsScanOperator(
         task_id="scan_scratch",
-        path="{{ params.scratch }}",
+        src="{{ params.scratch }}",
         manifest="{{ params.manifests }}/scratch-{{ ds_nodash }}",
         overwrite=True,  # a rerun of the same night rescans
         allowed_roots=ROOTS,

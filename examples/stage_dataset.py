@@ -43,7 +43,7 @@ with DAG(
 ) as dag:
     scan = PfsScanOperator(
         task_id="scan_dataset",
-        path="{{ params.dataset }}",
+        src="{{ params.dataset }}",
         manifest="{{ params.manifests }}/{{ dag.dag_id }}-{{ ts_nodash }}",
         overwrite=True,
         allowed_roots=ROOTS,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import pytest
 
@@ -101,3 +102,76 @@ def test_api_reference_is_current_and_lists_each_argument_once():
         rows = [line for line in text.splitlines() if line.startswith(f"| `{name}` |")]
         assert len(rows) == 1, (name, rows)
         assert "scan, copy, remove, sync" in rows[0] or name in LIMITS, rows
+
+
+# one refusal of each job, raised below the API: (Python call, its words; CLI arguments, the CLI's words)
+def _refusals(tmp_path):
+    src = make_tree(tmp_path / "src", {"a": b"1", "d/b": b"2"})
+    scan(src, tmp_path / "m")
+    m = tmp_path / "m"
+    return [
+        (lambda: scan(src, tmp_path / "m2", resume=True, overwrite=True),
+         "resume=True and overwrite=True exclude each other",
+         ("scan", src, "-o", tmp_path / "m2", "--resume", "--overwrite"),
+         "--resume and --overwrite exclude each other"),
+        (lambda: copy(src, tmp_path / "dst", overwrite=True, update=True),
+         "overwrite=True and update=True exclude each other",
+         ("cp", src, tmp_path / "dst", "--overwrite", "--update"), "--overwrite and --update exclude each other"),
+        (lambda: copy(src, tmp_path / "dst", chown="no-such-user-pfs"),
+         "chown='no-such-user-pfs': no user named 'no-such-user-pfs' on this host",
+         ("cp", src, tmp_path / "dst", "--chown", "no-such-user-pfs"), "--chown: no user named 'no-such-user-pfs'"),
+        (lambda: copy(None, tmp_path / "dst", manifest=m, exclude=["a"]),
+         "exclude=/include=/max_depth=/one_file_system= choose what a scan of SRC keeps; with manifest= select rows "
+         "with where=",
+         ("cp", "--manifest", m, tmp_path / "dst", "--exclude", "a"),
+         "--exclude/--include/--max-depth/--one-file-system choose what a scan of SRC keeps; with --manifest select "
+         "rows with --where"),
+        (lambda: remove(manifest=m, exclude=["a"]),
+         "exclude=/include=/max_depth=/one_file_system= prune a tree walk; with manifest=, where=",
+         ("rm", "--manifest", m, "--exclude", "a"),
+         "--exclude/--include/--max-depth/--one-file-system prune a tree walk; with --manifest, --where"),
+        (lambda: remove(manifest=m, max_entries="lots"),
+         "max_entries=: not a count or a percentage",
+         ("rm", "--manifest", m, "--max-entries", "lots"), "--max-entries: not a count or a percentage"),
+        (lambda: sync(src, tmp_path / "mirror", delete=True, max_delete="lots"),
+         "max_delete=: not a count or a percentage",
+         ("sync", src, tmp_path / "mirror", "--delete", "--max-delete", "lots"),
+         "--max-delete: not a count or a percentage"),
+        (lambda: verify(), "give SRC and DST (trees), or src_manifest= / dst_manifest=", None, None),
+    ]  # fmt: skip
+
+
+def test_each_job_words_its_refusals_for_python_and_for_the_cli(tmp_path):
+    for call, python_words, argv, cli_words in _refusals(tmp_path):
+        with pytest.raises(PfsError) as err:
+            call()
+        assert python_words in str(err.value), (str(err.value), python_words)
+        assert "--" not in str(err.value), str(err.value)
+        if argv is not None:
+            done = run_pfs(*argv)
+            assert done.returncode == 2 and cli_words in done.stderr, (argv, done.stderr)
+    assert not (tmp_path / "dst").exists() and not (tmp_path / "mirror").exists()
+
+
+def test_old_keyword_names_still_work_with_a_warning(tmp_path):
+    """One name per thing across jobs: the tree a job reads is ``src`` (was ``url`` in scan), the Parquet file of
+    entries that failed or differ is ``log`` (was ``failure_log`` in copy, ``report`` in verify)."""
+    src = make_tree(tmp_path / "src", {"a": b"1"})
+    with pytest.warns(DeprecationWarning, match=r"scan\(url=\.\.\.\) is deprecated: use src=\.\.\."):
+        scan(url=src, out=tmp_path / "m")
+    assert paths(tmp_path / "m") >= {"a"}
+    make_tree(tmp_path / "dst", {"a": b"22"})
+    with pytest.warns(DeprecationWarning, match=r"copy\(failure_log=\.\.\.\) is deprecated: use log=\.\.\."):
+        failed = copy(f"{src}/", tmp_path / "dst", failure_log=tmp_path / "failed.parquet")
+    assert failed.failed == 1 and failed.log == str(tmp_path / "failed.parquet") and failed.failure_log == failed.log
+    with pytest.warns(DeprecationWarning, match=r"verify\(report=\.\.\.\) is deprecated: use log=\.\.\."):
+        differs = verify(src, tmp_path / "dst", report=tmp_path / "differs.parquet")
+    assert differs.log == str(tmp_path / "differs.parquet") and os.path.exists(differs.log)
+    with pytest.raises(PfsError, match=r"give log= \(or its old name report=\), not both"):
+        verify(src, tmp_path / "dst", report=tmp_path / "r1", log=tmp_path / "r2")
+    for fn in (scan, copy, verify):  # help() and docs/api.md show the new names only
+        assert not {"url", "failure_log", "report"} & set(inspect.signature(fn).parameters), fn.__name__
+    logged = run_pfs("cp", f"{src}/", tmp_path / "dst", "--log", tmp_path / "cli.parquet")
+    assert logged.returncode == 1 and os.path.exists(tmp_path / "cli.parquet"), logged.stderr
+    old = run_pfs("verify", src, tmp_path / "dst", "--report", tmp_path / "old.parquet")
+    assert old.returncode == 1 and os.path.exists(tmp_path / "old.parquet"), old.stderr

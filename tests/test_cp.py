@@ -160,7 +160,7 @@ def test_existing_files_policies_and_failure_log(tmp_path, dask_client):
     # a file that differs is an error by default, listed in the Parquet failure log
     (dst / "d/b.txt").write_text("changed")
     log = tmp_path / "failures.parquet"
-    failed = copy(f"{src}/", dst, client=dask_client, failure_log=log)
+    failed = copy(f"{src}/", dst, client=dask_client, log=log)
     assert failed.exit_code == 1 and failed.failures == 1
     assert (dst / "d/b.txt").read_text() == "changed"
     assert pq.read_table(log).to_pylist()[0]["path"] == "d/b.txt"

@@ -51,7 +51,7 @@ def test_failed_remove_leaves_no_open_database_for_a_fork(tmp_path: Path):
     dask_pfs.scan(str(src), str(tmp_path / "m"))
     gc.disable()  # keep what the failure left behind where the collector would find it later
     try:
-        with pytest.raises(PfsError, match="more than --max-entries 1") as failed:
+        with pytest.raises(PfsError, match="more than max_entries=1") as failed:
             dask_pfs.remove(manifest=str(tmp_path / "m"), where="type = 'file'", max_entries=1, log=str(tmp_path / "l"))
         held = _selections(failed.value)
         assert held, "the traceback no longer reaches the job's selection: this test checks nothing"

@@ -78,7 +78,7 @@ def test_rm_max_entries_refuses_before_anything(tmp_path, scanned, capsys, dask_
         code, out, err = cli(capsys, "rm", "--manifest", m, *argv)
         assert code == 2 and message in err and err.count("\n") == 1, err
         assert snapshot(tmp_path) == before  # no unlink, no journal, no log, not even the stale log removed
-    with pytest.raises(PfsError, match="more than --max-entries 10%"):
+    with pytest.raises(PfsError, match="more than max_entries='10%'"):
         remove(manifest=m, where="name LIKE 'f%'", max_entries="10%", client=dask_client)
     with pytest.raises(PfsError, match="max_entries= needs manifest="):
         remove(src, max_entries=5, client=dask_client)
@@ -98,7 +98,7 @@ def test_cp_max_entries_refuses_before_anything(tmp_path, scanned, capsys, dask_
         capsys, "cp", "--manifest", m, "--where", "type = 'file' AND size > 2", "--max-entries", "6", dst
     )
     assert code == 2 and "the selection has 7 entries, more than --max-entries 6" in err
-    with pytest.raises(PfsError, match=r"13 of 13 manifest rows \(100.0%\), more than --max-entries 99%"):
+    with pytest.raises(PfsError, match=r"13 of 13 manifest rows \(100.0%\), more than max_entries=\'99%\'"):
         copy(None, dst, manifest=m, max_entries="99%", client=dask_client)
     with pytest.raises(PfsError, match="max_entries= needs manifest="):
         copy(src, dst, max_entries=5, client=dask_client)
@@ -125,7 +125,7 @@ def test_open_manifest_on_s3_with_explicit_options(tmp_path, s3_server, s3fs_fs,
     assert m.root == "s3://guard-bucket/data" and m.storage_options == options and not m.is_local
     con = connect(m)  # registered as a pyarrow dataset, then locked
     assert con.execute(f"SELECT count(*) FROM {m.relation_sql()} WHERE name LIKE '%.tmp'").fetchall() == [(2,)]
-    with pytest.raises(PfsError, match="more than --max-entries 1"):
+    with pytest.raises(PfsError, match="more than max_entries=1"):
         remove(manifest=url, where="name LIKE '%.tmp'", max_entries=1, storage_options=options, client=dask_client)
     result = remove(manifest=url, where="name LIKE '%.tmp'", max_entries=2, storage_options=options, client=dask_client)
     assert (result.selected, result.removed_files, result.failed) == (2, 2, 0)

@@ -802,7 +802,7 @@ BAD_VALUES = {
     "typo-key": (["--set", "worker.replica=3"], ["additional properties 'replica' not allowed"]),
     "zero-threads": (["--set", "worker.threads=0"], ["/worker/threads"]),
     "pfs-threads-string": (["--set-string", "worker.pfsThreads=many"], ["/worker/pfsThreads"]),
-    "pfs-threads-zero": (["--set", "worker.pfsThreads=0"], ["/worker/pfsThreads"]),
+    "pfs-threads-zero": (["--set", "worker.pfsThreads=0"], ["/worker/pfsThreads", "value must be 'auto'"]),
     "bad-conn-id": (["--set", "airflowConnection.connId=pfs-dask"], ["/airflowConnection/connId"]),
     "bad-pull-policy": (["--set", "image.pullPolicy=Sometimes"], ["/image/pullPolicy"]),
     "job-without-args": (["--set", "job.enabled=true", "--set-json", "job.args=[]"], ["/job/args"]),
@@ -827,3 +827,20 @@ def test_schema_rejects_bad_values(helm: str, case: str) -> None:
     assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
     for needle in needles:
         assert needle in proc.stderr, proc.stderr
+
+
+def test_pfs_threads_null_is_auto_and_a_number_fixes_it(helm: str, tmp_path: Path) -> None:
+    """``worker.pfsThreads`` (issue 46): ``auto`` by default, and ``null`` (unset with ``--set``, or ``~`` in a
+    values file) is ``auto`` too, which the workers' concurrency controller tunes (``operators.core.concurrency``);
+    a number fixes the operations in flight per worker process; 0 is refused (above) with a message naming
+    ``auto``."""
+    values = tmp_path / "v.yaml"
+    values.write_text("worker:\n  pfsThreads: ~\n")
+    for extra, want in (
+        ([], "auto"),
+        (["--set", "worker.pfsThreads=null"], "auto"),
+        (["-f", str(values)], "auto"),
+        (["--set", "worker.pfsThreads=8"], "8"),
+    ):
+        worker = get(parse(render(helm, "thr", *extra)), "Deployment", "-pfs-worker")
+        assert env_of(container(worker))["PFS_THREADS"] == want, extra

@@ -103,8 +103,11 @@ def test_cp_resume_with_other_chunk_options_is_refused_then_completes(tmp_path, 
     done = open_journal(jdir).done()
     assert done, "nothing journaled before the interrupt"
     after_kill = state(dst)
-    for option, kw in (("--chunk-files", {"chunk_files": 500}), ("--split-size", {"chunk_files": 7, "split_size": 1})):
-        with pytest.raises(PfsError, match=f"ran with {option}"):
+    for option, kw in (
+        ("chunk_files=7", {"chunk_files": 500}),
+        ("split_size=None", {"chunk_files": 7, "split_size": 1}),
+    ):
+        with pytest.raises(PfsError, match=f"ran with {option}"):  # named as Python calls it
             copy(f"{src}/", dst, client=dask_client, stream=False, resume=True, **kw)
         assert state(dst) == after_kill  # refused: nothing touched, the journal kept
     res = copy(f"{src}/", dst, client=dask_client, chunk_files=7, stream=False, resume=True)

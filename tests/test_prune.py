@@ -148,7 +148,7 @@ def test_cp_and_cli_take_the_same_options(tmp_path, dask_client):
     assert (tmp_path / "cli" / "data" / "2024").is_dir() and not any((tmp_path / "cli" / "data" / "2024").iterdir())
     bad = run_pfs("scan", tmp_path / "t", "-o", tmp_path / "x", "--include", "!no")
     assert bad.returncode == 2 and "cannot be negated" in bad.stderr
-    with pytest.raises(PfsError, match="with --manifest"):
+    with pytest.raises(PfsError, match="with manifest="):
         copy(None, tmp_path / "y", manifest=tmp_path / "m", prune=Prune(exclude=("x",)))
 
 

@@ -376,7 +376,7 @@ def test_scan_resume_rules(tmp_path, dask_client):
         scan(src, out, client=dask_client)
     with pytest.raises(PfsError, match="exclude each other"):
         scan(src, out, client=dask_client, resume=True, overwrite=True)
-    with pytest.raises(PfsError, match="--checksum"):
+    with pytest.raises(PfsError, match="checksum="):
         scan(src, out, client=dask_client, resume=True, checksum="xxh3")
     # resumed, and interrupted again once every task is done but before the marker
     with pytest.raises(KeyboardInterrupt):

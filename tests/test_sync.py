@@ -113,9 +113,9 @@ def test_max_delete_refuses_and_changes_nothing(tmp_path, dask_client):
         (src / name).unlink()
     (src / "new.txt").write_text("n")
     before = tree_digest(dst)
-    with pytest.raises(PfsError, match="more than --max-delete 2"):
+    with pytest.raises(PfsError, match="more than max_delete=2"):
         sync(src, dst, client=dask_client, delete=True, max_delete=2)
-    with pytest.raises(PfsError, match="more than --max-delete 50%"):
+    with pytest.raises(PfsError, match="more than max_delete='50%'"):
         sync(src, dst, client=dask_client, delete=True, max_delete="50%")
     assert tree_digest(dst) == before
     proc = run_pfs("sync", src, dst, "--delete", "--max-delete", "1", "-y", "--workers", "1")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 from airflow.sdk import Asset, BaseOperator, Context
@@ -21,6 +22,7 @@ from distributed import Client
 
 from dask_pfs.clusters.client import client_of_scheduler
 from dask_pfs.errors import PfsError
+from dask_pfs.options import Option, of_job
 from dask_pfs.redact import redact
 from dask_pfs.remote.client import follow, remote_driver, run_job
 from dask_pfs.remote.driver import job_places
@@ -42,6 +44,52 @@ def job_inputs(spec: jobs.JobSpec) -> list[str]:
     manifests; the tree a remove takes): when one is not on this host, the driver runs on the cluster."""
     found = [spec.args[0]] if spec.args and isinstance(spec.args[0], str) else []
     return found + [spec.kwargs[k] for k in INPUT_KWARGS if isinstance(spec.kwargs.get(k), str)]
+
+
+def take_options(job: str, kwargs: dict[str, Any], skip: Sequence[str] = ()) -> dict[str, Any]:
+    """Pop from an operator's keyword arguments the options of the engine ``job`` (``dask_pfs.options.of_job``,
+    by their Airflow names: ``keep_owner`` for ``owner``, BaseOperator's task owner) -> engine name -> value;
+    ``skip``: the ones the operator takes itself."""
+    return {o.name: kwargs.pop(o.airflow_name) for o in own_options(job, skip) if o.airflow_name in kwargs}
+
+
+def with_options(job: str, skip: Sequence[str] = ()) -> Callable[[Callable], Callable]:
+    """An operator's ``__init__`` taking ``job``'s options in ``**kwargs`` (:func:`take_options`) shows them in its
+    signature: Airflow's ``partial()``/``expand()`` accept only the arguments a signature names, and ``help()``
+    lists them."""
+
+    def wrap(init: Callable) -> Callable:
+        sig = inspect.signature(init)
+        params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        rest = [p for p in sig.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+        have = {p.name for p in params}
+        extra = [
+            inspect.Parameter(str(o.airflow_name), inspect.Parameter.KEYWORD_ONLY, default=o.default,
+                              annotation=o.annotation)
+            for o in own_options(job, skip)
+            if o.airflow_name not in have
+        ]  # fmt: skip
+        init.__signature__ = sig.replace(parameters=[*params, *extra, *rest])  # type: ignore[attr-defined]
+        return init
+
+    return wrap
+
+
+def own_options(job: str, skip: Sequence[str] = ()) -> tuple[Option, ...]:
+    return tuple(o for o in of_job(job) if o.airflow_name is not None and o.name not in skip)
+
+
+def engine_kwargs(job: str, given: dict[str, Any], skip: Sequence[str] = ()) -> dict[str, Any]:
+    """Every option of ``job`` the operator passes on (``given``, else the default), True/False ones checked."""
+    values = {}
+    for o in own_options(job, skip):
+        value = values[o.name] = given.get(o.name, o.default)
+        if o.annotation.startswith("bool"):
+            allowed: tuple = (None, True, False) if "None" in o.annotation else (True, False)
+            if value not in allowed or not (value is None or isinstance(value, bool)):
+                words = "True, False or None" if None in allowed else "True or False"
+                raise AirflowException(f"{o.airflow_name} must be {words}, got {value!r}")
+    return values
 
 
 QUIET_LOGGERS = ("distributed", "bokeh", "tornado")  # an embedded cluster's INFO lines: not the task's story

@@ -12,7 +12,9 @@ from airflow.sdk.exceptions import AirflowException
 from ..jobs import JobSpec
 from ..lineage import MANIFEST, LineageRef
 from ..paths import check_cap, check_where, manifest_url, merge_options, to_url
-from .base import PfsBaseOperator
+from .base import PfsBaseOperator, engine_kwargs, take_options, with_options
+
+TEMPLATED = ("manifest", "where", "max_entries", "manifest_out")  # this operator's own (templated) arguments
 
 
 class PfsCopyOperator(PfsBaseOperator):
@@ -29,7 +31,9 @@ class PfsCopyOperator(PfsBaseOperator):
     selection before anything is written.  Returns the counts (``files``, ``bytes``, ``dirs``,
     ``skipped``, ``failed``..., and ``selected`` with a manifest).  ``xattrs`` (default True) copies
     extended attributes and ACLs, ``keep_owner`` ownership (None, the default: when the worker runs as root;
-    ``preserve=True`` is ``keep_owner=True``; not ``owner``: that is Airflow's task owner).
+    ``preserve=True`` is ``keep_owner=True``; not ``owner``: that is Airflow's task owner).  Every other
+    option of ``dask_pfs.copy`` (``dask_pfs.options``: ``follow_symlinks``, ``inplace``, ``chunk_files``...)
+    is a keyword argument of the same name.
     """
 
     engine = "copy"
@@ -44,6 +48,7 @@ class PfsCopyOperator(PfsBaseOperator):
         "dst_storage_options",
     )
 
+    @with_options("copy", skip=TEMPLATED)
     def __init__(
         self,
         *,
@@ -52,33 +57,25 @@ class PfsCopyOperator(PfsBaseOperator):
         manifest: Any = None,
         where: str | None = None,
         max_entries: int | str | None = None,
-        overwrite: bool = False,
-        update: bool = False,
-        ignore_existing: bool = False,
-        skip_existing: bool | None = None,
-        preserve: bool = False,
         manifest_out: Any = None,
+        skip_existing: bool | None = None,
         storage_options: dict | None = None,
         dst_storage_options: dict | None = None,
-        xattrs: bool = True,
-        keep_owner: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        # every other option of the copy engine, by its Airflow name (dask_pfs.options: ``keep_owner`` for
+        # ``owner``, which is BaseOperator's task owner); checked and passed on as given
+        self.options = take_options("copy", kwargs, skip=TEMPLATED)
         super().__init__(**kwargs)
-        self.xattrs, self.keep_owner = xattrs, keep_owner  # not `owner`: BaseOperator.owner is the task's owner
         self.src = src
         self.dst = dst
         self.manifest = manifest
         self.where = where
         self.max_entries = max_entries
-        self.overwrite = overwrite
         if skip_existing is not None:
             warnings.warn("PfsCopyOperator(skip_existing=...) is deprecated: use update=...", DeprecationWarning,
                           stacklevel=2)  # fmt: skip
-            update = skip_existing
-        self.update = update
-        self.ignore_existing = ignore_existing
-        self.preserve = preserve
+            self.options["update"] = skip_existing
         self.manifest_out = manifest_out
         self.storage_options = storage_options
         self.dst_storage_options = dst_storage_options
@@ -86,12 +83,8 @@ class PfsCopyOperator(PfsBaseOperator):
     def job_spec(self, context: Context) -> JobSpec:
         if self.src is None and self.manifest is None:
             raise AirflowException("give src (a tree to copy) or manifest (rows to copy)")
-        if self.keep_owner not in (None, True, False):
-            raise AirflowException(f"keep_owner must be True, False or None, got {self.keep_owner!r}")
-        for flag in ("overwrite", "update", "ignore_existing", "preserve", "xattrs"):
-            if not isinstance(getattr(self, flag), bool):
-                raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
-        chosen = [flag for flag in ("overwrite", "update", "ignore_existing") if getattr(self, flag)]
+        options = engine_kwargs("copy", self.options, skip=TEMPLATED)
+        chosen = [flag for flag in ("overwrite", "update", "ignore_existing") if self.options.get(flag)]
         if len(chosen) > 1:
             raise AirflowException(f"{' and '.join(chosen)} exclude each other")
         where = check_where(self.where)
@@ -101,15 +94,10 @@ class PfsCopyOperator(PfsBaseOperator):
         src, src_options = to_url(self.src, "src") if self.src is not None else (None, {})
         dst, dst_options = to_url(self.dst, "dst")
         kwargs: dict[str, Any] = {
+            **options,
             "where": where,
             "resume": _is_retry(context),  # a retry goes on from the journal of the try that failed
-            "overwrite": self.overwrite,
-            "update": self.update,
-            "ignore_existing": self.ignore_existing,
-            "preserve": self.preserve,
             "threads": self.threads,
-            "xattrs": self.xattrs,
-            "owner": self.keep_owner,
             "storage_options": merge_options(src_options, self.storage_options),
             "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }

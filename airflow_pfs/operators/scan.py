@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from .base import PfsBaseOperator
 
 
 class PfsScanOperator(PfsBaseOperator):
-    """Scan ``path`` (a mount or URL) into the manifest directory ``manifest``.
+    """Scan ``src`` (a mount or URL; ``path``, its old name, is deprecated) into the manifest directory ``manifest``.
 
     Returns ``{"manifest", "root", "entries", "files", "directories", "bytes", "errors", ...}``;
     downstream operators take the result (or the same URI) as their ``manifest``.  Per-entry errors
@@ -26,13 +27,14 @@ class PfsScanOperator(PfsBaseOperator):
 
     engine = "scan"
     fail_on_errors_default = False
-    template_fields: Sequence[str] = ("path", "manifest", "storage_options", "out_storage_options")
+    template_fields: Sequence[str] = ("src", "manifest", "storage_options", "out_storage_options")
 
     def __init__(
         self,
         *,
-        path: Any,
+        src: Any = None,
         manifest: Any,
+        path: Any = None,
         overwrite: bool = False,
         storage_options: dict | None = None,
         out_storage_options: dict | None = None,
@@ -40,7 +42,14 @@ class PfsScanOperator(PfsBaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.path = path
+        if path is not None:
+            if src is not None:
+                raise AirflowException(f"{self.task_id}: give src (or its old name path), not both")
+            warnings.warn("PfsScanOperator(path=...) is deprecated: use src=...", DeprecationWarning, stacklevel=2)
+            src = path
+        if src is None:
+            raise AirflowException(f"{self.task_id}: give src, the tree to scan")
+        self.src = src
         self.manifest = manifest
         self.overwrite = overwrite
         self.storage_options = storage_options
@@ -48,7 +57,7 @@ class PfsScanOperator(PfsBaseOperator):
         self.xattrs = xattrs
 
     def job_spec(self, context: Context) -> JobSpec:
-        url, options = to_url(self.path, "path")
+        url, options = to_url(self.src, "src")
         out, out_options = to_url(self.manifest, "manifest")
         if not isinstance(self.overwrite, bool):
             raise AirflowException(f"overwrite must be True or False, got {self.overwrite!r}")
@@ -67,7 +76,7 @@ class PfsScanOperator(PfsBaseOperator):
         return JobSpec(self.engine, (url, out), kwargs)
 
     def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:
-        url, options = to_url(self.path, "path")
+        url, options = to_url(self.src, "src")
         out, out_options = to_url(self.manifest, "manifest")
         tree = LineageRef(result.get("root") or url, storage_options=merge_options(options, self.storage_options))
         stats = {"rowCount": result.get("entries")}

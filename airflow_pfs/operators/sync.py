@@ -12,7 +12,9 @@ from airflow.sdk.exceptions import AirflowException
 from ..jobs import JobSpec
 from ..lineage import MANIFEST, PLAN, LineageRef
 from ..paths import manifest_urls, merge_options, to_url
-from .base import PfsBaseOperator
+from .base import PfsBaseOperator, engine_kwargs, take_options, with_options
+
+OWN = ("ignore_existing",)  # sync's own handling (with update=False it is on too)
 
 
 class PfsSyncOperator(PfsBaseOperator):
@@ -24,7 +26,9 @@ class PfsSyncOperator(PfsBaseOperator):
     before anything changes.  ``dry_run=True`` only writes the plan.  Changed files are replaced
     (``update=True``, the default); ``ignore_existing=True`` (or ``update=False``) copies only what
     the destination lacks.  ``xattrs`` (default True) copies extended attributes and ACLs, ``keep_owner``
-    ownership (None, the default: when the worker runs as root).  ``skip_existing`` is the deprecated
+    ownership (None, the default: when the worker runs as root); every other option sync shares with copy
+    (``dask_pfs.options``: ``chown``, ``numeric_ids``, ``chunk_files``, ``chunk_bytes``, ``split_size``,
+    ``allow_other_root``) is a keyword argument of the same name.  ``skip_existing`` is the deprecated
     name of ``update``.  Returns the plan's counts per action, ``copied_files``/``copied_bytes``/``deleted``
     and the plan directory.
     """
@@ -41,6 +45,7 @@ class PfsSyncOperator(PfsBaseOperator):
         "dst_storage_options",
     )
 
+    @with_options("sync", skip=OWN)
     def __init__(
         self,
         *,
@@ -59,12 +64,11 @@ class PfsSyncOperator(PfsBaseOperator):
         skip_existing: bool | None = None,
         storage_options: dict | None = None,
         dst_storage_options: dict | None = None,
-        xattrs: bool = True,
-        keep_owner: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        # the options sync shares with copy (dask_pfs.options: xattrs, keep_owner, chown, chunk_files...)
+        self.options = take_options("sync", kwargs, skip=OWN)
         super().__init__(**kwargs)
-        self.xattrs, self.keep_owner = xattrs, keep_owner  # not `owner`: BaseOperator.owner is the task's owner
         self.src, self.dst = src, dst
         self.src_manifest, self.dst_manifest, self.plan = src_manifest, dst_manifest, plan
         self.checksum = checksum
@@ -79,14 +83,14 @@ class PfsSyncOperator(PfsBaseOperator):
         self.storage_options, self.dst_storage_options = storage_options, dst_storage_options
 
     def job_spec(self, context: Context) -> JobSpec:
-        if self.keep_owner not in (None, True, False):
-            raise AirflowException(f"keep_owner must be True, False or None, got {self.keep_owner!r}")
-        for flag in ("delete", "dry_run", "update_dst_manifest", "update", "ignore_existing", "xattrs"):
+        options = engine_kwargs("sync", self.options, skip=OWN)
+        for flag in ("delete", "dry_run", "update_dst_manifest", "update", "ignore_existing"):
             if not isinstance(getattr(self, flag), bool):
                 raise AirflowException(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         src, src_options = to_url(self.src, "src")
         dst, dst_options = to_url(self.dst, "dst")
         kwargs: dict[str, Any] = {
+            **options,
             "checksum": self.checksum,
             "delete": self.delete,
             "max_delete": self.max_delete if self.max_delete not in ("", None) else None,
@@ -94,8 +98,6 @@ class PfsSyncOperator(PfsBaseOperator):
             "update_dst_manifest": self.update_dst_manifest,
             "ignore_existing": self.ignore_existing or not self.update,
             "threads": self.threads,
-            "xattrs": self.xattrs,
-            "owner": self.keep_owner,
             "storage_options": merge_options(src_options, self.storage_options),
             "dst_storage_options": merge_options(dst_options, self.dst_storage_options),
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,11 +21,12 @@ class PfsVerifyOperator(PfsBaseOperator):
     when it has none).  ``where`` selects the rows compared on both sides.
 
     The task fails when anything is missing, extra or different (``fail_on_errors=False`` only
-    reports); the Parquet ``report`` lists those entries.  Returns the counts.
+    reports); the Parquet ``log`` lists those entries (``report_path``, its old name, is deprecated).  Returns
+    the counts.
     """
 
     engine = "verify"
-    template_fields: Sequence[str] = ("src", "dst", "src_manifest", "dst_manifest", "where", "report_path")
+    template_fields: Sequence[str] = ("src", "dst", "src_manifest", "dst_manifest", "where", "log_path")
 
     def __init__(
         self,
@@ -35,6 +37,7 @@ class PfsVerifyOperator(PfsBaseOperator):
         dst_manifest: Any = None,
         where: str | None = None,
         checksum: str = "xxh3",
+        log: Any = None,
         report_path: Any = None,
         storage_options: dict | None = None,
         dst_storage_options: dict | None = None,
@@ -42,9 +45,16 @@ class PfsVerifyOperator(PfsBaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if report_path is not None:
+            if log is not None:
+                raise AirflowException(f"{self.task_id}: give log (or its old name report_path), not both")
+            warnings.warn("PfsVerifyOperator(report_path=...) is deprecated: use log=...", DeprecationWarning,
+                          stacklevel=2)  # fmt: skip
+            log = report_path
+        self.log_path = log  # not `log`: BaseOperator's logger
         self.src, self.dst = src, dst
         self.src_manifest, self.dst_manifest = src_manifest, dst_manifest
-        self.where, self.checksum, self.report_path = where, checksum, report_path
+        self.where, self.checksum = where, checksum
         self.storage_options, self.dst_storage_options = storage_options, dst_storage_options
         self.xattrs = xattrs  # also compare extended attributes and ACL presence (pfs verify --xattrs)
 
@@ -65,8 +75,8 @@ class PfsVerifyOperator(PfsBaseOperator):
         kwargs.update(manifest_urls(self, "src_manifest", "dst_manifest"))
         if self.xattrs:
             kwargs["xattrs"] = True
-        if self.report_path is not None:
-            kwargs["report"] = to_url(self.report_path, "report_path")[0]
+        if self.log_path is not None:
+            kwargs["log"] = to_url(self.log_path, "log")[0]
         return JobSpec(self.engine, (src, dst), kwargs)
 
     def lineage(self, result: dict) -> tuple[list[LineageRef], list[LineageRef]]:

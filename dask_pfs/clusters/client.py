@@ -23,6 +23,7 @@ from dask_pfs.clusters.security import TlsFiles, check_client_certificate, sched
 from dask_pfs.clusters.stall import abandon_stuck_workers, worker_ttl
 from dask_pfs.clusters.worker_config import DRIVER_CONFIG, TASKS_PER_WORKER, WORKER_CONFIG
 from dask_pfs.errors import PfsError
+from dask_pfs.options import named
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -228,7 +229,7 @@ def client_of_scheduler(options: ClusterOptions, untrusted: bool = False) -> Cli
     elif options.scheduler_file:
         address = _address_in(options.scheduler_file)
     else:
-        raise PfsError("give --scheduler ADDR, --scheduler-file FILE or PFS_SCHEDULER")
+        raise PfsError("give ", named("scheduler"), " ADDR, ", named("scheduler_file"), " FILE or PFS_SCHEDULER")
     address = scheduler_address(address, secured=options.security is not None)
     warn_if_open(address)
     security = options.security

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dask_pfs.errors import PfsError
+from dask_pfs.options import named
 
 STALL_TIMEOUT = 3600.0  # a task may legitimately be long: one checksum of a huge file, a 256 MiB range on a slow link
 WORKER_TTL = "60s"
@@ -35,7 +36,9 @@ class StorageGoneError(PfsError):
 
 def storage_gone(exc: BaseException) -> StorageGoneError:
     return StorageGoneError(
-        f"{exc}; stopped. What finished is journaled: rerun the same command with --resume once it is mounted again"
+        f"{exc}; stopped. What finished is journaled: run it again with ",
+        named("resume", True),
+        " once it is mounted again",
     )
 
 
@@ -117,7 +120,9 @@ def stalled(seconds: float, inflight: int) -> StalledError:
     return StalledError(
         f"no task finished for {seconds:.0f} s with {inflight} in flight: the storage (or every worker) "
         f"hangs; stopped (PFS_STALL_TIMEOUT={seconds:g}). What finished is journaled: rerun the same "
-        "command with --resume once the storage answers again"
+        "job with ",
+        named("resume", True),
+        " once the storage answers again",
     )
 
 

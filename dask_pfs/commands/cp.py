@@ -8,11 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dask_pfs.cli import SIZE, SIZES, cli, cluster_options, echo_json, prune_options
-from dask_pfs.commands.attrs import attr_options
-from dask_pfs.commands.existing import existing_options
+from dask_pfs.cli import cli, cluster_options, echo_json, job_cli_options, prune_options
 from dask_pfs.compare.itemize import HELP as ITEMIZE_HELP
-from dask_pfs.copy import CopyResult
+from dask_pfs.copy import CopyResult, on_exist_of
 from dask_pfs.errors import PfsError
 from dask_pfs.remote.client import run_job
 from dask_pfs.remote.driver import JobSpec
@@ -83,86 +81,17 @@ def make_copy_reporter(enabled: bool | None) -> Reporter:
 
 @cli.command("cp")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--manifest", help="Copy the rows of this manifest (relative to its root) instead of scanning SRC.")
-@click.option(
-    "--where",
-    help="With --manifest: one SQL condition over the manifest's columns selecting the rows to copy "
-    "(no statements, no subqueries).",
-)
-@click.option(
-    "--max-entries",
-    metavar="N|P%",
-    help="With --manifest: refuse (exit 2, nothing copied) when the selection has more rows than this.",
-)
-@click.option("--manifest-out", help="Keep the scan of SRC in this manifest directory (default: a temporary one).")
-@existing_options
+@job_cli_options("copy")  # every option of the copy engine (dask_pfs.options), passed on as ``options``
+@click.option("--skip-existing", is_flag=True, hidden=True, help="Deprecated: --update.")
 @click.option("-n", "--dry-run", is_flag=True, help="Copy nothing: scan both sides and say what would be copied.")
 @click.option("-i", "--itemize", is_flag=True, help=ITEMIZE_HELP + " Plans first (scans DST too).")
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Changes a dry run prints.")
-@click.option("-L", "--dereference", "follow", is_flag=True, help="Copy what symlinks to files point at.")
-@click.option("--preserve", is_flag=True, help="Same as --owner (kept for scripts).")
 @click.option("-r", "--recursive", is_flag=True, help="Accepted as cp's; pfs cp always copies whole trees.")
-@attr_options
-@click.option(
-    "--inplace",
-    is_flag=True,
-    help="Write small files straight to their names (no temp name + rename; faster on GlusterFS, not atomic).",
-)
-@click.option(
-    "--stream/--no-stream",
-    default=None,
-    help="Into a new local destination, copy each directory's files as the scan lists them "
-    "(default: yes, unless SRC or DST is a network or FUSE mount, where copying after the scan is faster).",
-)
-@click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per task.")
-@click.option("--chunk-bytes", type=SIZE, default="256MiB", show_default=True, help=f"Bytes per task ({SIZES}).")
-@click.option(
-    "--split-size",
-    type=SIZE,
-    help="Copy bigger files in byte ranges of this size, in parallel "
-    "(default: 256MiB, or whole files from one local disk to another).",
-)
-@click.option("--failure-log", help="Parquet file listing failed paths (default: one in the temp dir).")
-@click.option("--resume", is_flag=True, help="Go on with an interrupted run: only the chunks its journal lacks.")
-@click.option(
-    "--allow-other-root",
-    is_flag=True,
-    help="Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
-    "differ, or its marker records none).",
-)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @prune_options
 @cluster_options
 def cp_cmd(
-    paths,
-    manifest,
-    where,
-    max_entries,
-    manifest_out,
-    on_exist,
-    dry_run,
-    itemize,
-    show,
-    follow,
-    preserve,
-    recursive,
-    xattrs,
-    owner,
-    chown,
-    numeric_ids,
-    inplace,
-    stream,
-    chunk_files,
-    chunk_bytes,
-    split_size,
-    failure_log,
-    resume,
-    as_json,
-    allow_other_root,
-    cluster,
-    threads,
-    progress,
-    prune,
+    paths, options, skip_existing, dry_run, itemize, show, recursive, as_json, cluster, threads, progress, prune
 ) -> None:
     """Copy a tree: pfs cp SRC DST, or pfs cp --manifest DIR [--where SQL] DST.
 
@@ -203,6 +132,10 @@ def cp_cmd(
     Exit codes: 0 done; 1 some files failed (see the failure log); 2 refused, nothing copied;
     130 interrupted (the journal is kept for --resume).
     """
+    if skip_existing:
+        click.echo("pfs: warning: --skip-existing is deprecated, use --update (same meaning)", err=True)
+        options["update"] = True
+    manifest, where, max_entries = options["manifest"], options["where"], options["max_entries"]
     if manifest:
         if len(paths) != 1:
             raise PfsError("with --manifest give only DST")
@@ -211,42 +144,17 @@ def cp_cmd(
         if len(paths) != 2:
             raise PfsError("usage: pfs cp SRC DST (or pfs cp --manifest DIR DST)")
         src, dst = paths
+    on_exist = on_exist_of(options["overwrite"], options["update"], options["ignore_existing"])
     if dry_run or itemize:
         _preview(src, dst, manifest, where, max_entries, on_exist, None if itemize else show, prune,
                  cluster, threads, progress, as_json and dry_run, dry_run)  # fmt: skip
         if dry_run:
             return
-    spec = JobSpec(
-        "copy",
-        (src, dst),
-        {
-            "manifest": manifest,
-            "where": where,
-            "max_entries": max_entries,
-            "overwrite": on_exist == "overwrite",
-            "update": on_exist == "skip",
-            "ignore_existing": on_exist == "ignore",
-            "follow_symlinks": follow,
-            "owner": True if preserve and owner is None else owner,
-            "xattrs": xattrs,
-            "chown": chown,
-            "numeric_ids": numeric_ids,
-            "inplace": inplace,
-            "stream": stream,
-            "threads": threads,
-            "chunk_files": chunk_files,
-            "chunk_bytes": chunk_bytes,
-            "split_size": max(split_size, 1024) if split_size else None,
-            "manifest_out": manifest_out,
-            "failure_log": failure_log,
-            "resume": resume,
-            "prune": prune,
-            "allow_other_root": allow_other_root,
-        },
-    )
-    result: CopyResult = run_job(
-        spec, cluster, make_copy_reporter(progress), inputs=[src, manifest], outputs=[dst, manifest_out, failure_log]
-    )
+    if options["split_size"]:
+        options["split_size"] = max(options["split_size"], 1024)
+    spec = JobSpec("copy", (src, dst), {**options, "threads": threads, "prune": prune})
+    outputs = [dst, options["manifest_out"], options["log"]]
+    result: CopyResult = run_job(spec, cluster, make_copy_reporter(progress), inputs=[src, manifest], outputs=outputs)
     c = result.counts
     if as_json:
         echo_json(result.summary())
@@ -254,7 +162,9 @@ def cp_cmd(
         click.echo(
             f"copied {result.source} -> {result.destination}: {counted(c['files'], 'file')}, "
             f"{human_bytes(c['bytes'])}, "
-            f"{counted(c['dirs'], 'directory', 'directories')}, {counted(c['symlinks'], 'symlink')}, "
+            f"{counted(c['dirs'], 'directory', 'directories')} made"
+            + (f" ({c['dirs_existing']:,} there already)" if c.get("dirs_existing") else "")
+            + f", {counted(c['symlinks'], 'symlink')}, "
             f"{counted(c['hardlinks'], 'hard link')}, "
             f"{c['skipped']:,} skipped in {result.seconds:.1f} s "
             f"({c['bytes'] / max(result.seconds, 1e-9) / 1e6:,.1f} MB/s, {result.tasks} tasks"

@@ -7,11 +7,15 @@ import warnings
 
 import click
 
-from dask_pfs.cli import cli, cluster_options, echo_json, prune_options
-from dask_pfs.commands.attrs import attr_options
+from dask_pfs.cli import cli, cluster_options, echo_json, job_cli_options, prune_options
 from dask_pfs.compare.itemize import HELP as ITEMIZE_HELP
 from dask_pfs.runtime.progress import ask, human_bytes, make_reporter
 from dask_pfs.runtime.results import shown
+
+SYNC_WORDS = {  # sync's own words for options it shares with copy
+    "ignore_existing": "Copy only entries DST lacks: changed and type-changed ones are left as they are.",
+    "resume": "Go on with an interrupted sync: its plan, and only unfinished chunks.",
+}
 
 
 @cli.command("sync")
@@ -30,23 +34,10 @@ from dask_pfs.runtime.results import shown
 @click.option("-n", "--dry-run", is_flag=True, help="Write and summarize the plan; change nothing.")
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Changes a dry run prints.")
 @click.option("-i", "--itemize", is_flag=True, help=ITEMIZE_HELP)
-@click.option(
-    "--ignore-existing",
-    is_flag=True,
-    help="Copy only entries DST lacks: changed and type-changed ones are left as they are.",
-)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask before deleting (asked only on a terminal).")
 @click.option("--update-dst-manifest", is_flag=True, help="Rewrite the DST manifest from the plan (no rescan).")
-@click.option("--resume", is_flag=True, help="Go on with an interrupted sync: its plan, and only unfinished chunks.")
-@click.option("--chunk-files", type=click.IntRange(1), default=500, show_default=True, help="Files per copy task.")
-@click.option(
-    "--allow-other-root",
-    is_flag=True,
-    help="Use a manifest whose root is not the tree it was scanned from (device, inode or file system id "
-    "differ, or its marker records none).",
-)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@attr_options
+@job_cli_options("sync", help=SYNC_WORDS)  # the options sync shares with copy (dask_pfs.options)
 @prune_options
 @cluster_options
 def sync_cmd(
@@ -61,17 +52,10 @@ def sync_cmd(
     dry_run,
     show,
     itemize,
-    ignore_existing,
     yes,
     update_dst_manifest,
-    resume,
-    chunk_files,
     as_json,
-    allow_other_root,
-    xattrs,
-    owner,
-    chown,
-    numeric_ids,
+    options,
     cluster,
     threads,
     progress,
@@ -115,7 +99,6 @@ def sync_cmd(
         def confirm(message: str) -> bool:
             return ask(reporter, message)
 
-    from dask_pfs.copy import MiB
     from dask_pfs.remote.client import run_job
     from dask_pfs.remote.driver import JobSpec
 
@@ -131,17 +114,9 @@ def sync_cmd(
             "max_delete": max_delete,
             "dry_run": dry_run,
             "update_dst_manifest": update_dst_manifest,
-            "ignore_existing": ignore_existing,
-            "resume": resume,
             "threads": threads,
-            "chunk_files": chunk_files,
-            "chunk_bytes": 256 * MiB,
             "prune": prune,
-            "allow_other_root": allow_other_root,
-            "xattrs": xattrs,
-            "owner": owner,
-            "chown": chown,
-            "numeric_ids": numeric_ids,
+            **options,
         },
     )
     paths = [dst, src_manifest, dst_manifest, plan]
@@ -152,14 +127,14 @@ def sync_cmd(
         echo_json(result.summary())
     else:
         if itemize or result.dry_run:
-            _changes(result, None if itemize else show, not ignore_existing)
+            _changes(result, None if itemize else show, not options["ignore_existing"])
         verb = "would sync" if result.dry_run else "synced"
         extra = "kept"
         if result.delete:
             extra = f"would delete {c['extra']:,}" if result.dry_run else f"deleted {c.get('deleted', 0):,}"
         click.echo(
             f"{verb} {result.source} -> {result.destination}: {c['new']:,} new, {c['changed']:,} changed"
-            + (" (left: --ignore-existing)" if ignore_existing else "")
+            + (" (left: --ignore-existing)" if options["ignore_existing"] else "")
             + f", {c['type-changed']:,} type-changed, {c['unchanged']:,} unchanged, {c['extra']:,} extra ({extra})"
             + f", {c['error']:,} unreadable; {human_bytes(c['copy_bytes'])} to copy in {result.seconds:.1f} s; "
             f"plan: {result.plan}"

@@ -29,12 +29,12 @@ from dask_pfs.runtime.results import shown
     is_flag=True,
     help="Also compare extended attributes (names, value digests) and ACL presence: status 'xattrs'.",
 )
-@click.option("--report", help="Parquet file listing missing, extra and different entries.")
+@click.option("--log", "--report", "log", help="Parquet file listing missing, extra and different entries.")
 @click.option("--show", type=click.IntRange(0), default=20, show_default=True, help="Differences to print.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @cluster_options
 def verify_cmd(
-    paths, src_manifest, dst_manifest, where, checksum, xattrs, report, show, as_json, cluster, threads, progress
+    paths, src_manifest, dst_manifest, where, checksum, xattrs, log, show, as_json, cluster, threads, progress
 ) -> None:
     """Compare SRC and DST by content (checksums, never size and mtime alone).
 
@@ -43,7 +43,7 @@ def verify_cmd(
       pfs verify --src-manifest M1 --dst-manifest M2      (manifests from pfs scan [--checksum])
       pfs verify --src-manifest M --where "name LIKE '%.jpg'" /scratch/images
     Missing (only in SRC), extra (only in DST) and different entries are listed as a table and
-    written to a Parquet report (--report, default a pfs-verify-*.parquet in the temp dir), only
+    written to a Parquet report (--log, default a pfs-verify-*.parquet in the temp dir), only
     when something differs: the summary names it (--json: "report", null when all are the same).
     Exit codes: 0 identical; 1 differences found; 2 refused; 130 interrupted.
     """
@@ -73,14 +73,14 @@ def verify_cmd(
             "dst_manifest": dst_manifest,
             "where": where,
             "checksum": checksum,
-            "report": report,
+            "log": log,
             "threads": threads,
             "samples": show,
             "xattrs": xattrs,
         },
     )
     inputs = [src, dst, src_manifest, dst_manifest]
-    result = run_job(spec, cluster, make_reporter(progress), inputs=inputs, outputs=[report])
+    result = run_job(spec, cluster, make_reporter(progress), inputs=inputs, outputs=[log])
     c = result.counts
     if as_json:
         echo_json(result.summary())

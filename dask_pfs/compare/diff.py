@@ -38,6 +38,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests import sql as pfs_sql
 from dask_pfs.manifests.frames import KEY
 from dask_pfs.manifests.manifest import Manifest, has_marker, open_manifest
+from dask_pfs.options import named
 from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
@@ -186,8 +187,11 @@ def _check_checksum(checksum: str | None, given: list[Manifest | None], names: t
         has = ((m.info.get("options") or {}).get("checksum") if m is not None else checksum) or None
         if has != checksum:
             raise PfsError(
-                f"{name} has no {checksum} checksums (scanned with {has or 'no checksum'}): rescan it with "
-                f"--checksum {checksum}, or leave --checksum out to compare size and mtime"
+                f"{name} has no {checksum} checksums (scanned with {has or 'no checksum'}): rescan it with ",
+                named("checksum", checksum),
+                ", or leave ",
+                named("checksum"),
+                " out to compare size and mtime",
             )
 
 

@@ -34,6 +34,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests.frames import KEY
 from dask_pfs.manifests.manifest import MARKER_NAME, Manifest, open_manifest, remove_manifest_files, write_marker
 from dask_pfs.manifests.sql import Filter, connect, file_table, literal, write_parquet
+from dask_pfs.options import PRUNE_KEY, named, named_flag
 from dask_pfs.places import local_path
 from dask_pfs.urls import Location
 from operators.core import outputs
@@ -258,18 +259,19 @@ def check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str
     """A plan read back names this sync's own source, destination and manifests, and was made with
     this run's ``--checksum`` and pruning options (exit 2 otherwise): what it would copy from or
     remove through is never taken from the file, and a resume never acts on another comparison."""
-    names = {
-        "algorithm": "--checksum",
-        "prune": "--exclude/--include/--max-depth/--one-file-system",
-        "preserve_xattrs": "attributes kept and compared (--no-xattrs: not)",
-    }
+    names = {"algorithm": named("checksum"), "prune": named_flag(PRUNE_KEY), "preserve_xattrs": named("xattrs")}
     for key, value in options.items():
         if key == "preserve_xattrs" and key not in p.info:  # a plan of a pfs before attributes: none compared
             continue
         if json.loads(json.dumps(p.info.get(key))) != json.loads(json.dumps(value)):
             raise PfsError(
-                f"the interrupted sync ran with {names[key]} {json.dumps(p.info.get(key))}, this run with "
-                f"{json.dumps(value)}: resume with the same {names[key]} (or start over without --resume)"
+                "the interrupted sync ran with ",
+                names[key],
+                f" {json.dumps(p.info.get(key))}, this run with {json.dumps(value)}: resume with the same ",
+                names[key],
+                " (or start over without ",
+                named("resume", True),
+                ")",
             )
     want = {"src": s_loc.url, "dst": d_loc.url}
     for key, value in want.items():

@@ -21,6 +21,7 @@ from dask_pfs.compare.sync import sync
 from dask_pfs.copy.target import live_target
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import Selection, open_manifest, selection_options
+from dask_pfs.options import named
 from dask_pfs.runtime.progress import Reporter
 from dask_pfs.urls import probe
 from operators.scan.prune import Prune
@@ -55,7 +56,7 @@ def preview_copy(
             cap.check(n, total, "the selection has")
         return {"source": m.root, "destination": dst, "counts": {"selected": n}, "lines": [], "more": 0}
     if src is None:
-        raise PfsError("give a source or --manifest")
+        raise PfsError("give a source or ", named("manifest"))
     target = live_target(src, dst, None, None)
     if target.rename:
         return _one_file(target.src.url, os.path.join(target.dst.path, os.fsdecode(next(iter(target.rename.values())))),

@@ -17,6 +17,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import Manifest, Selection, open_manifest, prepare_output, write_marker
 from dask_pfs.manifests.root import pinned_root
 from dask_pfs.manifests.sql import Filter
+from dask_pfs.options import named
 from dask_pfs.runtime.progress import NullProgress, Reporter
 from dask_pfs.runtime.submitter import Submitter
 from dask_pfs.scan.engine import scan_tree
@@ -96,8 +97,11 @@ def require_xattrs(sides: list[Side]) -> None:
     for side in sides:
         if not side.manifest.has_xattrs:
             raise PfsError(
-                f"{side.manifest.url}: scanned without --xattrs, so its attributes are unknown "
-                "(scan it again with pfs scan --xattrs, or compare the tree itself)"
+                f"{side.manifest.url}: scanned without ",
+                named("xattrs", True),
+                ", so its attributes are unknown (scan it again with ",
+                named("xattrs", True),
+                ", or compare the tree itself)",
             )
 
 

@@ -57,7 +57,7 @@ from dask_pfs.manifests.manifest import (
     prepare_output,
     write_marker,
 )
-from dask_pfs.options import job_options
+from dask_pfs.options import job_options, named
 from dask_pfs.remove.api import remove
 from dask_pfs.runtime.journals import ident, private_cache
 from dask_pfs.runtime.locking import writer_lock
@@ -163,7 +163,7 @@ def sync(
     check_target(d_loc, action="sync", deletes=delete, sources=(s_loc,), reach=LATER)
     algorithm = check_checksum(DEFAULT if checksum is True else str(checksum)) if checksum else None
     xattrs = xattrs and readable(s_loc.protocol) and readable(d_loc.protocol)  # S3: metadata (operators.objmeta)
-    cap = Cap.parse(max_delete, "--max-delete")
+    cap = Cap.parse(max_delete, named("max_delete"))
     work = default_work_dir(s_loc.url, d_loc.url)
     src_m = os.fspath(src_manifest) if src_manifest else os.path.join(work, "src-manifest")
     dst_m = os.fspath(dst_manifest) if dst_manifest else os.path.join(work, "dst-manifest")
@@ -298,7 +298,9 @@ def _attributes_known(sides: list[Side]) -> bool:
         if not s.manifest.has_xattrs and (s.manifest.info.get("counts") or {}).get("entries")
     ]
     if unknown:
-        logging.getLogger("pfs").warning("%s: scanned without --xattrs: attributes not compared", ", ".join(unknown))
+        logging.getLogger("pfs").warning(
+            "%s: scanned without %s: attributes not compared", ", ".join(unknown), named("xattrs", True)
+        )
     return not unknown
 
 
@@ -326,7 +328,7 @@ def _act(client, p: Plan, sides, s_loc, d_loc, *, delete, cap, dry_run, update, 
             f"the source scan reported {sides[0].scanned_errors} errors: unreadable entries must not "
             "look deleted at the source; nothing is deleted (fix the errors and sync again)"
         )
-        warnings.warn(f"--delete switched off: {result.delete_suppressed}", stacklevel=3)
+        warnings.warn(f"{named('delete', True)} switched off: {result.delete_suppressed}", stacklevel=3)
     extras = c["extra"] - extras_removed_first(p)
     if result.delete and extras and cap is not None:
         total = c["extra"] + c["unchanged"] + c["changed"] + c["type-changed"]

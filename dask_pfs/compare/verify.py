@@ -25,7 +25,7 @@ from dask_pfs.manifests.frames import KEY, takes_selection
 from dask_pfs.manifests.sql import Filter, where_filter, write_parquet
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe
-from dask_pfs.options import job_options
+from dask_pfs.options import job_options, named, renamed
 from dask_pfs.runtime.progress import Reporter, default_reporter
 from dask_pfs.runtime.results import JobResult
 from dask_pfs.runtime.submitter import job_client
@@ -94,6 +94,7 @@ def compare_sql(src: Side, dst: Side, where: Filter | None, xattrs: bool = False
     )
 
 
+@renamed(report="log")
 @job_options("max_ops_per_second", "max_bandwidth")
 @takes_selection(None)
 def verify(
@@ -105,7 +106,7 @@ def verify(
     dst_manifest: str | os.PathLike | None = None,
     where: str | Filter | None = None,
     checksum: str = DEFAULT,
-    report: str | os.PathLike | None = None,
+    log: str | os.PathLike | None = None,
     cluster: ClusterOptions | None = None,
     threads: int | None = None,
     limits: Limits | None = None,
@@ -121,14 +122,15 @@ def verify(
     ``where`` (one DuckDB condition over manifest columns, ``dask_pfs.manifests.sql``) and ``selection`` (a frame of
     manifest rows, ``dask_pfs.manifests.frames``) select rows on both sides.  With a
     manifest and a URL for the same side, the manifest's rows are read below the URL.  Rows
-    that are not the same go to the Parquet ``report`` (default: a file in the temp dir).
+    that are not the same go to the Parquet ``log`` (default: a file in the temp dir; ``report``, its old
+    name, is deprecated).
     ``xattrs`` also compares each entry's extended attributes (names and value digests) and ACL
     presence (status ``xattrs``); trees are scanned with them, manifests must have them.
     """
     t0 = time.monotonic()
     algorithm = check_checksum(checksum) or DEFAULT
     if (src is None and src_manifest is None) or (dst is None and dst_manifest is None):
-        raise PfsError("give SRC and DST (trees), or --src-manifest / --dst-manifest")
+        raise PfsError("give SRC and DST (trees), or ", named("src_manifest"), " / ", named("dst_manifest"))
     selected = where_filter(where)  # a user's clause is checked; a selection's filter is pfs's own
     progress = default_reporter(progress)
     src, dst = (os.fspath(x) if x is not None else None for x in (src, dst))
@@ -137,7 +139,7 @@ def verify(
         manifest_side(os.fspath(dst_manifest), dst, dst_storage_options) if dst_manifest else None,
     ]
     run = uuid.uuid4().hex[:8]
-    report = os.fspath(report) if report else os.path.join(tempfile.gettempdir(), f"pfs-verify-{run}.parquet")
+    report = os.fspath(log) if log else os.path.join(tempfile.gettempdir(), f"pfs-verify-{run}.parquet")
     with (
         tempfile.TemporaryDirectory(prefix="pfs-verify-") as work,
         job_client(

@@ -44,7 +44,7 @@ from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import Manifest, Selection, has_marker, open_manifest, selection_options
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
-from dask_pfs.options import job_options
+from dask_pfs.options import PRUNE_KEY, job_options, journal_options, named, named_flag, of_job, renamed
 from dask_pfs.runtime.job_logs import default_log
 from dask_pfs.runtime.journals import check_options, job_token, nothing_to_resume, plain, read_job, records
 from dask_pfs.runtime.limits import Limits, concurrency_report
@@ -102,6 +102,7 @@ def default_split_size(spec: CopySpec) -> int:
     return NO_SPLIT if local_disks else SPLIT_SIZE
 
 
+@renamed(failure_log="log")
 @job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 @takes_selection("manifest")
 def copy(
@@ -133,7 +134,7 @@ def copy(
     storage_options: dict | None = None,
     dst_storage_options: dict | None = None,
     manifest_out: str | os.PathLike | None = None,
-    failure_log: str | os.PathLike | None = None,
+    log: str | os.PathLike | None = None,
     resume: bool = False,
     journal: str | os.PathLike | bool | None = None,
     limits: Limits | None = None,
@@ -168,26 +169,29 @@ def copy(
     a maximum depth, one file system).
     ``allow_other_root``: copy a manifest's rows from a root that is not the tree it was scanned
     from (``dask_pfs.manifests.root``; refused, exit 2, otherwise).
+    ``log``: the Parquet file listing the entries that failed (``failure_log``, its old name, is deprecated).
     ``xattrs``: extended attributes and ACLs (``operators.copy.attrs``); ``owner``, ``chown``, ``numeric_ids``
     (``preserve``: ``owner=True``): ownership as ``dask_pfs.copy.owners`` says.
     """
+    arguments = dict(locals())
+    given = {o.name: arguments[o.name] for o in of_job("copy")}  # every option of copy (dask_pfs.options)
     t0 = time.monotonic()
     kept_manifest = os.fspath(manifest_out or manifest or "") or None  # what outlives the call (not a temp scan)
     if skip_existing is not None:
         warnings.warn("copy(skip_existing=...) is deprecated: use update=...", DeprecationWarning, stacklevel=3)
         update = update or skip_existing
-    on_exist = _on_exist(overwrite, update, ignore_existing)
+    on_exist = on_exist_of(overwrite, update, ignore_existing)
     owner, chown_ids = owners.resolve(preserve, owner, chown)
     if src is None and manifest is None:
-        raise PfsError("give a source or --manifest")
+        raise PfsError("give a source or ", named("manifest"))
     selection, cap = selection_options(manifest, where, max_entries)
     where_text = str(selection) if selection else None
     selected = None
     if prune is not None and manifest is not None:
         raise PfsError(
-            "--exclude/--include/--max-depth/--one-file-system choose what a scan of SRC keeps; "
-            "with --manifest, select rows with --where"
-        )
+            named_flag(PRUNE_KEY), " choose what a scan of SRC keeps; with ", named("manifest"), " select rows with ",
+            named("where"),
+        )  # fmt: skip
     progress = default_reporter(progress)  # a notebook's live display, a terminal's bar, else none
     # everything that can refuse the request runs before a cluster is started or anything is written
     m: Manifest | None = None
@@ -219,24 +223,12 @@ def copy(
         if jr is not None and not resume and jr.exists:
             logging.getLogger("pfs").info("%s: an earlier run's journal; starting over (resume=True goes on)", jr.path)
             jr.remove()
-        bound = {
-            "--manifest": manifest_identity(m),
-            "--manifest-out": os.fspath(manifest_out) if manifest_out else None,
-            "--where": where_text,
-            "--exclude/--include/--max-depth/--one-file-system": prune.describe() if prune else None,
-            "--chunk-files": chunk_files,
-            "--chunk-bytes": chunk_bytes,
-            "--split-size": split_size,
-            "part_size": part_size,
-            "--dereference": follow_symlinks,
-            "--overwrite": overwrite,
-            "--update": update,
-            "--ignore-existing": ignore_existing,
-            "--preserve": preserve,
-            **owners.bound(xattrs, owner, chown, numeric_ids),
-            "--inplace": inplace,
-            "--stream": stream,
-        }
+        # what binds a resume: dask_pfs.options (each option says so), as this run uses it
+        bound = journal_options(
+            "copy",
+            given | {"manifest": manifest_identity(m), "where": where_text, "update": update, "stream": stream},
+            prune.describe() if prune else None,
+        )
         if prior:
             if prior.get("job") != "cp" or prior.get("dst") != target.dst.url:
                 raise PfsError(f"{jr.path}: the journal of another job; not resuming it")  # type: ignore[union-attr]
@@ -282,21 +274,19 @@ def copy(
                     token=token,
                     on_exist=on_exist,
                     check_existing=not target.fresh,
-                    follow_symlinks=follow_symlinks,
                     owner=owner,
                     chown=chown_ids,
-                    xattrs=xattrs,
-                    inplace=inplace,
                     make_parents=streamed,
+                    **{o.name: given[o.name] for o in of_job("copy") if o.task},  # as given (dask_pfs.options)
                     threads=threads,
                     src_options=rows_root.storage_options,
                     dst_options=target.dst.storage_options,
                 ).pinned()  # a source root replaced from now on is refused by the core
                 chunking = ChunkLimits(chunk_files, chunk_bytes, split_size or default_split_size(spec), part_size)
-                log = os.fspath(failure_log) if failure_log else default_log("cp", rows_root.url, target.dst.url)
+                log_file = os.fspath(log) if log else default_log("cp", rows_root.url, target.dst.url)
                 done = records(jr) if jr is not None and prior else {}
                 shared = held if group is not None else None
-                made = CopyJob(client, spec, target, selection, chunking, progress, jr, done, log, shared)
+                made = CopyJob(client, spec, target, selection, chunking, progress, jr, done, log_file, shared)
                 stack.callback(made.close)
                 return made
 
@@ -366,12 +356,12 @@ def copy(
             )
 
 
-def _on_exist(overwrite: bool, update: bool, ignore_existing: bool) -> str:
+def on_exist_of(overwrite: bool, update: bool, ignore_existing: bool) -> str:
     """``CopySpec.on_exist`` of the options, which exclude each other (PfsError when two are set)."""
-    chosen = [name for name, on in (("--overwrite", overwrite), ("--update", update),
-                                    ("--ignore-existing", ignore_existing)) if on]  # fmt: skip
+    chosen = [named(name, True) for name, on in (("overwrite", overwrite), ("update", update),
+                                                 ("ignore_existing", ignore_existing)) if on]  # fmt: skip
     if len(chosen) > 1:
-        raise PfsError(f"{' and '.join(chosen)} exclude each other")
+        raise PfsError(chosen[0], " and ", chosen[1], " exclude each other")
     return "overwrite" if overwrite else "skip" if update else "ignore" if ignore_existing else "error"
 
 
@@ -391,4 +381,4 @@ def manifest_identity(m: Manifest | None) -> str | None:
     return f"{m.url}#{hashlib.sha256(canonical(m.info)).hexdigest()[:16]}"
 
 
-__all__ = ["NO_SPLIT", "SPLIT_SIZE", "CopyResult", "MiB", "copy", "default_split_size"]
+__all__ = ["NO_SPLIT", "SPLIT_SIZE", "CopyResult", "MiB", "copy", "default_split_size", "on_exist_of"]

@@ -13,6 +13,7 @@ import grp
 import pwd
 
 from dask_pfs.errors import PfsError
+from dask_pfs.options import named
 
 
 def _id(text: str, lookup, what: str) -> int | None:
@@ -21,12 +22,12 @@ def _id(text: str, lookup, what: str) -> int | None:
     if text.isdigit():
         value = int(text)
         if value >= 2**32 - 1:
-            raise PfsError(f"--chown: {what} {text} is out of range")
+            raise PfsError(named("chown", text), f": {what} {text} is out of range")
         return value
     try:
         return int(lookup(text))
     except KeyError:
-        raise PfsError(f"--chown: no {what} named {text!r} on this host") from None
+        raise PfsError(named("chown", text), f": no {what} named {text!r} on this host") from None
 
 
 def parse_chown(spec: str | None) -> tuple[int | None, int | None]:
@@ -37,7 +38,7 @@ def parse_chown(spec: str | None) -> tuple[int | None, int | None]:
     uid = _id(user, lambda n: pwd.getpwnam(n).pw_uid, "user")
     gid = _id(group, lambda n: grp.getgrnam(n).gr_gid, "group") if sep else None
     if uid is None and gid is None:
-        raise PfsError(f"--chown {spec!r}: give USER, USER:GROUP or :GROUP (names or numbers)")
+        raise PfsError(named("chown", spec), ": give USER, USER:GROUP or :GROUP (names or numbers)")
     return uid, gid
 
 
@@ -47,15 +48,4 @@ def resolve(preserve: bool, owner: bool | None, chown: str | None) -> tuple[bool
     return (True if preserve and owner is None else owner), parse_chown(chown)
 
 
-def bound(xattrs: bool, owner: bool | None, chown: str | None, numeric_ids: bool) -> dict[str, object]:
-    """These options as the copy's job record holds them (``--resume`` refuses others); None at their
-    defaults, so a journal from before they existed still resumes."""
-    return {
-        "--no-xattrs": None if xattrs else True,
-        "--owner/--no-owner": owner,
-        "--chown": chown,
-        "--numeric-ids": numeric_ids or None,
-    }
-
-
-__all__ = ["bound", "parse_chown", "resolve"]
+__all__ = ["parse_chown", "resolve"]

@@ -336,7 +336,7 @@ def selection_options(
     (``dask_pfs.manifests.caps``); PfsError when either is given without a manifest to select from."""
     if where and manifest is None:
         raise PfsError(named("where"), " needs ", named("manifest"), ": it selects rows of a manifest")
-    cap = Cap.parse(max_entries, "--max-entries")
+    cap = Cap.parse(max_entries, named("max_entries"))
     if cap is not None and manifest is None:
         raise PfsError(named("max_entries"), " needs ", named("manifest"), ": it caps the rows a manifest selects")
     return where_filter(where), cap
@@ -474,5 +474,6 @@ def write_marker(url: str, info: dict[str, Any], storage_options: dict | None = 
     except OSError as exc:  # a full disk, a directory made read-only meanwhile: exit 1, resumable
         raise OutputError(
             f"{url}: the manifest's marker could not be written ({exc.strerror or exc}); its parts are kept: "
-            "fix that, then run the same command with --resume"
+            "fix that, then run it again with ",
+            named("resume", True),
         ) from None

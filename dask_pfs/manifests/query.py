@@ -10,6 +10,7 @@ from __future__ import annotations
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import Manifest
 from dask_pfs.manifests.sql import check_where, run_query, select_sql
+from dask_pfs.options import named
 
 BY_CHOICES = ("parent", "uid", "gid", "type", "ext", "depth")
 # run_query and select_sql are sql.py's (Manifest.query runs them too)
@@ -20,7 +21,7 @@ def du_sql(manifest: Manifest, by: str = "parent", depth: int | None = None, whe
     """Sizes and counts grouped by ``by`` (biggest first; ``by="depth"``: by depth); ``depth`` N groups
     paths by their first N components."""
     if by not in BY_CHOICES:
-        raise PfsError(f"--by must be one of {', '.join(BY_CHOICES)}")
+        raise PfsError(named("by", by), f": must be one of {', '.join(BY_CHOICES)}")
     where = check_where(where)
     if by == "parent":
         key = (

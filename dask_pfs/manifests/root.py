@@ -29,10 +29,11 @@ import warnings
 from typing import Any
 
 from dask_pfs.errors import PfsError
+from dask_pfs.options import named
 from dask_pfs.places import local_path, local_text
 from operators.root_identity import RootIdentity, identify
 
-OPTION = "--allow-other-root"
+OPTION = named("allow_other_root", True)
 
 
 def _local_path(root: str) -> str | None:
@@ -71,7 +72,7 @@ def check_root(info: dict, url: str, root: str | None = None, *, destructive: bo
             f"checked to be the tree that was scanned"
         )
         if destructive:
-            raise PfsError(f"{message}; rescan it, or pass {OPTION}")
+            raise PfsError(f"{message}; rescan it, or pass ", OPTION)
         warnings.warn(message, stacklevel=3)
         return
     path = _local_path(str(target))
@@ -84,7 +85,8 @@ def check_root(info: dict, url: str, root: str | None = None, *, destructive: bo
     if why and not allow_other:
         raise PfsError(
             f"{target} is not the tree manifest {url} was scanned from ({why}: another copy, a remount, another "
-            f"volume or an edited marker); rescan it, or pass {OPTION}"
+            "volume or an edited marker); rescan it, or pass ",
+            OPTION,
         )
 
 

@@ -26,7 +26,7 @@ from dask_pfs.manifests.frames import takes_selection
 from dask_pfs.manifests.manifest import open_manifest, selection_options
 from dask_pfs.manifests.root import check_root
 from dask_pfs.manifests.sql import Filter
-from dask_pfs.options import job_options
+from dask_pfs.options import PRUNE_KEY, job_options, named, named_flag
 from dask_pfs.remove.job import CHUNK, Removal, RemoveResult, RemoveTuning
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.progress import Reporter, default_reporter
@@ -88,10 +88,10 @@ def remove(
     from (``dask_pfs.manifests.root``); ``allow_other_root`` lifts that (a restored copy, a remount).
     """
     if (url is None) == (manifest is None):
-        raise PfsError("give either a URL or --manifest, not both")
+        raise PfsError("give either a URL or ", named("manifest"), ", not both")
     selection, cap = selection_options(manifest, where, max_entries)
     if prune is not None and manifest is not None:
-        raise PfsError("--exclude/--include/--max-depth/--one-file-system prune a tree walk; with --manifest, --where")
+        raise PfsError(named_flag(PRUNE_KEY), " prune a tree walk; with ", named("manifest"), ", ", named("where"))
     t0 = time.monotonic()
     job = Removal(
         dry_run=dry_run,

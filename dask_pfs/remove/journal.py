@@ -25,6 +25,7 @@ from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.manifest import Selection, locked
 from dask_pfs.manifests.spread import spread_order
 from dask_pfs.manifests.sql import file_table
+from dask_pfs.options import named
 from dask_pfs.runtime.journals import cache_dir, ident, journal_dir, open_journal, read_job, records, same_job
 from dask_pfs.urls import Location, resolve
 from operators.journal import Journal, file_digest
@@ -151,8 +152,9 @@ def frozen(jr: Journal, job: dict, sel: Selection) -> Selection | None:
         raise PfsError(f"{path}: not a selection this pfs froze ({first}); delete {jr.path} to start over") from None
     if strays:
         raise PfsError(
-            f"{path}: {strays} frozen rows are not rows the manifest and --where select now; "
-            f"refusing to resume (delete {jr.path} to start over)"
+            f"{path}: {strays} frozen rows are not rows the manifest and ",
+            named("where"),
+            f" select now; refusing to resume (delete {jr.path} to start over)",
         )
     return Selection.of_file(path)
 

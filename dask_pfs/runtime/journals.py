@@ -24,8 +24,9 @@ import secrets
 import stat
 from typing import Any
 
-from dask_pfs.errors import OutputError, PfsError
+from dask_pfs.errors import Named, OutputError, PfsError
 from dask_pfs.manifests.manifest import JOURNAL_PREFIX
+from dask_pfs.options import journal_default, named, named_flag
 from dask_pfs.urls import Location
 from operators.core import outputs
 from operators.journal import ForgedJournalError, Journal
@@ -136,7 +137,8 @@ class _OutputJournal(Journal):
         except OSError as exc:
             raise OutputError(
                 f"{self.path}: the job's journal could not be written ({exc.strerror or exc}): "
-                "fix that, then run the same command with --resume"
+                "fix that, then run it again with ",
+                named("resume", True),
             ) from None
         self._lines_lost = None  # a new job.json: its lines are written again
 
@@ -196,16 +198,23 @@ def plain(value: Any) -> Any:
 
 def check_options(prior: dict[str, Any], options: dict[str, Any], what: str) -> None:
     """Refuse (exit 2) resuming the job ``prior`` records with options other than ``options``
-    (option name -> value, as the user spells the option)."""
+    (the journal's key, an option's flag -> value: ``dask_pfs.options.journal_options``).  An option the
+    journal lacks (written before the option existed) stands for its default."""
     was = prior.get("options")
     if not isinstance(was, dict):
-        raise PfsError(f"the interrupted {what} recorded no options (an older pfs?): start over without --resume")
-    for name, value in options.items():
-        if was.get(name) != plain(value):
+        raise PfsError(
+            f"the interrupted {what} recorded no options (an older pfs?): start over without ", named("resume", True)
+        )
+    for key, value in options.items():
+        before = was.get(key, plain(journal_default(key)))
+        if before != plain(value):
+            option = named_flag(key)
+            was_set, now_set = (option.set_to(v, _show(v)) if isinstance(option, Named) else f"{option} {_show(v)}"
+                                for v in (before, plain(value)))  # fmt: skip
             raise PfsError(
-                f"the interrupted {what} ran with {name} {_show(was.get(name))}, this run with {_show(plain(value))}: "
-                f"resume with the same {name} (or start over without --resume)"
-            )
+                f"the interrupted {what} ran with ", was_set, ", this run with ", now_set,
+                ": resume with the same ", option, " (or start over without ", named("resume", True), ")",
+            )  # fmt: skip
 
 
 def _show(value: Any) -> str:

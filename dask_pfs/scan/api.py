@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dask_pfs.clusters.client import ClusterOptions
-from dask_pfs.options import job_options
+from dask_pfs.options import job_options, renamed
 from dask_pfs.runtime.limits import Limits
 from dask_pfs.runtime.locking import writer_lock
 from dask_pfs.runtime.progress import Reporter, default_reporter
@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from distributed import Client
 
 
+@renamed(url="src")
 @job_options("exclude", "include", "max_depth", "one_file_system", "max_ops_per_second", "max_bandwidth")
 def scan(
-    url: str | os.PathLike,
+    src: str | os.PathLike,
     out: str | os.PathLike,
     client: Client | None = None,
     *,
@@ -43,7 +44,8 @@ def scan(
     prune: Prune | None = None,
     xattrs: bool = False,
 ) -> ScanResult:
-    """Scan ``url`` into a manifest directory ``out``; return counts and timings.
+    """Scan ``src`` (a tree: a path or URL) into a manifest directory ``out``; return counts and timings.
+    (``url``, the old name of ``src``, is deprecated.)
 
     ``client`` (positional after the locations, as in every driver): None uses ``cluster`` (or
     ``PFS_SCHEDULER``), else the driver walks the tree itself and a local cluster starts only for a
@@ -53,7 +55,7 @@ def scan(
     fills the checksum column of every file (``operators.checksum``).  ``xattrs`` fills the
     ``xattrs`` and ``has_acl`` columns of every entry (``operators.xattrs``; local and mounted trees).
 
-    ``resume`` finishes the interrupted scan of ``url`` into ``out`` that the journal describes
+    ``resume`` finishes the interrupted scan of ``src`` into ``out`` that the journal describes
     (walking only what its finished tasks left), returns a complete manifest's summary as it is,
     and otherwise scans afresh, replacing an incomplete manifest.
 
@@ -74,11 +76,11 @@ def scan(
     never lists its own parts or journal.
     """
     prune = without_output(
-        resolve(os.fspath(url), storage_options), resolve(os.fspath(out), out_storage_options), prune
+        resolve(os.fspath(src), storage_options), resolve(os.fspath(out), out_storage_options), prune
     )
     with writer_lock(resolve(os.fspath(out), out_storage_options), "scan into"):  # dask_pfs.runtime.locking
         job = TreeScan(
-            url,
+            src,
             out,
             threads=threads,
             overwrite=overwrite,

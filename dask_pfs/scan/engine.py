@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from dask_pfs.clusters.client import dashboard_link
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import has_marker, prepare_output, remove_manifest_files, write_marker
-from dask_pfs.options import named
+from dask_pfs.options import PRUNE_KEY, named, named_flag
 from dask_pfs.runtime.journals import nothing_to_resume
 from dask_pfs.runtime.limits import Limits, concurrency_report
 from dask_pfs.runtime.progress import NullProgress, Reporter
@@ -111,7 +111,7 @@ class TreeScan:
     ) -> None:
         checksum, self.xattrs = check_checksum(checksum), xattrs
         if resume and overwrite:
-            raise PfsError("--resume and --overwrite exclude each other")
+            raise PfsError(named("resume", True), " and ", named("overwrite", True), " exclude each other")
         self.started = datetime.now(UTC)
         self.t0 = time.monotonic()
         self.loc = loc = resolve(url, storage_options)
@@ -308,14 +308,15 @@ class TreeScan:
         made = info.get("options") or {}
         made_xattrs = bool(made.get("xattrs"))  # a manifest from before --xattrs has none
         for name, was, value in (
-            ("--checksum", made.get("checksum"), checksum),
-            (PRUNE_OPTIONS, made.get("prune"), pruning),
-            ("--xattrs", made_xattrs, self.xattrs),
+            (named("checksum"), made.get("checksum"), checksum),
+            (named_flag(PRUNE_KEY), made.get("prune"), pruning),
+            (named("xattrs"), made_xattrs, self.xattrs),
         ):
             if was != value:
                 raise PfsError(
-                    f"{self.out} is a complete scan made with {name} {json.dumps(was)}, not "
-                    f"{json.dumps(value)}: nothing to resume (pass ",
+                    f"{self.out} is a complete scan made with ",
+                    name,
+                    f" {json.dumps(was)}, not {json.dumps(value)}: nothing to resume (pass ",
                     named("overwrite", True),
                     " to scan again with it)",
                 )
@@ -355,9 +356,6 @@ class TreeScan:
         )
         concurrency = options.get("concurrency") or {}
         return _result(self.out, root_url, tally.as_dict(), tally.error_samples, seconds, tasks, concurrency)
-
-
-PRUNE_OPTIONS = "--exclude/--include/--max-depth/--one-file-system"
 
 
 def scan_tree(client: Client, url: str, out: str, progress: Reporter | None = None, **options) -> ScanResult:

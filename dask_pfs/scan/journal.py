@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dask_pfs.errors import PfsError
+from dask_pfs.options import PRUNE_KEY, named, named_flag
 from dask_pfs.runtime.journals import ident, journal_dir, open_journal, read_job
 from dask_pfs.urls import resolve
 from operators.journal import ForgedJournalError, Journal
@@ -68,18 +69,28 @@ def load(
     if bool(job.get("xattrs")) != xattrs:  # parts with and without attributes must not mix in one manifest
         ran = "with" if job.get("xattrs") else "without"
         raise PfsError(
-            f"the interrupted scan in {job.get('out')} ran {ran} --xattrs: resume it with the same option "
-            "(or start over with --overwrite)"
+            f"the interrupted scan in {job.get('out')} ran {ran} ",
+            named("xattrs", True),
+            ": resume it with the same option (or start over with ",
+            named("overwrite", True),
+            ")",
         )
     if job.get("checksum") != checksum:
         raise PfsError(
-            f"the interrupted scan in {job.get('out')} ran with --checksum {job.get('checksum') or 'none'}: "
-            "resume it with the same option (or start over with --overwrite)"
+            f"the interrupted scan in {job.get('out')} ran with ",
+            named("checksum", job.get("checksum")),
+            f" ({job.get('checksum') or 'none'}): resume it with the same option (or start over with ",
+            named("overwrite", True),
+            ")",
         )
     if job.get("prune") != prune:
         raise PfsError(
             f"the interrupted scan in {job.get('out')} left out other entries ({job.get('prune')}): resume it "
-            "with the same --exclude/--include/--max-depth/--one-file-system (or start over with --overwrite)"
+            "with the same ",
+            named_flag(PRUNE_KEY),
+            " (or start over with ",
+            named("overwrite", True),
+            ")",
         )
     res = Resumed(attempt=int(job.get("attempt", 0)) + 1)
     # Only the frontier left is kept: a task's record is written before its frontier goes out, so
@@ -91,7 +102,9 @@ def load(
         _fold(jr, res, owed, early, seen)
     except (ForgedJournalError, UnsafePathError, KeyError, TypeError, ValueError) as exc:
         raise PfsError(
-            f"{jr.path}: {exc}; refusing to resume from it (delete it, or --overwrite, to start over)"
+            f"{jr.path}: {exc}; refusing to resume from it (delete it, or ",
+            named("overwrite", True),
+            ", to start over)",
         ) from None
     res.frontier = list(owed.values())
     jr.rewrite_job({**job, "attempt": res.attempt})

@@ -110,9 +110,10 @@ class Outcome:
     symlinks: int = 0
     hardlinks: int = 0
     skipped: int = 0
+    dirs_existing: int = 0  # directories already there (``dirs``: the ones made)
     failures: list[tuple[str, str]] = field(default_factory=list)
 
-    COUNTERS = ("files", "bytes", "dirs", "symlinks", "hardlinks", "skipped")
+    COUNTERS = ("files", "bytes", "dirs", "symlinks", "hardlinks", "skipped", "dirs_existing")
 
     def add(self, other: Outcome) -> None:
         for name in self.COUNTERS:

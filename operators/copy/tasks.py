@@ -84,8 +84,10 @@ def make_dirs(spec: CopySpec, dirs: list[Entry]) -> Outcome:
     for e, result in zip(dirs, results, strict=True):
         if isinstance(result, BaseException):
             out.fail(e.out_rel, result)
+        elif result or not spec.check_existing:
+            out.dirs += 1  # made (into a new destination, all were: a streamed copy makes a file's parents first)
         else:
-            out.dirs += 1  # made, or a real directory already there (never one reached through a link)
+            out.dirs_existing += 1  # a real directory already there (never one reached through a link)
     return out
 
 

@@ -127,11 +127,12 @@ def test_scan_on_embedded_cluster(airflow_db, tmp_path, capfd):
     assert results["count_rows"] == {"rows": entries, "entries": entries}
     assert scan in asset_events("file:///pfs-test/manifest")
     assert f"scan {src} done: {entries} entries" in logs  # LogProgress in the task log
-    assert "path must be an absolute path or a URL, got 'data/project'" in logs
+    assert "src must be an absolute path or a URL, got 'data/project'" in logs
     assert "no-such-dir: no such file or directory" in logs
     assert "deferrable=True needs a running Dask scheduler" in logs
     # counted by the engines, for the remove and for the copy
-    assert logs.count("refusing: the selection has 60 entries, more than --max-entries 5") == 2, logs
+    refused = "refusing: the selection has 60 entries, more than max_entries=5"  # a Python caller's words
+    assert logs.count(refused) == 2, logs
     assert not (out / "copy_over_cap").exists()  # refused before anything was written
     assert results["copy_at_cap"]["selected"] == 60 and results["copy_at_cap"]["files"] == 60
     assert len([p for p in (out / "copy_at_cap").rglob("*") if p.is_file()]) == 60

@@ -27,7 +27,7 @@ def count_rows(result: dict) -> dict:
 
 with DAG("pfs_local", schedule=None, params=PARAMS) as pfs_local:
     scan = PfsScanOperator(
-        task_id="scan", path="{{ params.src }}", manifest="{{ params.out }}/scan", outlets=[MANIFEST_ASSET], **LOCAL
+        task_id="scan", src="{{ params.src }}", manifest="{{ params.out }}/scan", outlets=[MANIFEST_ASSET], **LOCAL
     )
     count_rows(scan.output)
     PfsRemoveOperator(task_id="remove_over_cap", manifest=scan.output, where="type = 'file'", max_entries=5, **LOCAL)
@@ -46,19 +46,19 @@ with DAG("pfs_local", schedule=None, params=PARAMS) as pfs_local:
     PfsRemoveOperator(task_id="remove_bad_where", manifest=scan.output, where="no_such_column > 1", **LOCAL)
     # a templated where from a run's conf may only filter: a second statement is refused, nothing is written
     PfsRemoveOperator(task_id="remove_injected_where", manifest=scan.output, where="{{ params.where }}", **LOCAL)
-    PfsScanOperator(task_id="relative_path", path="data/project", manifest="{{ params.out }}/rel", **LOCAL)
-    PfsScanOperator(task_id="missing_root", path="{{ params.src }}/no-such-dir", manifest="{{ params.out }}/x", **LOCAL)
+    PfsScanOperator(task_id="relative_path", src="data/project", manifest="{{ params.out }}/rel", **LOCAL)
+    PfsScanOperator(task_id="missing_root", src="{{ params.src }}/no-such-dir", manifest="{{ params.out }}/x", **LOCAL)
     PfsScanOperator(
-        task_id="deferrable_local", path="{{ params.src }}", manifest="{{ params.out }}/d", deferrable=True, **LOCAL
+        task_id="deferrable_local", src="{{ params.src }}", manifest="{{ params.out }}/d", deferrable=True, **LOCAL
     )
 
 
 with DAG("pfs_remote", schedule=None, params=PARAMS) as pfs_remote:
     # the default pfs_dask connection: the test points it at a separately started scheduler
-    PfsScanOperator(task_id="scan_sync", path="{{ params.src }}", manifest="{{ params.out }}/sync")
+    PfsScanOperator(task_id="scan_sync", src="{{ params.src }}", manifest="{{ params.out }}/sync")
     deferred = PfsScanOperator(
         task_id="scan_deferred",
-        path="{{ params.src }}",
+        src="{{ params.src }}",
         manifest="{{ params.out }}/deferred",
         deferrable=True,
         poll_interval=0.2,
@@ -68,13 +68,13 @@ with DAG("pfs_remote", schedule=None, params=PARAMS) as pfs_remote:
     count_rows.override(task_id="count_deferred")(deferred.output)
     PfsScanOperator(
         task_id="deferred_missing",
-        path="{{ params.src }}/no-such-dir",
+        src="{{ params.src }}/no-such-dir",
         manifest="{{ params.out }}/missing",
         deferrable=True,
         poll_interval=0.2,
     )
     # not deferrable, but the path is not on this host: the driver runs on the cluster (--driver auto)
-    PfsScanOperator(task_id="driver_on_cluster", path="{{ params.src }}/not-here", manifest="{{ params.out }}/nh")
+    PfsScanOperator(task_id="driver_on_cluster", src="{{ params.src }}/not-here", manifest="{{ params.out }}/nh")
     PfsRemoveOperator(task_id="remove_tree_deferred", path="{{ params.out }}/junk", deferrable=True, poll_interval=0.2)
     # the engine counts the selection and caps it; the count reaches XCom through execute_complete
     PfsRemoveOperator(
@@ -88,20 +88,20 @@ with DAG("pfs_remote", schedule=None, params=PARAMS) as pfs_remote:
     )
     PfsScanOperator(
         task_id="scan_object_storage_path",
-        path=ObjectStoragePath(f"file://{os.environ.get('PFS_TEST_SRC', '/nonexistent')}"),
+        src=ObjectStoragePath(f"file://{os.environ.get('PFS_TEST_SRC', '/nonexistent')}"),
         manifest="{{ params.out }}/osp",
     )
 
 
 with DAG("pfs_local_clean", schedule=None, params=PARAMS) as pfs_local_clean:
     # each task starts and closes its own embedded LocalCluster: its log must end clean (test_task_logs)
-    clean_scan = PfsScanOperator(task_id="scan", path="{{ params.src }}", manifest="{{ params.out }}/scan", **LOCAL)
+    clean_scan = PfsScanOperator(task_id="scan", src="{{ params.src }}", manifest="{{ params.out }}/scan", **LOCAL)
     PfsCopyOperator(task_id="copy", manifest=clean_scan.output, dst="{{ params.out }}/copy", **LOCAL)
 
 
 with DAG("pfs_no_connection", schedule=None, params=PARAMS) as pfs_no_connection:
     # no pfs_dask connection at all: tasks run as the CLI does, small jobs on the driver alone (test_task_logs)
-    bare_scan = PfsScanOperator(task_id="scan", path="{{ params.src }}", manifest="{{ params.out }}/scan")
+    bare_scan = PfsScanOperator(task_id="scan", src="{{ params.src }}", manifest="{{ params.out }}/scan")
     bare_copy = PfsCopyOperator(task_id="copy", manifest=bare_scan.output, dst="{{ params.out }}/copy")
     bare_copy >> PfsVerifyOperator(task_id="verify", src_manifest=bare_scan.output, dst="{{ params.out }}/copy/")
-    PfsScanOperator(task_id="deferred", path="{{ params.src }}", manifest="{{ params.out }}/d", deferrable=True)
+    PfsScanOperator(task_id="deferred", src="{{ params.src }}", manifest="{{ params.out }}/d", deferrable=True)

@@ -113,7 +113,7 @@ securityContext:
 {{- define "pfs.commonEnv" -}}
 {{ include "pfs.baseEnv" . }}
 - name: PFS_THREADS
-  value: {{ .Values.worker.pfsThreads | quote }}
+  value: {{ .Values.worker.pfsThreads | default "auto" | quote }}
 {{- end }}
 
 {{/* Scratch volumes (read-only root file system). */}}

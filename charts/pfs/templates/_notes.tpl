@@ -1,7 +1,7 @@
 {{/* NOTES.txt body; kept in a helper so tests can render it without a cluster. */}}
 {{- define "pfs.notes" -}}
 pfs {{ .Chart.AppVersion }} is deployed: 1 Dask scheduler and {{ .Values.worker.replicas }} worker(s)
-({{ .Values.worker.threads }} Dask threads, PFS_THREADS={{ .Values.worker.pfsThreads }} each).
+({{ .Values.worker.threads }} Dask threads, PFS_THREADS={{ .Values.worker.pfsThreads | default "auto" }} each).
 {{- if .Values.sharedStorage.enabled }}
 Workers mount the shared file system at {{ .Values.sharedStorage.mountPath }}{{ if .Values.sharedStorage.readOnly }} (read-only){{ end }}.
 {{- if .Values.sharedStorage.readOnly }}

@@ -39,6 +39,6 @@ with DAG("pfs_deploy_retry", schedule=None, start_date=START, catchup=False, par
 with DAG("pfs_deploy_local", schedule=None, start_date=START, catchup=False, params=PARAMS):
     # each task starts and closes an embedded LocalCluster (connection pfs_local): its log must end clean
     scan = PfsScanOperator(
-        task_id="scan", path="{{ params.src }}", manifest="{{ params.dst }}-manifest", pfs_dask_conn_id="pfs_local"
+        task_id="scan", src="{{ params.src }}", manifest="{{ params.dst }}-manifest", pfs_dask_conn_id="pfs_local"
     )
     PfsCopyOperator(task_id="copy", manifest=scan.output, dst="{{ params.dst }}", pfs_dask_conn_id="pfs_local")
