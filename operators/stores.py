@@ -52,7 +52,12 @@ def split(path: str) -> tuple[str, str]:
 def _s3(bucket: str, options: dict[str, Any]) -> tuple[dict, dict, Any]:
     config: dict[str, Any] = {}
     client_kwargs = dict(options.get("client_kwargs") or {})
-    endpoint = options.get("endpoint_url") or client_kwargs.get("endpoint_url")
+    endpoint = (
+        options.get("endpoint_url")
+        or client_kwargs.get("endpoint_url")
+        or os.environ.get("AWS_ENDPOINT_URL_S3")  # botocore's names, which s3fs users set
+        or os.environ.get("AWS_ENDPOINT_URL")
+    )
     if endpoint:
         config["endpoint"] = endpoint
     region = options.get("region") or client_kwargs.get("region_name")

@@ -292,7 +292,7 @@ def azurite_server(tmp_path_factory):
         text=True,
     )  # fmt: skip
     assert proc.stdout is not None
-    port, deadline, seen = None, time.monotonic() + 60, ""
+    port, deadline, seen = None, time.monotonic() + 180, ""  # node starts slowly on a loaded host
     while port is None and time.monotonic() < deadline and proc.poll() is None:
         if select.select([proc.stdout], [], [], 1)[0]:
             line = proc.stdout.readline()

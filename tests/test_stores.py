@@ -36,6 +36,12 @@ def test_https_endpoint_does_not_allow_http_and_native_keys_win():
     assert config["region"] == "x"
 
 
+def test_endpoint_from_the_environment_allows_http(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    config, client, _ = store_config("s3", "b", {})
+    assert config["endpoint"] == "http://127.0.0.1:9" and client["allow_http"] is True
+
+
 def test_anonymous_and_profile(monkeypatch, tmp_path):
     assert store_config("s3", "b", {"anon": True})[0]["skip_signature"] is True
     creds = tmp_path / "credentials"
