@@ -104,7 +104,9 @@ def head(fs, path: str) -> dict[str, str]:
 
 
 # attributes object_store reports beside an object's user metadata
-_STANDARD = frozenset({"Content-Disposition", "Content-Encoding", "Content-Language", "Content-Type", "Cache-Control"})
+STANDARD_ATTRIBUTES = frozenset(
+    {"Content-Disposition", "Content-Encoding", "Content-Language", "Content-Type", "Cache-Control"}
+)
 
 
 def object_metadata(store, key: str) -> dict[str, str]:
@@ -113,7 +115,7 @@ def object_metadata(store, key: str) -> dict[str, str]:
     import obstore
 
     got = obstore.get(store, key, options={"head": True})
-    return {str(k): str(v) for k, v in got.attributes.items() if k not in _STANDARD}
+    return {str(k): str(v) for k, v in got.attributes.items() if k not in STANDARD_ATTRIBUTES}
 
 
 def set_local(fd: int, meta: dict[str, str]) -> Refused:
@@ -184,6 +186,7 @@ def fill_object_xattrs(
 __all__ = [
     "PREFIX",
     "S3_PROTOCOLS",
+    "STANDARD_ATTRIBUTES",
     "decode",
     "encode",
     "fill_object_xattrs",

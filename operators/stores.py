@@ -16,6 +16,12 @@ Options are read from, in this order (later wins):
 * ``storage_options["obstore"]``: a dict of ``obstore`` config keys passed as they are.
 
 An ``http://`` endpoint turns on ``allow_http`` (emulators, MinIO); nothing else does.
+
+Fork: ``obstore`` runs its requests on a tokio runtime made on first use, whose threads a forked child
+does not have: the child's first request hangs for good.  So a process that has used a store says so
+(:func:`runtime_started`): ``dask_pfs.clusters.client.start_method`` then starts workers by
+``forkserver`` and ``dask_pfs.runtime.here`` forks no helpers; and a child forked after its parent used
+one gets an error from :func:`store_of`, never a hang.
 """
 
 from __future__ import annotations
@@ -152,6 +158,22 @@ def store_config(protocol: str, bucket: str, options: dict[str, Any] | None) -> 
 
 _stores: dict[tuple, Any] = {}
 _lock = threading.Lock()
+_started = False  # this process has used obstore (its runtime runs)
+_inherited = False  # ... and this process is a fork of one that had
+
+
+def runtime_started() -> bool:
+    """Whether this process has used ``obstore``: a fork of it could not (see the module's docstring)."""
+    return _started
+
+
+def _after_fork_in_child() -> None:
+    global _inherited, _stores
+    _inherited = _inherited or _started
+    _stores = {}
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _key(protocol: str, bucket: str, options: dict[str, Any] | None) -> tuple:
@@ -160,6 +182,13 @@ def _key(protocol: str, bucket: str, options: dict[str, Any] | None) -> tuple:
 
 def store_of(protocol: str, bucket: str, options: dict[str, Any] | None = None) -> Any:
     """The ``obstore`` store of ``bucket`` (made once per process for these options)."""
+    global _started
+    if _inherited:
+        raise StoreOptionError(
+            "this process was forked after its parent used obstore, whose runtime does not survive a fork; "
+            "start workers by spawn or forkserver (PFS_START_METHOD)"
+        )
+    _started = True
     key = _key(protocol, bucket, options)
     with _lock:
         got = _stores.get(key)
@@ -188,6 +217,7 @@ __all__ = [
     "S3",
     "StoreOptionError",
     "is_store",
+    "runtime_started",
     "split",
     "store_at",
     "store_config",

@@ -83,3 +83,27 @@ def test_round_trip_on_azurite(azurite):
     obstore.put(store, "d/x.txt", b"hi")
     assert bytes(obstore.get(store, "d/x.txt").bytes()) == b"hi"
     assert [m["path"] for m in obstore.list(store, "d").collect()] == ["d/x.txt"]
+
+
+def test_a_fork_after_use_errs_instead_of_hanging(s3_server, s3fs_fs):
+    """obstore's runtime does not survive a fork: the child's first request would hang for good."""
+    import os
+
+    from dask_pfs.clusters.client import start_method
+    from operators.stores import runtime_started
+
+    s3fs_fs.mkdir("stores-fork")
+    obstore.list_with_delimiter(store_of("s3", "stores-fork", s3_server), None)
+    assert runtime_started() and start_method() == "forkserver"  # workers are not forked from this process
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            store_of("s3", "stores-fork", s3_server)
+            os.write(w, b"no error")
+        except StoreOptionError as exc:
+            os.write(w, str(exc).encode()[:200])
+        os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    assert b"forked after its parent used obstore" in os.read(r, 300) and status == 0
