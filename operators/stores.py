@@ -10,6 +10,7 @@ Options are read from, in this order (later wins):
 * the environment, as ``obstore`` reads it (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``); for S3 a profile
   (``AWS_PROFILE`` or the option ``profile``) goes through boto3's credential chain, which knows profiles,
   SSO and instance metadata; ``STORAGE_EMULATOR_HOST`` points GCS at an emulator, as gcsfs does;
+* fsspec's configuration of the protocol (``FSSPEC_S3_ENDPOINT_URL``..., ``fsspec.config.conf``);
 * the fsspec-style ``storage_options`` users already pass (s3fs's ``key``/``secret``/``token``/
   ``endpoint_url``/``client_kwargs``/``anon``, gcsfs's ``token``/``endpoint_url``, adlfs's
   ``account_name``/``account_key``/``sas_token``/``connection_string``/``anon``);
@@ -146,7 +147,9 @@ def store_config(protocol: str, bucket: str, options: dict[str, Any] | None) -> 
     separate from making the store so that it can be tested and logged (without secrets) alone."""
     if protocol not in _MAPPERS:
         raise StoreOptionError(f"{protocol!r} is not an object store pfs reaches through obstore")
-    options = dict(options or {})
+    from fsspec.config import conf  # fsspec's own defaults (FSSPEC_S3_ENDPOINT_URL, ~/.config/fsspec): s3fs's too
+
+    options = {**conf.get(protocol, {}), **(options or {})}
     config, client, provider = _MAPPERS[protocol](bucket, options)
     config.update(options.get("obstore") or {})
     endpoint = str(config.get("endpoint") or config.get("base_url") or "")

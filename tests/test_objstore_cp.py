@@ -124,3 +124,47 @@ def test_a_missing_source_is_one_error_line(tmp_path, azurite, missing):
     proc = run_pfs("cp", missing.format(c=azurite.container), tmp_path / "d", env=env)
     assert proc.returncode != 0
     assert proc.stderr.strip().count("\n") == 0 and "pfs: error" in proc.stderr, proc.stderr
+
+
+def local_tree(root) -> dict[str, bytes]:
+    objs = objects()
+    objs["big/blob.bin"] = os.urandom(9 * MiB + 7)  # over obstore's part: a multipart upload
+    for rel, data in objs.items():
+        os.makedirs(os.path.dirname(os.path.join(root, rel)) or root, exist_ok=True)
+        with open(os.path.join(root, rel), "wb") as f:
+            f.write(data)
+    return objs
+
+
+def store_objects(store, prefix: str) -> dict[str, bytes]:
+    keys = [m["path"] for page in obstore.list(store, prefix) for m in page]
+    return {k[len(prefix) + 1 :]: bytes(obstore.get(store, k).bytes()) for k in keys}
+
+
+def test_an_object_store_destination_is_written_on_obstore(azurite):
+    from operators.copy.obstore_destination import ObstoreDestination
+    from operators.copy.tasks import destination_of
+
+    spec = CopySpec("file", "/tmp/x", "az", f"{azurite.container}/y", token="t", dst_options=azurite.options)
+    assert isinstance(destination_of(spec), ObstoreDestination)
+
+
+def test_cp_local_to_azure_and_store_to_store(tmp_path, azurite, dask_client):
+    objs = local_tree(tmp_path / "src")
+    url = f"az://{azurite.container}/up"
+    res = copy(f"{tmp_path / 'src'}/", url, client=dask_client, dst_storage_options=azurite.options, **SMALL)
+    assert res.exit_code == 0, res.failure_samples
+    store = store_of("az", azurite.container, azurite.options)
+    assert store_objects(store, "up") == objs
+    again = copy(f"{url}/", f"az://{azurite.container}/again", client=dask_client,
+                 storage_options=azurite.options, dst_storage_options=azurite.options)  # fmt: skip
+    assert again.exit_code == 0, again.failure_samples
+    assert store_objects(store, "again") == objs
+
+
+def test_cp_local_to_s3_on_obstore(tmp_path, s3_server, s3fs_fs, dask_client):
+    objs = local_tree(tmp_path / "src")
+    s3fs_fs.mkdir("objup")
+    res = copy(f"{tmp_path / 'src'}/", "s3://objup/t", client=dask_client, dst_storage_options=s3_server, **SMALL)
+    assert res.exit_code == 0, res.failure_samples
+    assert store_objects(store_of("s3", "objup", s3_server), "t") == objs

@@ -107,3 +107,11 @@ def test_a_fork_after_use_errs_instead_of_hanging(s3_server, s3fs_fs):
     os.close(w)
     _, status = os.waitpid(pid, 0)
     assert b"forked after its parent used obstore" in os.read(r, 300) and status == 0
+
+
+def test_fsspec_config_of_the_protocol_is_read(monkeypatch):
+    from fsspec.config import conf
+
+    monkeypatch.setitem(conf, "s3", {"endpoint_url": "http://127.0.0.1:7"})
+    config, client, _ = store_config("s3", "b", {})
+    assert config["endpoint"] == "http://127.0.0.1:7" and client["allow_http"] is True
