@@ -84,6 +84,10 @@ def test_a_big_prefix_is_split_and_a_deep_one_paged(s3_server, s3_tree, monkeypa
     monkeypatch.setattr(objstore.obstore, "list_with_delimiter", counted)
     walked(ObstoreLister("s3", "objscan/data", s3_server))
     assert sorted(levels) == ["data", "data/flat", "data/wide"]  # the root, and the two prefixes over a page
+    levels.clear()
+    small = walked(ObstoreLister("s3", "objscan/data/b", s3_server))
+    assert [r[0] for r in small] == ["c", "c/3.bin", "c/d", "c/d/e", "c/d/e/deep.txt"]
+    assert levels == []  # a small tree: one flat listing, no delimiter
 
 
 def test_a_failed_prefix_is_its_own_error(s3_server, s3_tree, monkeypatch):

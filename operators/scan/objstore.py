@@ -3,12 +3,14 @@
 An object store has no directories, only keys; a listing without a delimiter returns every key below a
 prefix in key order, 1,000 a request, which is all a scan needs.  So:
 
-* the root is listed once with a delimiter: its objects are rows and each top-level prefix becomes an
-  item of the walk (a "directory"), so prefixes are listed concurrently, across tasks and workers;
+* the root is listed flat first: a tree of at most two pages is done in one or two requests (as
+  ``rclone lsf -R`` does); a bigger one is listed again with a delimiter: its objects are rows and each
+  top-level prefix becomes an item of the walk (a "directory"), so prefixes are listed concurrently,
+  across tasks and workers;
 * an item is listed flat, one page (``PAGE`` keys) per step of the walk (``Listing.more``), so a task's
   memory holds a page, not a prefix.  The directories between the item and each key are implied by the
   keys: each gets one row (size 0, no times), as s3fs's ``find(withdirs=True)`` makes them;
-* a top-level prefix (``SPLIT_DEPTH``) of more than two pages is split: listed once with a delimiter,
+* a top-level prefix (``SPLIT_DEPTH``) of more than two pages is split too: listed once with a delimiter,
   its objects become rows and its own prefixes items of their own, listed concurrently.  The boundaries
   are the prefixes; deeper prefixes, and one of millions of keys without any ``/`` below it, are one
   sequential stream each (a split by key range, ``start-after``, needs boundaries this listing does not
@@ -89,7 +91,7 @@ class ObstoreLister:
     def list_dir(self, item: DirItem, pool: Executor) -> Listing:
         rel = item[0]
         assert isinstance(rel, str)
-        if not rel or self.tree:
+        if self.tree:
             return self._level(item)
         return self._flat(item)
 
