@@ -20,6 +20,7 @@ from dask_pfs.places import LOCAL_PROTOCOLS, local_path, protocol_of
 if TYPE_CHECKING:
     import fsspec
 from operators.scan.prune import Prune
+from operators.stores import is_store, store_at
 
 EXTRAS = {
     "s3": "s3",
@@ -45,7 +46,10 @@ class Location:
     def filesystem(self) -> fsspec.AbstractFileSystem:
         import fsspec  # not for a local path: ~0.1 s of a small command's start-up
 
-        return fsspec.filesystem(self.protocol, **self.storage_options)
+        try:
+            return fsspec.filesystem(self.protocol, **self.storage_options)
+        except (ImportError, ValueError) as exc:  # gs/az: scan reaches them on obstore, other jobs through fsspec
+            raise PfsError(f"{self.url}: this command reaches {self.protocol}:// through fsspec: {exc}") from None
 
     def child(self, rel: str) -> str:
         """The URL of ``rel`` below this location."""
@@ -58,10 +62,15 @@ def resolve(url: str | os.PathLike, storage_options: dict | None = None) -> Loca
     path = local_path(url)
     if path is not None:
         return Location(path, "file", path, dict(storage_options or {}))
+    protocol = protocol_of(url)
+    if is_store(protocol):  # S3, GCS, Azure: obstore (operators.stores) whatever fsspec backend is installed
+        path = url.split("://", 1)[1].strip("/")
+        if not path:
+            raise PfsError(f"no bucket in {url!r}")
+        return Location(url.rstrip("/"), protocol, path, dict(storage_options or {}))
     import fsspec
     from fsspec.registry import available_protocols
 
-    protocol = protocol_of(url)
     if protocol not in available_protocols():
         raise PfsError(f"unknown protocol {protocol!r} in {url!r}; known: file, s3, sftp, gs, az, http, ...")
     try:
@@ -101,6 +110,8 @@ def probe(loc: Location, follow: bool = False) -> Probe:
             raise PfsError(f"{loc.url}: {exc.strerror}") from None
         kind = "link" if st.S_ISLNK(s.st_mode) else "directory" if st.S_ISDIR(s.st_mode) else "file"
         return Probe(kind, s.st_size)
+    if is_store(loc.protocol):
+        return _probe_store(loc)
     try:
         info = loc.filesystem().info(loc.path)
     except FileNotFoundError:
@@ -108,6 +119,28 @@ def probe(loc: Location, follow: bool = False) -> Probe:
     except OSError as exc:
         raise PfsError(f"{loc.url}: {exc}") from None
     return Probe("directory" if info.get("type") == "directory" else "file", info.get("size"))
+
+
+def _probe_store(loc: Location) -> Probe:
+    """An object (HEAD), a prefix with keys below it (a one-key listing) or a bucket: a directory."""
+    import obstore
+
+    try:
+        store, key = store_at(loc.protocol, loc.path, loc.storage_options)
+        if not key:
+            obstore.list_with_delimiter(store, None)
+            return Probe("directory", 0)
+        try:
+            return Probe("file", obstore.head(store, key)["size"])
+        except FileNotFoundError:
+            pass
+        for page in obstore.list(store, key, chunk_size=1):
+            return Probe("directory", 0) if page else Probe("missing")
+        return Probe("missing")
+    except FileNotFoundError:
+        return Probe("missing")
+    except Exception as exc:
+        raise PfsError(f"{loc.url}: {exc}".splitlines()[0]) from None
 
 
 def is_dir(loc: Location) -> bool:
@@ -128,6 +161,8 @@ def make_root(loc: Location) -> None:
     """Create the directory ``loc`` (and its parents) if missing."""
     if loc.is_local:
         os.makedirs(loc.path, exist_ok=True)
+    elif is_store(loc.protocol):
+        return  # keys have no directories to make
     else:
         loc.filesystem().makedirs(loc.path, exist_ok=True)
 

@@ -113,6 +113,29 @@ def checksum_remote(fs, path: str, algorithm: str = DEFAULT) -> str:
     return f"{algorithm}:{h.hexdigest()}"
 
 
+def checksum_object(store, key: str, algorithm: str = DEFAULT) -> str:
+    """Checksum of an object on an ``obstore`` store (``operators.stores``), streamed in BUFFER-sized chunks."""
+    import obstore
+
+    h = new_hasher(algorithm)
+    for chunk in obstore.get(store, key).stream(min_chunk_size=BUFFER):
+        take_bytes(len(chunk))
+        h.update(chunk)
+    return f"{algorithm}:{h.hexdigest()}"
+
+
+def checksum_at(protocol: str, storage_options: dict, path: str, algorithm: str = DEFAULT) -> str:
+    """Checksum of the file ``path`` (no protocol) of a non-local tree: on obstore for the stores it
+    serves (``operators.stores``), else through fsspec."""
+    from operators.stores import is_store, store_at
+
+    if is_store(protocol):
+        return checksum_object(*store_at(protocol, path, storage_options), algorithm)
+    import fsspec
+
+    return checksum_remote(fsspec.filesystem(protocol, **storage_options), path, algorithm)
+
+
 def get_pool(threads: int | None = None) -> ThreadPoolExecutor:
     """The process-wide pool for fsspec checksums (``PFS_CHECKSUM_THREADS``, default 8)."""
     global _pool
@@ -202,7 +225,6 @@ def checksum_table(
     ``root_id``: a local root's pinned identity (:func:`checksum_local_files`): another
     directory renamed into its place fails every file instead of being hashed.
     """
-    import fsspec
     import pyarrow as pa
 
     from operators.names import to_bytes
@@ -215,9 +237,9 @@ def checksum_table(
         rels = [to_bytes(cols["path"][i], cols["path_raw"][i]) for i in todo]
         results = checksum_local_files(root, rels, algorithm, [cols["size"][i] for i in todo], root_id=root_id)
     else:
-        fs = fsspec.filesystem(protocol, **storage_options)
         base = root.rstrip("/")
-        results = checksum_many(todo, lambda i: checksum_remote(fs, f"{base}/{cols['path'][i]}", algorithm))
+        at = lambda i: checksum_at(protocol, storage_options, f"{base}/{cols['path'][i]}", algorithm)  # noqa: E731
+        results = checksum_many(todo, at)
     sums: list[str | None] = [None] * table.num_rows
     errors = list(cols["error"])
     failures: list[str] = []

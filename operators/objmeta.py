@@ -103,6 +103,21 @@ def head(fs, path: str) -> dict[str, str]:
     return dict(head_object(fs, path).get("Metadata") or {})
 
 
+# attributes object_store reports beside an object's user metadata
+STANDARD_ATTRIBUTES = frozenset(
+    {"Content-Disposition", "Content-Encoding", "Content-Language", "Content-Type", "Cache-Control"}
+)
+
+
+def object_metadata(store, key: str) -> dict[str, str]:
+    """The user metadata of an object on an ``obstore`` store: a GET without its body (what a HEAD
+    returns; obstore's ``head`` gives no metadata), less the standard attributes beside it."""
+    import obstore
+
+    got = obstore.get(store, key, options={"head": True})
+    return {str(k): str(v) for k, v in got.attributes.items() if k not in STANDARD_ATTRIBUTES}
+
+
 def set_local(fd: int, meta: dict[str, str]) -> Refused:
     """The ``user.*`` attributes of ``meta`` onto the open file ``fd``: what the file system refused."""
     refused: Refused = []
@@ -125,13 +140,13 @@ def _entry(attrs: dict[bytes, bytes]) -> list[dict]:
     ]
 
 
-def _heads(fs, paths: list[str], threads: int | None) -> list[tuple[bool, dict | str]]:
-    """Each object's metadata, or the text of the error, on the fsspec pool."""
+def _heads(meta_of: Callable[[str], dict], paths: list[str], threads: int | None) -> list[tuple[bool, dict | str]]:
+    """Each object's metadata, or the text of the error, on the pool."""
     from operators.rows import describe_error
 
     def one(path: str) -> tuple[bool, dict | str]:
         try:
-            return True, head(fs, path)
+            return True, meta_of(path)
         except Exception as exc:
             return False, describe_error(exc)
 
@@ -139,16 +154,16 @@ def _heads(fs, paths: list[str], threads: int | None) -> list[tuple[bool, dict |
 
 
 def fill_object_xattrs(
-    table: pa.Table, fs, full: Callable[[str], str], threads: int | None = None
+    table: pa.Table, meta_of: Callable[[str], dict], threads: int | None = None
 ) -> tuple[pa.Table, list[str]]:
-    """``table`` (rows of an S3 scan) with ``xattrs`` from each object's metadata (one HEAD per file, on
-    the fsspec pool) and ``has_acl`` false (objects have no POSIX ACLs); directories get
+    """``table`` (rows of an S3 scan) with ``xattrs`` from each object's metadata (``meta_of(path)`` of a
+    row's path: one HEAD per file, on the pool) and ``has_acl`` false (objects have no POSIX ACLs); directories get
     none; rows already in error stay null, and a failed HEAD becomes the row's error."""
     paths = table.column("path").to_pylist()
     kinds = table.column("type").cast(pa.string()).to_pylist()
     errors = table.column("error").to_pylist()
     files = [i for i, (k, e) in enumerate(zip(kinds, errors, strict=True)) if k == "file" and e is None]
-    got = _heads(fs, [full(paths[i]) for i in files], threads)
+    got = _heads(meta_of, [paths[i] for i in files], threads)
     lists: list[list[dict] | None] = [[] if e is None else None for e in errors]
     failures: list[str] = []
     for i, (_, meta) in zip(files, got, strict=True):
@@ -171,6 +186,7 @@ def fill_object_xattrs(
 __all__ = [
     "PREFIX",
     "S3_PROTOCOLS",
+    "STANDARD_ATTRIBUTES",
     "decode",
     "encode",
     "fill_object_xattrs",
@@ -179,6 +195,7 @@ __all__ = [
     "head",
     "head_object",
     "local_attrs",
+    "object_metadata",
     "set_local",
     "to_metadata",
 ]

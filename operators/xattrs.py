@@ -12,13 +12,13 @@ columns.  S3 objects: their user metadata (``operators.objmeta``); other object 
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 
 import operators._native as _native
 from operators.checksum import _threads
-from operators.objmeta import fill_object_xattrs, has_metadata
+from operators.objmeta import fill_object_xattrs, has_metadata, object_metadata
 from operators.rows import Row, rows_to_table
 from operators.schema import ROW_COLUMNS, XATTR, XATTRS
 
@@ -88,7 +88,8 @@ class _Where(Protocol):
     @property
     def protocol(self) -> str: ...
 
-    def filesystem(self) -> Any: ...
+    @property
+    def storage_options(self) -> dict: ...
 
 
 def readable(protocol: str) -> bool:
@@ -101,7 +102,10 @@ def file_xattrs(row: Row, where: _Where) -> tuple[pa.Table, Row]:
     directory: a symlink's own; an S3 object: its metadata), and its row again (an error reading
     them is the row's)."""
     if has_metadata(where.protocol):
-        table, _ = fill_object_xattrs(rows_to_table([row]), where.filesystem(), lambda _: where.path)
+        from operators.stores import store_at
+
+        store, key = store_at(where.protocol, where.path, where.storage_options)
+        table, _ = fill_object_xattrs(rows_to_table([row]), lambda _: object_metadata(store, key))
     else:
         table, _ = fill_xattrs(rows_to_table([row]), os.path.dirname(where.path.rstrip("/")) or "/")
     return table, tuple(table.column(c)[0].as_py() for c in ROW_COLUMNS)

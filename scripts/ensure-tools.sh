@@ -39,3 +39,14 @@ if [ -x "$rustup" ] && ! "$rustup" run nightly cargo miri --version >/dev/null 2
     fi
 fi
 ./scripts/ensure-helm.sh >/dev/null
+# Azurite (npm), the Azure Blob server of the object-store tests (tests/stores.py), in a project-local prefix:
+# never whatever this machine has on its PATH.  Node comes from apt when missing.
+AZURITE_VERSION=3.37.0
+if [ ! -x build/node/node_modules/.bin/azurite-blob ] || \
+    ! grep -q "\"version\": \"$AZURITE_VERSION\"" build/node/node_modules/azurite/package.json 2>/dev/null; then
+    if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm) >/dev/null
+    fi
+    mkdir -p build/node
+    npm install --silent --no-audit --no-fund --prefix build/node "azurite@$AZURITE_VERSION" >/dev/null
+fi

@@ -75,6 +75,10 @@ def start_method() -> str:
     wanted = os.environ.get("PFS_START_METHOD")
     if wanted:
         return wanted
+    from operators.stores import runtime_started
+
+    if runtime_started():  # a fork would hang on its first object-store request (operators.stores)
+        return "forkserver"
     return "fork" if sys.platform.startswith("linux") else "spawn"
 
 

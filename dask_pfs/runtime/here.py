@@ -402,5 +402,9 @@ def here_client(cluster: ClusterOptions, limits: Limits | None, where: tuple[Loc
     network = on_network(where)
     if network and limits:
         return None
+    from operators.stores import runtime_started
+
+    if network and runtime_started():  # forked helpers would hang on an object store (operators.stores)
+        return None
     slots = default_workers() * TASKS_PER_WORKER
     return HereClient(cluster, limits, slots=slots, processes=network, per_helper=TASKS_PER_WORKER)

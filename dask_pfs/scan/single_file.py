@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 
 from dask_pfs.urls import Location
-from operators.checksum import checksum_local_files, checksum_many, checksum_remote, fill_rows
+from operators.checksum import checksum_at, checksum_local_files, checksum_many, fill_rows
 from operators.parts import part_name, write_part
 from operators.rows import Row, row_from_info, row_from_stat, rows_to_table
+from operators.scan.objstore import ObstoreLister
 from operators.scan.walk import Tally
+from operators.stores import is_store
 from operators.xattrs import file_xattrs
 
 
@@ -26,8 +28,8 @@ def scan_file(
         if loc.is_local:
             fill_rows(one, lambda _: checksum_local_files(loc.path, [b""], checksum))
         else:
-            fs = loc.filesystem()
-            fill_rows(one, lambda todo: checksum_many(todo, lambda _: checksum_remote(fs, loc.path, checksum)))
+            at = lambda _: checksum_at(loc.protocol, loc.storage_options, loc.path, checksum)  # noqa: E731
+            fill_rows(one, lambda todo: checksum_many(todo, at))
         row = one[0]
     table, row = file_xattrs(row, loc) if xattrs else (rows_to_table([row]), row)
     part = write_part(table, out, part_name("0000000", 0), out_options)
@@ -39,6 +41,8 @@ def scan_file(
 
 def _file_row(loc: Location) -> Row:
     """The row of a root that is not a directory (a symlink's own, when it is one)."""
+    if is_store(loc.protocol):
+        return ObstoreLister(loc.protocol, loc.path, loc.storage_options).stat("")
     if not loc.is_local:
         return row_from_info(os.path.basename(loc.path.rstrip("/")), loc.filesystem().info(loc.path))
     name = os.fsencode(os.path.basename(loc.path.rstrip("/")))

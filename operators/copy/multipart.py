@@ -198,8 +198,7 @@ def _reader(spec: CopySpec, e: Entry):
         finally:
             os.close(fd)
     else:
-        fs = source.fs
-        yield lambda offset, length: _whole(fs.cat_file(src, start=offset, end=offset + length), offset, length, src)
+        yield lambda offset, length: _whole(source.read_bytes(e, offset, length), offset, length, src)
 
 
 def _whole(data: bytes, offset: int, length: int, src) -> bytes:

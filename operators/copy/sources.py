@@ -19,7 +19,18 @@ from operators.copy.kernel import copy_range, is_sparse
 from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
 from operators.core.dirfd import OpenDirs
 from operators.names import check_relative
-from operators.objmeta import Refused, has_metadata, head, head_object, local_attrs, set_local, to_metadata
+from operators.objmeta import (
+    STANDARD_ATTRIBUTES,
+    Refused,
+    has_metadata,
+    head,
+    head_object,
+    local_attrs,
+    object_metadata,
+    set_local,
+    to_metadata,
+)
+from operators.stores import is_store, store_at
 
 if TYPE_CHECKING:
     import fsspec
@@ -219,12 +230,110 @@ class FsspecSource:
             shutil.copyfileobj(f, g, STREAM_BLOCK)
         return []
 
+    def read_bytes(self, e: Entry, offset: int, length: int) -> bytes:
+        """``[offset, offset+length)`` of ``e`` (a multipart upload's part)."""
+        return self.fs.cat_file(self.path(e.rel), start=offset, end=offset + length)
 
-Source = LocalSource | FsspecSource
+
+class ObstoreSource:
+    """An object store read on ``obstore`` (S3, GCS, Azure: ``operators.stores``): a whole object as one
+    streamed GET, a big one's ranges as ranged GETs (one per range task, streamed), never through fsspec."""
+
+    local = False
+
+    def __init__(self, spec: CopySpec) -> None:
+        self.spec = spec
+        self.store, self.key = store_at(spec.src_protocol, spec.src_root, spec.src_options)
+        self.keeps_metadata = has_metadata(spec.src_protocol)
+
+    def path(self, rel: bytes) -> str:
+        return remote_path(self.spec.src_root, rel)
+
+    def _key(self, e: Entry) -> str:
+        rel = os.fsdecode(e.rel)
+        return f"{self.key}/{rel}" if self.key and rel else self.key or rel
+
+    def fresh(self, e: Entry, follow: bool = False) -> Entry:
+        return e  # the manifest's metadata: nothing cheaper to ask
+
+    def kind_now(self, e: Entry) -> str | None:
+        return None  # object stores have no directories to forge
+
+    def kind_followed(self, e: Entry) -> str:
+        return "file"
+
+    def device(self, e: Entry) -> int | None:
+        return None
+
+    def _metadata(self, attributes: dict) -> dict[str, str]:
+        return {str(k): str(v) for k, v in attributes.items() if k not in STANDARD_ATTRIBUTES}
+
+    def fill(self, dst: LocalDestination, e: Entry, fd: int) -> Entry:
+        """Download ``e`` into the new local file open as ``fd`` (one GET, streamed: bounded memory), with
+        its mode and, with ``--xattrs``, its S3 metadata as ``user.*`` attributes."""
+        import obstore  # an object store's copy only: not in a local copy's start-up
+
+        got = obstore.get(self.store, self._key(e))
+        with os.fdopen(os.dup(fd), "wb") as g:
+            for chunk in got.stream(min_chunk_size=STREAM_BLOCK):
+                g.write(chunk)
+        meta = self._metadata(got.attributes) if self.spec.xattrs and self.keeps_metadata else {}
+        refusals(dst.fd_meta(fd, e) + (set_local(fd, meta) if meta else []))  # fails the file
+        return e
+
+    def object_metadata(self, e: Entry) -> tuple[dict[str, str], Refused]:
+        """The S3 metadata of ``e`` as it is (S3 to S3), none from other back ends."""
+        return (object_metadata(self.store, self._key(e)), []) if self.keeps_metadata else ({}, [])
+
+    def xattrs_onto(self, e: Entry, fd: int) -> Refused:
+        """The object metadata of ``e`` as ``user.*`` attributes of the local file ``fd``."""
+        if not (self.spec.xattrs and self.keeps_metadata):
+            return []
+        return set_local(fd, object_metadata(self.store, self._key(e)))
+
+    def read_range(self, e: Entry, dfd: int, offset: int, length: int) -> None:
+        """``[offset, offset+length)`` of ``e`` into the same offsets of ``dfd``: one ranged GET, streamed."""
+        if length <= 0:
+            return
+        import obstore  # an object store's copy only: not in a local copy's start-up
+
+        got = obstore.get(self.store, self._key(e), options={"range": (offset, offset + length)})
+        pos = offset
+        for chunk in got.stream(min_chunk_size=STREAM_BLOCK):
+            view, done = memoryview(chunk), 0
+            while done < len(view):
+                done += os.pwrite(dfd, view[done:], pos + done)
+            pos += len(view)
+        if pos != offset + length:
+            raise OSError(f"{self.path(e.rel)}: read {pos - offset} of {length} bytes at {offset}; the object changed")
+
+    def read_bytes(self, e: Entry, offset: int, length: int) -> bytes:
+        """``[offset, offset+length)`` of ``e`` (a multipart upload's part): one ranged GET."""
+        if length <= 0:
+            return b""
+        import obstore
+
+        return bytes(obstore.get_range(self.store, self._key(e), start=offset, end=offset + length))
+
+    def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str, keep: bool) -> Refused:
+        """Stream ``e`` to ``target`` on an fsspec file system (``keep``: with its S3 metadata as it is)."""
+        import obstore  # an object store's copy only: not in a local copy's start-up
+
+        got = obstore.get(self.store, self._key(e))
+        meta = self._metadata(got.attributes) if keep and self.keeps_metadata else {}
+        with fs.open(target, "wb", **({"Metadata": meta} if meta else {})) as g:
+            for chunk in got.stream(min_chunk_size=STREAM_BLOCK):
+                g.write(chunk)
+        return []
+
+
+Source = LocalSource | FsspecSource | ObstoreSource
 
 
 def source_of(spec: CopySpec) -> Source:
-    return LocalSource(spec) if spec.src_local else FsspecSource(spec)
+    if spec.src_local:
+        return LocalSource(spec)
+    return ObstoreSource(spec) if is_store(spec.src_protocol) else FsspecSource(spec)
 
 
-__all__ = ["STREAM_BLOCK", "FsspecSource", "LocalSource", "Source", "fs_of", "source_of"]
+__all__ = ["STREAM_BLOCK", "FsspecSource", "LocalSource", "ObstoreSource", "Source", "fs_of", "source_of"]

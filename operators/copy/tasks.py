@@ -19,9 +19,11 @@ from typing import TypeVar
 from operators.copy.destination import Destination
 from operators.copy.fsspec_destination import FsspecDestination
 from operators.copy.local_destination import LocalDestination
+from operators.copy.obstore_destination import ObstoreDestination
 from operators.copy.sources import source_of
 from operators.copy.spec import TEMP_MARK, CopySpec, Entry, Outcome, temp_name
 from operators.core.pool import get_pool
+from operators.stores import is_store
 
 T = TypeVar("T")
 
@@ -41,8 +43,10 @@ __all__ = [
 ]
 
 
-def destination_of(spec: CopySpec) -> LocalDestination | FsspecDestination:
-    return LocalDestination(spec) if spec.dst_local else FsspecDestination(spec)
+def destination_of(spec: CopySpec) -> LocalDestination | ObstoreDestination | FsspecDestination:
+    if spec.dst_local:
+        return LocalDestination(spec)
+    return ObstoreDestination(spec) if is_store(spec.dst_protocol) else FsspecDestination(spec)
 
 
 def _each(spec: CopySpec, items: list[T], fn: Callable[[T], object]) -> list[object]:

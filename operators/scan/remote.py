@@ -1,6 +1,8 @@
 """Listing through fsspec for everything that is not a local path.
 
-Two modes: ``tree`` lists one directory per call (sftp, webdav, hdfs, ...), and ``flat``
+S3, GCS and Azure Blob are listed on obstore instead (``operators.scan.objstore``); the ``flat``
+mode stays for the other object stores fsspec serves (oss, r2, ...) and for the tests that compare
+the two.  Two modes: ``tree`` lists one directory per call (sftp, webdav, hdfs, ...), and ``flat``
 uses the backend's recursive prefix listing (``find``), which object stores answer with a few
 paged requests instead of one request per "directory".  In ``flat`` mode the root is listed
 with a delimiter so each top-level prefix becomes its own unit of work.

@@ -1,0 +1,138 @@
+"""scan of S3 and Azure Blob on obstore (operators.scan.objstore): the rows the fsspec path gave, on real servers."""
+
+from __future__ import annotations
+
+import obstore
+import pyarrow.dataset as ds
+import pytest
+
+from dask_pfs import scan
+from operators.core.pool import get_pool
+from operators.rows import RowBuffer
+from operators.scan import objstore
+from operators.scan.objstore import ObstoreLister
+from operators.scan.remote import FsspecLister
+from operators.scan.walk import Budget, walk
+from operators.stores import store_of
+
+KEYS = [
+    "data/top.txt",
+    "data/a/1.txt",
+    "data/a/2.txt",
+    "data/b/c/3.bin",
+    "data/b/c/d/e/deep.txt",
+    "data/z/4.txt",
+    "data/wide/k/leaf.txt",
+    *(f"data/wide/f{i:04d}.dat" for i in range(120)),  # more than two pages: a split prefix
+    *(f"data/flat/q/g{i:04d}" for i in range(120)),  # a deep prefix of pages: steps, not a split
+    "other/x.txt",  # outside the root
+]
+
+
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch):
+    monkeypatch.setattr(objstore, "PAGE", 50)  # pages of 50 keys: a few hundred keys make many
+
+
+def walked(lister) -> list[tuple]:
+    rows: list[tuple] = []
+
+    def emit(buf: RowBuffer) -> None:
+        rows.extend(buf.rows)
+        buf.rows = []
+
+    _tally, frontier = walk(lister, [("", None)], get_pool(8), 16, Budget(max_entries=10**9, max_seconds=600), emit)
+    assert frontier == []
+    return sorted(rows, key=lambda r: r[0])
+
+
+@pytest.fixture(scope="module")
+def s3_tree(s3_server):
+    store = store_of("s3", "objscan", s3_server)
+    import s3fs
+
+    s3fs.S3FileSystem(**s3_server, skip_instance_cache=True).mkdir("objscan")
+    pool = get_pool(16)
+    list(pool.map(lambda k: obstore.put(store, k, k.encode()), KEYS))
+    return store
+
+
+def test_rows_are_the_fsspec_rows_on_the_same_bucket(s3_server, s3_tree):
+    new = walked(ObstoreLister("s3", "objscan/data", s3_server))
+    old = walked(FsspecLister("s3", "objscan/data", s3_server, flat=True))
+    assert (
+        len(new)
+        == len(old)
+        == len(KEYS) - 1 + len({"a", "b", "b/c", "b/c/d", "b/c/d/e", "z", "wide", "wide/k", "flat", "flat/q"})
+    )
+    assert new == old
+
+
+def test_tree_mode_gives_the_same_rows(s3_server, s3_tree):
+    flat = walked(ObstoreLister("s3", "objscan/data", s3_server))
+    assert walked(ObstoreLister("s3", "objscan/data", s3_server, tree=True)) == flat
+
+
+def test_a_big_prefix_is_split_and_a_deep_one_paged(s3_server, s3_tree, monkeypatch):
+    levels: list[str] = []
+    real = objstore.obstore.list_with_delimiter
+
+    def counted(store, prefix=None):
+        levels.append(prefix or "")
+        return real(store, prefix)
+
+    monkeypatch.setattr(objstore.obstore, "list_with_delimiter", counted)
+    walked(ObstoreLister("s3", "objscan/data", s3_server))
+    assert sorted(levels) == ["data", "data/flat", "data/wide"]  # the root, and the two prefixes over a page
+    levels.clear()
+    small = walked(ObstoreLister("s3", "objscan/data/b", s3_server))
+    assert [r[0] for r in small] == ["c", "c/3.bin", "c/d", "c/d/e", "c/d/e/deep.txt"]
+    assert levels == []  # a small tree: one flat listing, no delimiter
+
+
+def test_a_failed_prefix_is_its_own_error(s3_server, s3_tree, monkeypatch):
+    real = objstore.obstore.list
+
+    def failing(store, prefix=None, **kw):
+        if prefix == "data/a":
+            raise OSError("injected listing failure")
+        return real(store, prefix, **kw)
+
+    monkeypatch.setattr(objstore.obstore, "list", failing)
+    rows = {r[0]: r for r in walked(ObstoreLister("s3", "objscan/data", s3_server))}
+    assert "injected listing failure" in rows["a"][-1]
+    assert "a/1.txt" not in rows and rows["z/4.txt"][-1] is None and "wide/f0000.dat" in rows
+
+
+def manifest_rows(path) -> dict[str, dict]:
+    return {r["path"]: r for r in ds.dataset(str(path), format="parquet").to_table().to_pylist()}
+
+
+def test_scan_s3_on_a_cluster_with_checksums_and_metadata(tmp_path, s3_server, s3fs_fs, dask_client):
+    s3fs_fs.mkdir("objscan2")
+    s3fs_fs.pipe_file("objscan2/d/x.txt", b"hello", Metadata={"k": "v"})
+    s3fs_fs.pipe_file("objscan2/d/e/y.txt", b"world")
+    res = scan(
+        "s3://objscan2/d", tmp_path / "m", client=dask_client, storage_options=s3_server, checksum="xxh3", xattrs=True
+    )
+    got = manifest_rows(tmp_path / "m")
+    assert set(got) == {"x.txt", "e", "e/y.txt"} and res.errors == 0
+    assert got["x.txt"]["checksum"] == got["x.txt"]["checksum"] and got["x.txt"]["checksum"].startswith("xxh3:")
+    assert [x["name"] for x in got["x.txt"]["xattrs"]] == ["user.k"]
+    one = scan(
+        "s3://objscan2/d/x.txt", tmp_path / "one", client=dask_client, storage_options=s3_server, checksum="xxh3"
+    )
+    assert one.counts["files"] == 1
+    assert manifest_rows(tmp_path / "one")["x.txt"]["checksum"] == got["x.txt"]["checksum"]
+
+
+def test_scan_azure_on_a_cluster(tmp_path, azurite, dask_client):
+    store = store_of("az", azurite.container, azurite.options)
+    keys = ["r/a/1.txt", "r/a/b/2.txt", "r/3.txt", *(f"r/many/{i:04d}" for i in range(1200))]
+    list(get_pool(16).map(lambda k: obstore.put(store, k, b"x" * 7), keys))
+    url = f"az://{azurite.container}/r"
+    res = scan(url, tmp_path / "m", client=dask_client, storage_options=azurite.options, checksum="xxh3")
+    got = manifest_rows(tmp_path / "m")
+    assert res.errors == 0 and res.counts["files"] == len(keys)
+    assert {p for p, r in got.items() if r["type"] == "directory"} == {"a", "a/b", "many"}
+    assert got["a/b/2.txt"]["size"] == 7 and got["a/b/2.txt"]["mtime"] is not None
