@@ -249,6 +249,9 @@ class ObstoreSource:
     def path(self, rel: bytes) -> str:
         return remote_path(self.spec.src_root, rel)
 
+    def close(self) -> None:
+        pass  # the store is shared by the process (operators.stores): nothing of this task's to release
+
     def _key(self, e: Entry) -> str:
         rel = os.fsdecode(e.rel)
         return f"{self.key}/{rel}" if self.key and rel else self.key or rel
