@@ -508,3 +508,19 @@ def test_differential_on_a_terminal_background_job_and_ctrl_z_fg(warm, tmp_path)
             tree_digest(tmp_path / f"copy-{mode}"),
         )
     assert results["on"] == results["off"]
+
+
+def test_a_command_in_a_make_recipe_is_served(warm, tmp_path):
+    """GNU make runs its recipes with the C library's reserved signals (32 and 33) ignored; no program can
+    use them, so a command run by ``make`` (as ``make test`` runs the suite in CI) is served like any other.
+    Before, every such command ran in its own process ("a signal is ignored")."""
+    m = manifest(warm, tmp_path)
+    start(warm)
+    makefile = tmp_path / "Makefile"
+    command = " ".join(f"'{a}'" for a in [*PFS, "query", str(m), "--select", "count(*)"])
+    makefile.write_text(f"run:\n\t@grep SigIgn /proc/self/status >&2\n\t@{command}\n")
+    done = subprocess.run(["make", "-s", "-f", str(makefile)], env=warm, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ignored = int(re.search(rb"SigIgn:\s*([0-9a-f]+)", done.stderr).group(1), 16)
+    assert ignored & (1 << 31), "this make passes signal 32 on ignored: the case this test is about"
+    assert served(done), done.stderr

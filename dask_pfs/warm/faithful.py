@@ -8,7 +8,8 @@ command here, as ``PFS_SERVER=off`` would:
 
 - a closed standard stream (in its own process pfs's own files would land on fd 0, 1 or 2);
 - a signal ignored or blocked (a fresh interpreter keeps them; a forked child cannot inherit them),
-  but SIGPIPE and SIGXFSZ, which Python ignores itself at start-up whatever it inherited;
+  but SIGPIPE and SIGXFSZ, which Python ignores itself at start-up whatever it inherited, and the C
+  library's reserved signals (``make`` runs its recipes with them ignored);
 - a background job of its terminal (reading it stops a plain process with SIGTTIN), or a terminal
   with ``tostop`` (writing does);
 - seccomp in any mode (its filters cannot be compared);
@@ -29,6 +30,10 @@ import termios
 
 # Python ignores these at start-up whatever it inherited, so a plain process has them ignored too
 _PYTHON_IGNORES = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
+# The C library's own signals below SIGRTMIN (glibc's 32 and 33: thread cancellation, set*id across
+# threads): no program can set or use them, the library takes them over when it needs them, and GNU make
+# passes them on ignored to every recipe.  Their disposition changes nothing a command does.
+_LIBC_RESERVED = sum(1 << (number - 1) for number in range(1, signal.SIGRTMIN) if number not in signal.valid_signals())
 # descriptors, the terminal, and every per-process file of /proc (the server child's, not the client's)
 _NAMES_A_PROCESS = re.compile(r"^/(proc(/|$)|dev/(fd|stdin|stdout|stderr|tty)(/|$))")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -42,9 +47,9 @@ def reasons(argv: list[str]) -> str | None:
         except OSError:
             return f"fd {fd} is closed"
     status = _status()
-    if int(status.get("SigBlk", "0"), 16):
+    if int(status.get("SigBlk", "0"), 16) & ~_LIBC_RESERVED:
         return "a signal is blocked"
-    if int(status.get("SigIgn", "0"), 16) & ~_PYTHON_IGNORES:
+    if int(status.get("SigIgn", "0"), 16) & ~(_PYTHON_IGNORES | _LIBC_RESERVED):
         return "a signal is ignored"
     if status.get("Seccomp", "0") != "0":
         return "seccomp"
