@@ -28,6 +28,9 @@ ALLOWED = {
     "dask_pfs/demo.py:demo_dir": "the demo's own directory, made 0700 by mkdir (which never follows a link)",
     "dask_pfs/warm/job.py:_text": "wraps a stdio descriptor the client passed, opens no name",
     "dask_pfs/commands/query.py:_to_descriptor": "writes a descriptor the caller named (-o /dev/fd/3), opens no name",
+    "dask_pfs/manifests/sql_probe.py:_forked": "a pipe from the forked probe to its parent: opens no name",
+    "operators/core/localfs.py:open": "refuses every writing mode (reads only); the check itself names the modes",
+    "operators/copy/multipart.py:_reader": "opens the source O_RDONLY (the flags name O_NOFOLLOW, not a write)",
 }
 
 WRITE_CALLS = {

@@ -49,11 +49,13 @@ def job_file(name: str) -> Path:
 
 def save(name: str, token: str) -> Path:
     """Write the job file (new, 0600, never through a symlink) in a directory only its owner can enter."""
+    from operators.core import outputs
+
     path = job_file(name)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"name": name, "token": token}, f)
+    data = json.dumps({"name": name, "token": token}).encode()
+    with outputs.private_dir(path.parent) as where:  # the one writer: every directory above checked
+        if not where.create_new(path.name, data, outputs.PRIVATE_FILE):
+            raise PfsError(f"{path}: a job file of that name exists already; not overwritten")
     return path
 
 
