@@ -11,12 +11,13 @@ import argparse
 import os
 import re
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import moto_server  # benchmarks/ is on sys.path when this script runs
 
 BIN = Path(sys.executable).parent
 
@@ -27,15 +28,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pfs-s3meta-"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     log = work / "moto.log"
-    srv = subprocess.Popen([BIN / "moto_server", "-H", "127.0.0.1", "-p", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=log.open("w"))  # fmt: skip
-    try:
-        time.sleep(3)
-        ep = f"http://127.0.0.1:{port}"
+    with moto_server(log) as ep:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ENDPOINT_URL": ep}
         import s3fs
 
@@ -63,9 +57,6 @@ def main() -> None:
                 heads = len(re.findall(rf"HEAD /bench/{key}/f", log.read_text()))
                 line = f"up {up[0]:.2f} s wall {up[1]:.2f} s CPU; down {down[0]:.2f} s wall {down[1]:.2f} s CPU"
                 print(f"{mode:12} round {rnd}: {line}; HEAD on objects {heads}", flush=True)
-    finally:
-        srv.terminate()
-        srv.wait()
 
 
 if __name__ == "__main__":

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,3 +204,24 @@ def table(rows: list[Run], baseline: str, n_files: int) -> str:
 
 def quote(cmd: list[str]) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
+
+
+@contextlib.contextmanager
+def moto_server(log: Path) -> Iterator[str]:
+    """A moto S3 server (this venv's ``moto_server``) on a free loopback port, its log (the requests it
+    served, which benchmarks count) in ``log``; yields its endpoint URL and stops it after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with log.open("w") as err:
+        srv = subprocess.Popen(
+            [Path(sys.executable).parent / "moto_server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        time.sleep(3)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.terminate()
+        srv.wait()
