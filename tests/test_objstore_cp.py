@@ -3,13 +3,9 @@ whole objects streamed, big ones as ranged GETs into the one temp file of the de
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
-import signal
-import subprocess
-import time
 
 import obstore
 import pytest
@@ -20,7 +16,8 @@ from operators.copy.spec import CopySpec
 from operators.copy.tasks import TEMP_MARK
 from operators.core.pool import get_pool
 from operators.stores import store_of
-from tests.conftest import PFS, REPO, run_pfs
+from tests.conftest import run_pfs
+from tests.test_resume import killed_mid_copy
 
 KiB, MiB = 1024, 1 << 20
 SMALL = {"split_size": 64 * KiB, "chunk_files": 4, "chunk_bytes": 256 * KiB}
@@ -73,14 +70,6 @@ def test_cp_azure_to_local_whole_and_ranged(tmp_path, azurite, dask_client):
     assert local_files(tmp_path / "dst") == objs
 
 
-def journal_lines(dst) -> int:
-    files = glob.glob(os.path.join(dst, ".pfs-journal-*", "done.jsonl"))
-    if not files:
-        return 0
-    with open(files[0], "rb") as f:
-        return f.read().count(b"\n")
-
-
 def test_killed_copy_from_azure_resumes_exactly(tmp_path, azurite):
     objs = {f"d{i % 8}/f{i:04d}": b"%d" % i * 300 for i in range(400)}
     objs["big.bin"] = os.urandom(4 * MiB)
@@ -89,26 +78,7 @@ def test_killed_copy_from_azure_resumes_exactly(tmp_path, azurite):
     env = {"AZURE_STORAGE_CONNECTION_STRING": azurite.options["connection_string"]}
     args = ["cp", f"az://{azurite.container}/src/", str(dst), "--chunk-files", "2", "--split-size", "128K",
             "--workers", "1", "--json"]  # fmt: skip
-    proc = subprocess.Popen(
-        PFS + args,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    seen, deadline = 0, time.monotonic() + 240
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            seen = journal_lines(dst)
-            if seen >= 20:
-                break
-            time.sleep(0.02)
-        assert proc.poll() is None, f"the copy finished before it could be killed: {proc.stderr.read()[-2000:]!r}"
-        assert seen >= 20, "no chunks journaled in time"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    killed_mid_copy(args, dst, env)
     assert local_files(dst) != objs  # really interrupted
     resumed = run_pfs(*args, "--resume", env=env, check=True)
     summary = json.loads(resumed.stdout)

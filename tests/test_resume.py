@@ -34,6 +34,35 @@ def journal_lines(dst) -> int:
         return f.read().count(b"\n")
 
 
+def killed_mid_copy(
+    args: list[str], dst: Path, env: dict | None = None, lines: int = 20
+) -> tuple[subprocess.Popen, int]:
+    """Run ``pfs ARGS`` in a session of its own and SIGKILL the session (the driver and its LocalCluster
+    together, like a lost client) once ``lines`` chunks are journaled in ``dst``; (the process, lines seen)."""
+    proc = subprocess.Popen(
+        PFS + args,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    seen = 0
+    deadline = time.monotonic() + 240
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen = journal_lines(dst)
+            if seen >= lines:
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, f"the copy finished before it could be killed: {proc.stderr.read()[-2000:]!r}"
+        assert seen >= lines, "no chunks journaled in time"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc, seen
+
+
 def test_journal_survives_torn_lines_and_restarts(tmp_path):
     j = open_journal(str(tmp_path / "j"))
     j.start({"token": "abc"})
@@ -59,27 +88,7 @@ def test_cp_driver_killed_then_resume_completes(tmp_path, stream):
     (src / "big.bin").write_bytes(os.urandom(6 * MiB))
     args = ["cp", f"{src}/", str(dst), "--chunk-files", "2", "--split-size", "128K", "--workers", "1", "--json"]
     args.append("--stream" if stream else "--no-stream")
-    proc = subprocess.Popen(
-        PFS + args,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # the driver and its LocalCluster: killed together, like a lost client
-    )
-    seen = 0
-    deadline = time.monotonic() + 240
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            seen = journal_lines(dst)
-            if seen >= 20:
-                break
-            time.sleep(0.02)
-        assert proc.poll() is None, f"the copy finished before it could be killed: {proc.stderr.read()[-2000:]}"
-        assert seen >= 20, "no chunks journaled in time"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    proc, seen = killed_mid_copy(args, dst)
     assert proc.returncode == -signal.SIGKILL
     assert tree_digest(dst) != tree_digest(src)  # really interrupted
     journal = glob.glob(os.path.join(dst, ".pfs-journal-*"))
