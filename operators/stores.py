@@ -56,6 +56,11 @@ def split(path: str) -> tuple[str, str]:
     return bucket, key.strip("/")
 
 
+def _given(source: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """``{obstore's name: value}`` for each of ``names`` (``{the user's name: obstore's}``) given a value."""
+    return {theirs: source[ours] for ours, theirs in names.items() if source.get(ours)}
+
+
 def _s3(bucket: str, options: dict[str, Any]) -> tuple[dict, dict, Any]:
     config: dict[str, Any] = {}
     client_kwargs = dict(options.get("client_kwargs") or {})
@@ -70,12 +75,7 @@ def _s3(bucket: str, options: dict[str, Any]) -> tuple[dict, dict, Any]:
     region = options.get("region") or client_kwargs.get("region_name")
     if region:
         config["region"] = region
-    if options.get("key"):
-        config["access_key_id"] = options["key"]
-    if options.get("secret"):
-        config["secret_access_key"] = options["secret"]
-    if options.get("token"):
-        config["session_token"] = options["token"]
+    config.update(_given(options, {"key": "access_key_id", "secret": "secret_access_key", "token": "session_token"}))
     if options.get("anon"):
         config["skip_signature"] = True
     provider = None
@@ -123,15 +123,12 @@ def _azure(bucket: str, options: dict[str, Any]) -> tuple[dict, dict, Any]:
         if "AccountName" not in parts:
             raise StoreOptionError("an Azure connection string without AccountName")
         config["account_name"] = parts["AccountName"]
-        if parts.get("AccountKey"):
-            config["account_key"] = parts["AccountKey"]
-        if parts.get("SharedAccessSignature"):
-            config["sas_key"] = parts["SharedAccessSignature"]
-        if parts.get("BlobEndpoint"):
-            config["endpoint"] = parts["BlobEndpoint"]
-    for ours, theirs in (("account_name", "account_name"), ("account_key", "account_key"), ("sas_token", "sas_key")):
-        if options.get(ours):
-            config[theirs] = options[ours]
+        config.update(
+            _given(parts, {"AccountKey": "account_key", "SharedAccessSignature": "sas_key", "BlobEndpoint": "endpoint"})
+        )
+    config.update(
+        _given(options, {"account_name": "account_name", "account_key": "account_key", "sas_token": "sas_key"})
+    )
     if options.get("endpoint_url"):
         config["endpoint"] = options["endpoint_url"]
     if options.get("anon"):
