@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 
 from operators.copy.spec import is_temp_name
 from operators.core.dirfd import OPEN_DIR, OpenDirs
-from operators.names import check_relative
 
 DIR_NOFOLLOW = OPEN_DIR | os.O_NOFOLLOW
 
@@ -62,16 +61,8 @@ class PinnedRoot:
     @contextlib.contextmanager
     def parent(self, rel: bytes) -> Iterator[tuple[int, bytes]]:
         """``(descriptor of rel's parent, rel's last name)``, held while the caller acts on the name."""
-        check_relative(rel)
-        parent_rel, _, name = rel.rpartition(b"/")
-        try:
-            handle = self.dirs.handle(parent_rel)
-        except OSError as exc:
-            raise _explain(rel, exc) from None
-        try:
-            yield handle.fd, name
-        finally:
-            handle.release()
+        with self.dirs.parent(rel, explain=lambda exc: _explain(rel, exc)) as held:
+            yield held
 
     @contextlib.contextmanager
     def proc_path(self, rel: bytes) -> Iterator[bytes]:

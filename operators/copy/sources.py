@@ -18,7 +18,6 @@ from operators.copy.attrs import refusals
 from operators.copy.kernel import copy_range, is_sparse
 from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
 from operators.core.dirfd import OpenDirs
-from operators.names import check_relative
 from operators.objmeta import (
     STANDARD_ATTRIBUTES,
     Refused,
@@ -79,15 +78,10 @@ class LocalSource:
         if not rel:
             yield None, local_path(self.spec.src_root, rel)
             return
-        check_relative(rel)
         if self._dirs is None:
             self._dirs = OpenDirs(os.fsencode(self.spec.src_root))
-        parent_rel, _, name = rel.rpartition(b"/")
-        handle = self._dirs.handle(parent_rel)
-        try:
-            yield handle.fd, name
-        finally:
-            handle.release()
+        with self._dirs.parent(rel) as held:
+            yield held
 
     @contextlib.contextmanager
     def proc_path(self, rel: bytes) -> Iterator[bytes]:

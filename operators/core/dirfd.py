@@ -10,9 +10,13 @@ path grew to 670 ms at depth 200 against 6 ms relative to its open parent.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+from operators.names import check_relative
 
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 # An ancestor only ever serves as the ``dir_fd`` of its children's ``*at`` calls: ``O_PATH`` resolves it
@@ -221,6 +225,27 @@ class OpenDirs:
             with self._lock:
                 del self._opening[rel]
             opening.set()
+
+    @contextlib.contextmanager
+    def parent(self, rel: bytes, explain: Callable[[OSError], Exception] | None = None) -> Iterator[tuple[int, bytes]]:
+        """``(descriptor of rel's parent, rel's last name)``, held while the caller acts on the name: the one
+        way a copy's source and destination reach an entry (``*at`` calls, never a full path).
+
+        ``rel`` is checked first (no ``..``, no absolute path); ``explain`` words an ``OSError`` met while
+        reaching the parent (not one the caller's own call raises: that is the caller's to word).
+        """
+        check_relative(rel)
+        parent_rel, _, name = rel.rpartition(b"/")
+        try:
+            handle = self.handle(parent_rel)
+        except OSError as exc:
+            if explain is None:
+                raise
+            raise explain(exc) from None
+        try:
+            yield handle.fd, name
+        finally:
+            handle.release()
 
     def open_file(self, rel: bytes, flags: int) -> int:
         """``os.open`` of the file ``rel`` relative to its (kept open) parent directory (``b""``: the
