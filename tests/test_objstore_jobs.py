@@ -19,10 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from dask_pfs import copy, remove, scan, sync, verify
+from operators.ratelimit import Limits
 from operators.remove.objstore import ObstoreRemover
 from operators.remove.tasks import RemoveSpec
 from operators.stores import store_of
-from tests.conftest import gcs_upload, make_tree, run_pfs
+from tests.conftest import azure_request, gcs_upload, make_tree, run_pfs
 from tests.test_resume import killed_mid_copy
 
 SMALL = {"split_size": 64 * 1024, "chunk_files": 4, "chunk_bytes": 256 * 1024}
@@ -216,3 +217,31 @@ def test_killed_copy_into_a_store_resumes_exactly(bucket, tmp_path, request):
     summary = json.loads(resumed.stdout)
     assert summary["exit_code"] == 0 and summary["resumed"] > 0
     assert bucket.keys("resumed") == spec  # every object whole, no temporary ones left
+
+
+def test_rm_errors_are_per_object(azurite, dask_client):
+    """A blob under an infinite lease cannot be deleted: that blob fails with its own error, the rest go."""
+    bucket = Bucket("az", azurite.container, azurite.options, {})
+    for i in range(5):
+        bucket.put(f"l/{i}.txt", b"x")
+    leased = {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "-1"}
+    assert azure_request(azurite.endpoint, f"{azurite.container}/l/2.txt", {"comp": "lease"}, leased) == 201
+    done = remove(bucket.url("l"), client=dask_client, storage_options=bucket.options)
+    assert (done.removed_files, done.failed) == (4, 1)
+    assert [p for p, _ in done.samples] == ["2.txt"] and "lease" in done.samples[0][1].lower()
+    assert bucket.keys("l") == {"2.txt": b"x"}
+
+
+@pytest.mark.parametrize("by_manifest", [False, True])
+def test_rm_keeps_the_job_wide_ops_cap(bucket, tmp_path, dask_client, by_manifest):
+    """60 deletes at 20 ops/s take about 3 s, listing or manifest (a cap only slows: a lower bound)."""
+    for i in range(60):
+        bucket.put(f"c/{i:02d}", b"x")
+    target: dict = {"url": bucket.url("c")}
+    if by_manifest:
+        assert scan(bucket.url("c"), tmp_path / "m", client=dask_client, storage_options=bucket.options).errors == 0
+        target = {"manifest": tmp_path / "m"}
+    done = remove(**target, client=dask_client, storage_options=bucket.options, limits=Limits(ops_per_second=20))
+    assert (done.removed_files, done.failed) == (60, 0)
+    assert done.seconds >= 2.0, done.seconds
+    assert bucket.keys("c") == {}
