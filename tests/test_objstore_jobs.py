@@ -200,6 +200,15 @@ def test_rm_manifest_rows_on_obstore_missing_skipped_paths_kept_below_root(bucke
     counts = remover.unlink_chunk(entries)  # no mtime in these rows: only the size is compared
     assert (counts.removed_files, counts.bytes, counts.skipped_missing, counts.failed) == (2, 3, 1, 0)
     assert bucket.keys("p") == {}
+    bucket.put("p/4", b"4")
+    bucket.put("p/5", b"5")
+    at = obstore.head(bucket.store, "p/4")["last_modified"]
+    ns = int(at.timestamp()) * 1_000_000_000
+    listed = ("4", None, "file", 1, ns + 789_000_000)  # the milliseconds a listing may carry (GCS's)
+    older = ("5", None, "file", 1, ns - 5_000_000_000)  # a second that is not the object's
+    counts = remover.unlink_chunk([listed, older])
+    assert (counts.removed_files, counts.skipped_changed) == (1, 1)
+    assert bucket.keys("p") == {"5": b"5"}
     with pytest.raises(ValueError):
         remover.locate(b"../escape")
 

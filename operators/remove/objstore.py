@@ -3,7 +3,9 @@
 Manifest rows (``rm --manifest``) are each looked at again with a HEAD (unless changes are ignored) and
 kept when the object is not the one the scan saw: the identity rule is the one every backend uses
 (``operators.remove.backends._changed``, the core's), on the size and last-modified time the store
-reports, the same values the scan wrote.  The rest go in bulk deletes (S3's DeleteObjects; one request
+reports, the values the scan wrote.  Times are compared to the whole second on both sides: a HEAD's
+``Last-Modified`` header has seconds only, while a listing may have milliseconds (GCS's does), and the
+same object must not look replaced.  The rest go in bulk deletes (S3's DeleteObjects; one request
 an object on GCS and Azure, which ``obstore`` keeps many of in flight); a bulk request that fails is
 retried one object at a time, so that each object gets its own error and the others still go.
 
@@ -34,6 +36,15 @@ if TYPE_CHECKING:
     from operators.remove.tasks import RemoveSpec
 
 DELETE_BATCH = 1000  # keys per bulk delete (S3's DeleteObjects maximum)
+SECOND = 1_000_000_000  # ns: what a HEAD's Last-Modified resolves
+
+
+def _to_second(entry: Entry) -> Entry:
+    """The manifest row with its mtime (ns) down to the whole second, as a HEAD reports it."""
+    mtime = entry[4]
+    if mtime is None or mtime % SECOND == 0:
+        return entry
+    return (*entry[:4], mtime - mtime % SECOND, *entry[5:])
 
 
 def delete_keys(store: Any, keys: Sequence[str]) -> dict[str, BaseException]:
@@ -68,7 +79,7 @@ class ObstoreRemover(EntryRemover[str]):
         self.store, self.key = store_at(spec.protocol, spec.root, spec.storage_options)
 
     def unlink_chunk(self, entries: list[Entry]) -> RmCounts:
-        return pooled(self.spec, self.unlink, entries)
+        return pooled(self.spec, self.unlink, [_to_second(e) for e in entries])
 
     def rmdir_chunk(self, rels: list[bytes], check: bool) -> RmCounts:
         return RmCounts()  # a "directory" is a key prefix and goes with its last key
@@ -83,7 +94,8 @@ class ObstoreRemover(EntryRemover[str]):
 
     def look(self, key: str) -> tuple[str, int | None, int | None, int | None, int | None]:
         meta = obstore.head(self.store, key)  # FileNotFoundError when it is gone
-        return "file", meta["size"], _ns(meta["last_modified"]), None, None
+        mtime = _ns(meta["last_modified"])
+        return "file", meta["size"], None if mtime is None else mtime - mtime % SECOND, None, None
 
     def unlink_now(self, found: list[tuple[bytes, str, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
         failed = delete_keys(self.store, [key for _, key, _ in found])
