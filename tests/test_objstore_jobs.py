@@ -254,3 +254,11 @@ def test_rm_keeps_the_job_wide_ops_cap(bucket, tmp_path, dask_client, by_manifes
     assert (done.removed_files, done.failed) == (60, 0)
     assert done.seconds >= 2.0, done.seconds
     assert bucket.keys("c") == {}
+
+
+def test_rm_cli_leaves_what_exclude_names(bucket, tmp_path):
+    seed(bucket)
+    proc = run_pfs("rm", bucket.url("t"), "--exclude", "*.bin", "--exclude", "/d/e/", "--json", env=bucket.env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["removed_files"] == 3
+    assert bucket.keys("t") == {"d/e/c.txt": b"c", "d/f/g/h.bin": b"h" * 3000}
