@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING, Any
 import obstore
 
 from operators.ratelimit import take_ops
-from operators.remove.backends import Entry, EntryRemover, pooled
+from operators.remove.backends import Entry, EntryRemover, pooled, unpruned
 from operators.remove.counts import FAILED, RmCounts
 from operators.rows import Row, _ns, with_error
 from operators.safety import resolve_under
 from operators.scan.objstore import ObstoreLister
-from operators.scan.prune import DROP
 from operators.scan.walk import DirItem, Listing
 from operators.stores import store_at
 
@@ -132,15 +131,7 @@ class ObstoreTreeRemover:
 
     def _take(self, listing: Listing, pool: Executor) -> None:
         """Queue the deletion of the listing's objects (and of each further page's, as the walk asks)."""
-        files = [r for r in listing.rows if r[2] != "directory"]
-        if self.prune is not None:
-            keep = []
-            for r in files:
-                if self.prune.decide(r[0], False) == DROP:
-                    self.kept.add(r[0].rpartition("/")[0].encode("utf-8", "surrogateescape"))
-                else:
-                    keep.append(r)
-            files = keep
+        files = unpruned(self.prune, [r for r in listing.rows if r[2] != "directory"], self.kept)
         listing.rows = [r for r in listing.rows if r[2] == "directory"]
         for start in range(0, len(files), DELETE_BATCH):
             listing.pending.append(pool.submit(self.rm_batch, files[start : start + DELETE_BATCH]))
