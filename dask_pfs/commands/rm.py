@@ -80,7 +80,8 @@ def rm_cmd(
 
     Symlinks are never followed; nothing outside the tree (or the manifest's root) is touched.
     A manifest entry is removed only if it is still the one the scan saw (same type, size,
-    mtime, inode and ctime; else skipped as changed), and a manifest whose rows disagree with
+    mtime, inode and ctime; on S3, GCS and Azure the size and last-modified time, to the
+    second; else skipped as changed), and a manifest whose rows disagree with
     their own paths (name, parent, depth) is refused as damaged.
     --where may only filter: it is parsed as one SQL condition over the manifest's columns
     and runs on a DuckDB connection that reads nothing but the manifest. --max-entries N (or

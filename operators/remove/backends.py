@@ -27,7 +27,7 @@ from operators.ratelimit import ops_capped, take_ops
 from operators.remove.counts import CHANGED, FAILED, NONEMPTY, RmCounts
 from operators.root_identity import host_pin
 from operators.rows import Row, dir_row, error_row
-from operators.scan.prune import DROP
+from operators.scan.prune import DROP, Prune
 from operators.scan.walk import DirItem, Listing, open_listing
 
 if TYPE_CHECKING:
@@ -302,6 +302,20 @@ class LocalTreeRemover:
                 counts.problem(join(rel, name), FAILED, OSError(errno_, os.strerror(errno_)))
             for name in samples:
                 counts.sample(join(rel, name), spec.sample_limit)
+
+
+def unpruned(prune: Prune | None, files: list[Row], kept: set[bytes]) -> list[Row]:
+    """The listed non-directory rows a tree remover may delete: those ``prune`` does not keep in place
+    (the directories of the kept ones go into ``kept``, never removed).  Every listing remover's one filter."""
+    if prune is None:
+        return files
+    keep = []
+    for r in files:
+        if prune.decide(r[0], False) == DROP:
+            kept.add(str(r[0]).rpartition("/")[0].encode("utf-8", "surrogateescape"))
+        else:
+            keep.append(r)
+    return keep
 
 
 def pooled(spec: RemoveSpec, fn: Callable[[list], RmCounts], items: list) -> RmCounts:

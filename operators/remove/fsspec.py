@@ -7,11 +7,10 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
 from operators.ratelimit import take_ops
-from operators.remove.backends import Entry, EntryRemover, pooled
+from operators.remove.backends import Entry, EntryRemover, pooled, unpruned
 from operators.remove.counts import FAILED, NONEMPTY, RmCounts
 from operators.rows import Row, with_error
 from operators.safety import resolve_under
-from operators.scan.prune import DROP
 from operators.scan.remote import FLAT_PROTOCOLS, FsspecLister
 from operators.scan.walk import DirItem, Listing
 
@@ -103,15 +102,7 @@ class FsspecTreeRemover:
 
     def list_dir(self, item: DirItem, pool: Executor) -> Listing:
         listing = self.lister.list_dir(item, pool)
-        files = [r for r in listing.rows if r[2] != "directory"]
-        if self.prune is not None:
-            keep = []
-            for r in files:
-                if self.prune.decide(r[0], False) == DROP:
-                    self.kept.add(r[0].rpartition("/")[0].encode("utf-8", "surrogateescape"))
-                else:
-                    keep.append(r)
-            files = keep
+        files = unpruned(self.prune, [r for r in listing.rows if r[2] != "directory"], self.kept)
         dirs = [r for r in listing.rows if r[2] == "directory"]
         listing.rows = dirs
         for start in range(0, len(files), S3_BATCH):

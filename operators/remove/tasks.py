@@ -35,11 +35,13 @@ from operators.names import to_bytes
 from operators.remove.backends import ENTRY_COLUMNS, Entry, LocalRemover
 from operators.remove.counts import FAILED, SAMPLES, RmCounts
 from operators.remove.fsspec import FsspecRemover
+from operators.remove.objstore import ObstoreRemover
 from operators.root_identity import RootIdentity, host_pin, job_pin
 from operators.rows import Row
 from operators.safety import check_paths, row_damage
 from operators.scan.prune import STOP, Prune
 from operators.scan.walk import Budget, DirItem, walk
+from operators.stores import is_store
 
 if TYPE_CHECKING:
     import fsspec
@@ -91,9 +93,11 @@ class RemoveSpec:
         pinned = host_pin(self.root, self.root_id)
         return replace(self, prune=replace(self.prune, device=pinned[0])) if pinned else self
 
-    def remover(self) -> LocalRemover | FsspecRemover:
-        """The backend for this file system (``operators.remove.backends``)."""
-        return LocalRemover(self) if self.is_local else FsspecRemover(self)
+    def remover(self) -> LocalRemover | ObstoreRemover | FsspecRemover:
+        """The backend for this file system (``operators.remove.backends``): S3, GCS and Azure on obstore."""
+        if self.is_local:
+            return LocalRemover(self)
+        return ObstoreRemover(self) if is_store(self.protocol) else FsspecRemover(self)
 
 
 # ---------------------------------------------------------------- tree mode
