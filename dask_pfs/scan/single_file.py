@@ -12,7 +12,6 @@ from dask_pfs.urls import Location
 from operators.checksum import checksum_at, checksum_local_files, checksum_many, fill_rows
 from operators.parts import part_name, write_part
 from operators.rows import Row, row_from_info, row_from_stat, rows_to_table
-from operators.scan.objstore import ObstoreLister
 from operators.scan.walk import Tally
 from operators.stores import is_store
 from operators.xattrs import file_xattrs
@@ -41,7 +40,9 @@ def scan_file(
 
 def _file_row(loc: Location) -> Row:
     """The row of a root that is not a directory (a symlink's own, when it is one)."""
-    if is_store(loc.protocol):
+    if is_store(loc.protocol):  # obstore: imported only for a root on a store
+        from operators.scan.objstore import ObstoreLister
+
         return ObstoreLister(loc.protocol, loc.path, loc.storage_options).stat("")
     if not loc.is_local:
         return row_from_info(os.path.basename(loc.path.rstrip("/")), loc.filesystem().info(loc.path))

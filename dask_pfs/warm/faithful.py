@@ -33,7 +33,8 @@ _PYTHON_IGNORES = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
 # The C library's own signals below SIGRTMIN (glibc's 32 and 33: thread cancellation, set*id across
 # threads): no program can set or use them, the library takes them over when it needs them, and GNU make
 # passes them on ignored to every recipe.  Their disposition changes nothing a command does.
-_LIBC_RESERVED = sum(1 << (number - 1) for number in range(1, signal.SIGRTMIN) if number not in signal.valid_signals())
+_VALID = {int(number) for number in signal.valid_signals()}  # once: each call converts ~64 numbers to enums
+_LIBC_RESERVED = sum(1 << (number - 1) for number in range(1, signal.SIGRTMIN) if number not in _VALID)
 # descriptors, the terminal, and every per-process file of /proc (the server child's, not the client's)
 _NAMES_A_PROCESS = re.compile(r"^/(proc(/|$)|dev/(fd|stdin|stdout|stderr|tty)(/|$))")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

@@ -51,6 +51,9 @@ PRELOAD = (
     "dask_pfs.compare.diff",
     "dask_pfs.runtime.here",
     "dask_pfs.manifests.manifest",
+    # obstore's listers and writers: a command imports them only for a store (a local job never pays)
+    "operators.scan.objstore",
+    "operators.copy.obstore_destination",
 )
 FOLLOW_SECONDS = 0.05  # how often a running job's client is looked at (stopped, continued)
 REQUEST_SECONDS = 5.0  # a client that connected must send its request within this

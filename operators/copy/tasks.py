@@ -14,16 +14,18 @@ which is safe because every task is idempotent.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from operators.copy.destination import Destination
 from operators.copy.fsspec_destination import FsspecDestination
 from operators.copy.local_destination import LocalDestination
-from operators.copy.obstore_destination import ObstoreDestination
 from operators.copy.sources import source_of
 from operators.copy.spec import TEMP_MARK, CopySpec, Entry, Outcome, temp_name
 from operators.core.pool import get_pool
 from operators.stores import is_store
+
+if TYPE_CHECKING:
+    from operators.copy.obstore_destination import ObstoreDestination
 
 T = TypeVar("T")
 
@@ -46,7 +48,11 @@ __all__ = [
 def destination_of(spec: CopySpec) -> LocalDestination | ObstoreDestination | FsspecDestination:
     if spec.dst_local:
         return LocalDestination(spec)
-    return ObstoreDestination(spec) if is_store(spec.dst_protocol) else FsspecDestination(spec)
+    if is_store(spec.dst_protocol):  # obstore: imported only for a job that writes to a store
+        from operators.copy.obstore_destination import ObstoreDestination
+
+        return ObstoreDestination(spec)
+    return FsspecDestination(spec)
 
 
 def _each(spec: CopySpec, items: list[T], fn: Callable[[T], object]) -> list[object]:

@@ -21,7 +21,6 @@ from operators.parts import part_name, release_arrow_memory, write_parts
 from operators.root_identity import RootIdentity, check_root
 from operators.rows import ROW_COLUMNS, RowBuffer
 from operators.scan.local import LocalLister
-from operators.scan.objstore import ObstoreLister
 from operators.scan.prune import Prune
 from operators.scan.remote import FsspecLister
 from operators.scan.walk import Budget, DirItem, Tally, walk
@@ -52,7 +51,9 @@ class ScanSpec:
         if self.protocol in ("file", "local"):
             return LocalLister(self.root, self.prune, self.threads)
         tree = self.prune is not None and self.prune.needs_tree_walk  # prune prefixes instead of listing them
-        if is_store(self.protocol):  # S3, GCS, Azure: obstore (operators.stores)
+        if is_store(self.protocol):  # S3, GCS, Azure: obstore (operators.stores), imported only for them
+            from operators.scan.objstore import ObstoreLister
+
             return ObstoreLister(self.protocol, self.root, self.storage_options, tree=tree)
         return FsspecLister(self.protocol, self.root, self.storage_options, flat=False if tree else None)
 
@@ -99,6 +100,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
         spec = replace(spec, prune=replace(spec.prune, device=here[0]))  # -x: this host's device of the root
     parts: list[str] = []
     lister = spec.lister()
+    on_store = is_store(spec.protocol)  # an ObstoreLister (ScanSpec.lister): obstore is imported for stores only
     if isinstance(lister, LocalLister):  # a step's descent stays a small share of the task's budget
         lister.descend = min(lister.descend, budget.max_entries // 16)
     sum_failures: list[str] = []
@@ -109,7 +111,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
         if isinstance(lister, LocalLister):  # the core, in one call per part
             return checksum_local_files(lister.root, [to_bytes(p, raw) for p, raw, _ in files], algorithm,
                                         [size for _, _, size in files], root_id=spec.root_id)  # fmt: skip
-        if isinstance(lister, ObstoreLister):
+        if on_store:
             return checksum_many(files, lambda f: lister.checksum(f[0], algorithm))
         return checksum_many(files, lambda f: checksum_remote(lister.fs, lister.full(f[0]), algorithm))
 
@@ -123,7 +125,7 @@ def scan_chunk(spec: ScanSpec, items: list[DirItem], task_id: str, budget: Budge
                 table, failed = fill_xattrs(table, lister.root, spec.threads)
                 sum_failures.extend(failed)
             elif spec.xattrs and has_metadata(spec.protocol):  # S3 user metadata as user.* (operators.objmeta)
-                assert isinstance(lister, ObstoreLister)  # S3 is listed on obstore
+                assert on_store  # S3 is listed on obstore
                 table, failed = fill_object_xattrs(table, lister.metadata, spec.threads)
                 sum_failures.extend(failed)
             seq = len(parts)  # a big flush is written as several parts at once (operators.parts.write_parts)
