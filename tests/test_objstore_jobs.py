@@ -1,10 +1,7 @@
 """scan, cp both ways, sync, verify and rm on each real object store the tests start (S3: moto server; Azure
 Blob: Azurite; GCS: fake-gcs-server), all through obstore (operators.stores): one test body per job,
-parametrized over the stores.
-
-fake-gcs-server answers no XML-API write (``PUT /BUCKET/OBJECT``: ``400 invalid uploadType``; see
-tests/conftest.py ``gcs_server``): there the cases that write into the store are strict xfails, which turn
-into failures the day the emulator takes them, and objects are seeded through its JSON upload API."""
+parametrized over the stores.  GCS's server is fake-gcs-server with the XML API's writes (tests/conftest.py
+``gcs_server``): every case runs on all three, seeded and checked through obstore as pfs reads them."""
 
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ from operators.ratelimit import Limits
 from operators.remove.objstore import ObstoreRemover
 from operators.remove.tasks import RemoveSpec
 from operators.stores import store_of
-from tests.conftest import azure_request, gcs_upload, make_tree, run_pfs
+from tests.conftest import azure_request, make_tree, run_pfs
 from tests.test_resume import killed_mid_copy
 
 SMALL = {"split_size": 64 * 1024, "chunk_files": 4, "chunk_bytes": 256 * 1024}
@@ -37,7 +34,6 @@ class Bucket:
     bucket: str
     options: dict
     env: dict
-    endpoint: str = ""  # GCS: where its JSON upload API is
 
     def url(self, key: str = "") -> str:
         return f"{self.protocol}://{self.bucket}/{key}".rstrip("/")
@@ -55,18 +51,7 @@ class Bucket:
         return got
 
     def put(self, key: str, data: bytes) -> None:
-        if self.protocol == "gs":
-            gcs_upload(self.endpoint, self.bucket, key, data)
-        else:
-            obstore.put(self.store, key, data)
-
-    def writes(self, request) -> None:
-        """This test writes into the store through pfs: on GCS a strict xfail (the emulator takes no XML PUT)."""
-        if self.protocol == "gs":
-            request.applymarker(pytest.mark.xfail(strict=True, reason=GCS_WRITES))
-
-
-GCS_WRITES = "fake-gcs-server answers obstore's PUT /BUCKET/OBJECT with 400 invalid uploadType (its issue 331)"
+        obstore.put(self.store, key, data)
 
 
 @pytest.fixture(params=["s3", "az", "gs"])
@@ -80,7 +65,7 @@ def bucket(request) -> Bucket:
         return Bucket("s3", name, server, env)
     if request.param == "gs":
         gcs = request.getfixturevalue("fake_gcs")
-        return Bucket("gs", gcs.bucket, gcs.options, {"STORAGE_EMULATOR_HOST": gcs.endpoint}, gcs.endpoint)
+        return Bucket("gs", gcs.bucket, gcs.options, {"STORAGE_EMULATOR_HOST": gcs.endpoint})
     az = request.getfixturevalue("azurite")
     return Bucket("az", az.container, az.options, {"AZURE_STORAGE_CONNECTION_STRING": az.options["connection_string"]})
 
@@ -109,7 +94,6 @@ def seed(bucket: Bucket, prefix: str = "t") -> dict[str, bytes]:
 
 
 def test_cp_local_to_store(bucket, tmp_path, dask_client, request):
-    bucket.writes(request)
     want = up(bucket, tmp_path, dask_client)
     assert bucket.keys("t") == want
 
@@ -140,7 +124,6 @@ def test_verify_against_the_store(bucket, tmp_path, dask_client):
 
 
 def test_sync_and_verify(bucket, tmp_path, dask_client, request):
-    bucket.writes(request)
     src = make_tree(tmp_path / "src", TREE)
     url = bucket.url("mirror")
     first = sync(src, url, client=dask_client, dst_storage_options=bucket.options)
@@ -214,7 +197,6 @@ def test_rm_manifest_rows_on_obstore_missing_skipped_paths_kept_below_root(bucke
 
 
 def test_killed_copy_into_a_store_resumes_exactly(bucket, tmp_path, request):
-    bucket.writes(request)
     spec = {f"d{i % 4}/f{i:03d}.bin": os.urandom(4096 + i) for i in range(300)}
     src = make_tree(tmp_path / "src", spec)
     env = {**bucket.env, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # a store destination's journal is there
