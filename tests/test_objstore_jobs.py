@@ -16,11 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from dask_pfs import copy, remove, scan, sync, verify
+from operators.copy.tasks import TEMP_MARK
 from operators.ratelimit import Limits
 from operators.remove.objstore import ObstoreRemover
 from operators.remove.tasks import RemoveSpec
 from operators.stores import store_of
 from tests.conftest import azure_request, make_tree, run_pfs
+from tests.test_objstore_cp import MiB, local_files, objects, put_all, store_objects
 from tests.test_resume import killed_mid_copy
 
 SMALL = {"split_size": 64 * 1024, "chunk_files": 4, "chunk_bytes": 256 * 1024}
@@ -244,3 +246,34 @@ def test_rm_cli_leaves_what_exclude_names(bucket, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["removed_files"] == 3
     assert bucket.keys("t") == {"d/e/c.txt": b"c", "d/f/g/h.bin": b"h" * 3000}
+
+
+def test_cp_store_to_local_ranged_and_store_to_store(bucket, tmp_path, dask_client):
+    """From the store: small objects whole, a big one as ranged GETs into one temp file; then store to store in the
+    same store (a file over obstore's 8 MiB part: a multipart upload on each store, GCS's included)."""
+    objs = objects()
+    objs["big/multi.bin"] = os.urandom(9 * MiB + 7)
+    put_all(bucket.store, "src", objs)
+    res = copy(bucket.url("src") + "/", tmp_path / "dst", client=dask_client, storage_options=bucket.options, **SMALL)
+    assert res.exit_code == 0, res.failure_samples
+    assert local_files(tmp_path / "dst") == objs
+    again = copy(bucket.url("src") + "/", bucket.url("again"), client=dask_client, storage_options=bucket.options,
+                 dst_storage_options=bucket.options)  # fmt: skip
+    assert again.exit_code == 0, again.failure_samples
+    assert store_objects(bucket.store, "again") == objs
+
+
+def test_killed_copy_from_a_store_resumes_exactly(bucket, tmp_path):
+    objs = {f"d{i % 8}/f{i:04d}": b"%d" % i * 300 for i in range(400)}
+    objs["big.bin"] = os.urandom(4 * MiB)
+    put_all(bucket.store, "src", objs)
+    dst = tmp_path / "dst"
+    args = ["cp", bucket.url("src") + "/", str(dst), "--chunk-files", "2", "--split-size", "128K", "--workers", "1",
+            "--json"]  # fmt: skip
+    killed_mid_copy(args, dst, bucket.env)
+    assert local_files(dst) != objs  # really interrupted
+    summary = json.loads(run_pfs(*args, "--resume", env=bucket.env, check=True).stdout)
+    assert summary["exit_code"] == 0 and summary["resumed"] > 0
+    got = local_files(dst)
+    assert not [k for k in got if os.fsdecode(TEMP_MARK) in k or ".pfs-journal-" in k]
+    assert got == objs
