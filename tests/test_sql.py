@@ -288,3 +288,15 @@ def test_a_half_written_file_in_reads_gets_no_relation_and_stops_nothing(tmp_pat
     good = tmp_path / "it's [whole]*.parquet"
     pq.write_table(pa.table({"key": [b"a"]}), good)
     assert connect(reads=[str(good)]).execute(f"SELECT key FROM {file_table(str(good))}").fetchall() == [(b"a",)]
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "Asia/Tokyo"])
+def test_query_output_is_in_utc_whatever_the_hosts_zone(world, zone):
+    """Every statement runs on a cursor (a connection of its own): it had the host's zone, so a TIMESTAMPTZ
+    rendered, and date_trunc cut, in local time under TZ=... (the connection's own setting was UTC)."""
+    proc = run_pfs(
+        "query", world["m"], "--format", "csv", "--limit", "1", "--select",
+        "TIMESTAMPTZ '2020-01-01 23:30:00+00' AS t, date_trunc('day', TIMESTAMPTZ '2020-01-01 23:30:00+00') AS d",
+        env={"TZ": zone}, check=True,
+    )  # fmt: skip
+    assert proc.stdout.splitlines()[1] == "2020-01-01 23:30:00+00:00,2020-01-01 00:00:00+00:00", proc.stdout

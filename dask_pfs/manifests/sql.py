@@ -302,7 +302,9 @@ def connect(
     import duckdb
 
     con = duckdb.connect(config=DUCKDB_CONFIG)
-    con.execute("SET TimeZone = 'UTC'")
+    # GLOBAL: a cursor (arrow_reader, fetch_all) is a connection of its own and takes the database's default,
+    # which was the host's zone (a TIMESTAMPTZ rendered, or cut by date_trunc, in the host's time under TZ=...)
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
     _no_progress_bar(con)
     allowed = [os.path.abspath(d).rstrip("/") + "/" for d in dirs]
     named = dict(tables or {})
