@@ -54,6 +54,7 @@ PRELOAD = (
     # obstore's listers and writers: a command imports them only for a store (a local job never pays)
     "operators.scan.objstore",
     "operators.copy.obstore_destination",
+    "operators.remove.objstore",
 )
 FOLLOW_SECONDS = 0.05  # how often a running job's client is looked at (stopped, continued)
 REQUEST_SECONDS = 5.0  # a client that connected must send its request within this

@@ -35,7 +35,6 @@ from operators.names import to_bytes
 from operators.remove.backends import ENTRY_COLUMNS, Entry, LocalRemover
 from operators.remove.counts import FAILED, SAMPLES, RmCounts
 from operators.remove.fsspec import FsspecRemover
-from operators.remove.objstore import ObstoreRemover
 from operators.root_identity import RootIdentity, host_pin, job_pin
 from operators.rows import Row
 from operators.safety import check_paths, row_damage
@@ -45,6 +44,8 @@ from operators.stores import is_store
 
 if TYPE_CHECKING:
     import fsspec
+
+    from operators.remove.objstore import ObstoreRemover
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,11 @@ class RemoveSpec:
         """The backend for this file system (``operators.remove.backends``): S3, GCS and Azure on obstore."""
         if self.is_local:
             return LocalRemover(self)
-        return ObstoreRemover(self) if is_store(self.protocol) else FsspecRemover(self)
+        if is_store(self.protocol):
+            from operators.remove.objstore import ObstoreRemover  # ~20 ms of obstore: only a job on a store pays it
+
+            return ObstoreRemover(self)
+        return FsspecRemover(self)
 
 
 # ---------------------------------------------------------------- tree mode
