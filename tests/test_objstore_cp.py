@@ -138,3 +138,44 @@ def test_cp_local_to_s3_on_obstore(tmp_path, s3_server, s3fs_fs, dask_client):
     res = copy(f"{tmp_path / 'src'}/", "s3://objup/t", client=dask_client, dst_storage_options=s3_server, **SMALL)
     assert res.exit_code == 0, res.failure_samples
     assert store_objects(store_of("s3", "objup", s3_server), "t") == objs
+
+
+def open_uploads(s3fs_fs, bucket: str) -> list[str]:
+    """The multipart uploads the store still holds open in ``bucket`` (S3 ListMultipartUploads)."""
+    return [u["Key"] for u in s3fs_fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads", [])]
+
+
+def test_cp_s3_to_s3_in_one_bucket_is_copied_by_the_store_and_across_buckets_by_bytes(
+    tmp_path, s3_server, s3fs_fs, dask_client, monkeypatch
+):
+    from operators.copy.obstore_destination import ObstoreDestination
+    from operators.copy.spec import Entry
+    from operators.copy.tasks import destination_of
+
+    for b in ("objss", "objss2"):
+        s3fs_fs.mkdir(b)
+    objs = objects()
+    objs["mid.bin"] = os.urandom(9 * MiB + 1)  # over a part, under the split: one object, not ranges
+    store = store_of("s3", "objss", s3_server)
+    put_all(store, "src", objs)
+    same = copy("s3://objss/src/", "s3://objss/dst", client=dask_client, storage_options=s3_server,
+                dst_storage_options=s3_server, split_size=64 * MiB)  # fmt: skip
+    assert same.exit_code == 0, same.failure_samples
+    assert store_objects(store, "dst") == objs
+    other = copy("s3://objss/src/", "s3://objss2/dst", client=dask_client, storage_options=s3_server,
+                 dst_storage_options=s3_server, split_size=64 * MiB)  # fmt: skip
+    assert other.exit_code == 0, other.failure_samples
+    assert store_objects(store_of("s3", "objss2", s3_server), "dst") == objs
+    assert open_uploads(s3fs_fs, "objss") == open_uploads(s3fs_fs, "objss2") == []
+    # in one bucket no byte comes through pfs: the store copies (CopyObject); the object appears whole
+    spec = CopySpec("s3", "objss/src", "s3", "objss/one", token="t", src_options=s3_server, dst_options=s3_server)
+    dst = destination_of(spec)
+    assert isinstance(dst, ObstoreDestination)
+
+    def no_get(*a, **kw):
+        raise AssertionError("a GET in a same-bucket copy")
+
+    monkeypatch.setattr(obstore, "get", no_get)
+    dst.write_file(source_of(spec), Entry(b"mid.bin", "file", len(objs["mid.bin"])))
+    monkeypatch.undo()
+    assert bytes(obstore.get(store, "one/mid.bin").bytes()) == objs["mid.bin"]

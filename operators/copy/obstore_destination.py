@@ -2,7 +2,10 @@
 
 One PUT per object makes it appear whole and at once: no temp name, nothing to rename.  A file bigger
 than ``PART`` goes up as one multipart upload that ``obstore`` streams from the file (``PARTS`` parts in
-flight) and aborts when a part fails, so a failed file leaves no parts behind.  On S3 a big file of a
+flight) and aborts when a part (or the source) fails, so a failed file leaves no parts behind.  From the
+same bucket (one store: same protocol, bucket and options) an object is copied by the store itself
+(``obstore.copy``: S3 CopyObject, atomic too); from another store a small object comes through memory, a
+big one through a temp file.  On S3 a big file of a
 job is instead split across range tasks (``operators.copy.multipart``, on s3fs: its journaled upload
 ids let a resumed run reuse the parts already sent).
 """
@@ -70,8 +73,10 @@ class ObstoreDestination(Destination):
         if isinstance(src, LocalSource):
             return Path(os.fsdecode(src.path(e.rel))), None
         if isinstance(src, ObstoreSource):
+            if (e.size or 0) <= PART:  # one GET into memory, one PUT
+                return obstore.get(src.store, src._key(e)).bytes(), None
             # obstore cannot read one store from inside a put to another (a request made from its own runtime
-            # waits for good): the object goes through a temp file, bounded memory, then up as a local file
+            # waits for good): a big object goes through a temp file, bounded memory, then up as a local file
             spool = tempfile.NamedTemporaryFile(prefix="pfs-objcopy-")  # noqa: SIM115 (closed by write_file)
             for chunk in obstore.get(src.store, src._key(e)).stream(min_chunk_size=STREAM_BLOCK):
                 spool.write(chunk)
@@ -84,6 +89,11 @@ class ObstoreDestination(Destination):
         """One PUT, or one multipart upload over ``PART`` bytes (aborted by obstore when it fails).  With
         ``--xattrs`` on S3 the object's metadata carries the source's ``user.*`` attributes; what it cannot
         carry fails the file once it is written (a counted, logged failure)."""
+        if isinstance(src, ObstoreSource) and src.store is self.store:
+            # the same bucket with the same options (operators.stores makes one store of them): the store copies
+            # it (S3 CopyObject, with its metadata as it is), no byte through this host, whole and at once
+            obstore.copy(self.store, src._key(e), self._key(e.out_rel))
+            return
         keep = self.spec.xattrs and has_metadata(self.spec.dst_protocol)
         meta, refused = src.object_metadata(e) if keep else ({}, [])
         payload, held = self._payload(src, e)
