@@ -179,3 +179,39 @@ def test_cp_s3_to_s3_in_one_bucket_is_copied_by_the_store_and_across_buckets_by_
     dst.write_file(source_of(spec), Entry(b"mid.bin", "file", len(objs["mid.bin"])))
     monkeypatch.undo()
     assert bytes(obstore.get(store, "one/mid.bin").bytes()) == objs["mid.bin"]
+
+
+@pytest.mark.parametrize("split", ["1G", "16M"], ids=["whole-object-upload", "range-task-upload"])
+def test_ctrl_c_mid_upload_leaves_no_open_multipart_upload(tmp_path, s3_server, s3fs_fs, split):
+    """Ctrl-C (SIGINT to the process group) while big files go up as multipart uploads: each object is there
+    whole or not at all, and the store holds no open upload (obstore's whole-object uploads run to their end or
+    abort; the range tasks' uploads are aborted by the driver)."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import PFS, REPO
+
+    bucket = f"objint{split.lower()}"
+    s3fs_fs.mkdir(bucket)
+    src = tmp_path / "src"
+    src.mkdir()
+    sizes = {f"f{i}.bin": 40 * MiB + i for i in range(3)}
+    for name, size in sizes.items():
+        (src / name).write_bytes(os.urandom(size))
+    endpoint = s3_server["client_kwargs"]["endpoint_url"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AWS_ENDPOINT_URL": endpoint,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}  # fmt: skip
+    cmd = [*PFS, "cp", f"{src}/", f"s3://{bucket}/d", "--split-size", split, "--workers", "1"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not open_uploads(s3fs_fs, bucket) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and open_uploads(s3fs_fs, bucket), "no upload open to interrupt"
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=180)
+    assert proc.returncode == 130
+    assert open_uploads(s3fs_fs, bucket) == []
+    s3fs_fs.invalidate_cache()
+    there = {p.rsplit("/", 1)[1]: s3fs_fs.info(p)["size"] for p in s3fs_fs.find(f"{bucket}/d")}
+    assert all(there[name] == sizes[name] for name in there)  # whole or absent
