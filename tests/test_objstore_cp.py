@@ -215,3 +215,33 @@ def test_ctrl_c_mid_upload_leaves_no_open_multipart_upload(tmp_path, s3_server, 
     s3fs_fs.invalidate_cache()
     there = {p.rsplit("/", 1)[1]: s3fs_fs.info(p)["size"] for p in s3fs_fs.find(f"{bucket}/d")}
     assert all(there[name] == sizes[name] for name in there)  # whole or absent
+
+
+def test_existing_objects_are_known_from_one_listing_per_prefix_not_a_head_each(tmp_path, s3_server, s3fs_fs, caplog):
+    import logging
+
+    from operators.copy.spec import Entry
+    from operators.copy.tasks import copy_files
+
+    s3fs_fs.mkdir("objexist")
+    store = store_of("s3", "objexist", s3_server)
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    names = [f"d/f{i:02d}" for i in range(30)]
+    for i, n in enumerate(names):
+        (src / n).write_bytes(b"x" * i)
+    obstore.put(store, "up/d/f01", b"x")  # the same size: skipped (--update)
+    obstore.put(store, "up/d/f02", b"other size")  # differs: kept, an error
+    entries = [Entry(n.encode(), "file", i) for i, n in enumerate(names)]
+    spec = CopySpec("file", str(src), "s3", "objexist/up", token="t", dst_options=s3_server, on_exist="skip")
+    with caplog.at_level(logging.INFO, logger="werkzeug"):
+        out = copy_files(spec, entries)
+    heads = [r for r in caplog.records if '"HEAD /objexist/' in r.getMessage()]
+    lists = [r for r in caplog.records if '"GET /objexist?' in r.getMessage()]
+    assert heads == [] and len(lists) == 1  # one listing of up/d for the chunk's 30 files
+    assert out.files == 29 and out.skipped == 1 and out.failures == []  # --update rewrites the differing one
+    assert bytes(obstore.get(store, "up/d/f02").bytes()) == b"xx" and bytes(obstore.get(store, "up/d/f29").bytes())
+    strict = CopySpec("file", str(src), "s3", "objexist/up", token="t2", dst_options=s3_server)
+    obstore.put(store, "up/d/f03", b"differs")
+    again = copy_files(strict, entries[3:4] + entries[1:2])
+    assert len(again.failures) == 1 and "exists and differs" in again.failures[0][1] and again.skipped == 1
