@@ -4,24 +4,25 @@ and by key range.
 An object store has no directories, only keys; a listing without a delimiter returns every key below a
 prefix in key order, 1,000 a request, which is all a scan needs.  So:
 
-* the root is listed flat first: a tree of at most two pages is done in one or two requests (as
-  ``rclone lsf -R`` does); a bigger one is listed again with a delimiter: its objects are rows and each
-  top-level prefix becomes an item of the walk (a "directory"), so prefixes are listed concurrently,
-  across tasks and workers;
+* the root is listed flat first: a tree of at most ``FLAT_PAGES`` pages is done in as many requests,
+  one after the other (as ``rclone lsf -R`` does: each split costs requests, and a server that answers a
+  page in O(keys of the bucket), as moto does, pays for each); a bigger one is listed again with a
+  delimiter: its objects are rows and each top-level prefix becomes an item of the walk (a "directory"),
+  so prefixes are listed concurrently, across tasks and workers;
 * an item is listed flat, one page (``PAGE`` keys) per step of the walk (``Listing.more``), so a task's
   memory holds a page, not a prefix.  The directories between the item and each key are implied by the
   keys: each gets one row (size 0, no times), as s3fs's ``find(withdirs=True)`` makes them;
-* a top-level prefix (``SPLIT_DEPTH``) of more than two pages, most of whose first keys are below prefixes
-  of it, is split too: listed once with a delimiter,
-  its objects become rows and its own prefixes items of their own, listed concurrently;
-* any other prefix of more than two pages (a deeper one, or one whose first pages' keys are mostly not
-  below prefixes of it: millions of keys side by side) is split by KEY RANGE (:class:`_Ranges`): the rest
-  of it, after the last key listed, is cut at boundaries made from the characters its first pages' keys use, and each
-  range ``(lo, hi]`` is listed concurrently from ``lo`` (S3's ``start-after``, obstore's ``offset``).  A
-  range that fills a page is cut again the same way while fewer than ``MAX_RANGES`` are open, so a
-  bucket of a million keys is listed by dozens of requests at a time after a few round trips.  Rows
-  outside ``(lo, hi]`` are dropped, so ranges never give a row twice, whatever the store does with a
-  boundary that is not a key;
+* a top-level prefix (``SPLIT_DEPTH``) of more than ``FLAT_PAGES`` pages, most of whose first keys are
+  below prefixes of it, is split too: listed once with a delimiter, its objects become rows and its own
+  prefixes items of their own, listed concurrently;
+* any other prefix of more than ``FLAT_PAGES`` pages (a deeper one, or one whose first pages' keys are
+  mostly not below prefixes of it: millions of keys side by side) is split by KEY RANGE (:class:`_Ranges`):
+  the rest of it, after the last key listed, is cut at boundaries made from the characters its first
+  pages' keys use, and each range ``(lo, hi]`` is listed concurrently from ``lo`` (S3's ``start-after``,
+  obstore's ``offset``).  A range that fills a page is cut again the same way while fewer than
+  ``MAX_RANGES`` are open, so a bucket of a million keys is listed ``MAX_RANGES`` requests at a time
+  after a few round trips.  Rows outside ``(lo, hi]`` are dropped, so ranges never give a row twice,
+  whatever the store does with a boundary that is not a key;
 * with ``tree`` (``--exclude``/``--max-depth``: prune must see each directory before its contents) every
   item is listed with a delimiter, one level at a time, as a file system is walked.
 
@@ -46,7 +47,8 @@ from operators.scan.walk import DirItem, Listing
 from operators.stores import store_at
 
 PAGE = 1000  # keys a listing request returns (S3's and GCS's maximum, Azure's 5,000)
-SPLIT_DEPTH = 1  # items at most this deep are split by their prefixes when one page does not hold them
+SPLIT_DEPTH = 1  # items at most this deep are split by their prefixes when FLAT_PAGES do not hold them
+FLAT_PAGES = 5  # pages listed one after the other before a prefix is split (5,000 keys: ~5 round trips)
 MAX_RANGES = 8  # key ranges of one prefix listed at once (more only added CPU: measured 4-8 best at 200k keys)
 FANOUT = 16  # ranges one cut makes at most
 
@@ -135,23 +137,26 @@ class ObstoreLister:
         """The first page of a prefix listed flat; the rest as further steps, or a split into its prefixes."""
         rel = str(item[0])
         seen: set[str] = {rel}
+        got: list[Any] = []
         try:
             pages = iter(obstore.list(self.store, self.full(rel), chunk_size=PAGE))
-            first = next(pages, None)
-            second = next(pages, None) if first is not None and len(first) >= PAGE else None
+            while len(got) < FLAT_PAGES and (not got or len(got[-1]) >= PAGE):
+                page = next(pages, None)
+                if page is None:
+                    break
+                got.append(page)
         except Exception as exc:
             listing = Listing(item)
             listing.error = exc
             return listing
-        take_ops(1 + (second is not None))
-        if second is not None and len(second) >= PAGE:  # more than two pages: listed concurrently
+        take_ops(max(1, len(got)))
+        if len(got) == FLAT_PAGES and len(got[-1]) >= PAGE:  # more pages than that: listed concurrently
             prefix = self.full(rel)
-            below = [m["path"][len(prefix) :].lstrip("/") for page in (first, second) for m in page]  # type: ignore[union-attr]
+            below = [m["path"][len(prefix) :].lstrip("/") for page in got for m in page]
             if rel.count("/") + 1 <= SPLIT_DEPTH and 2 * sum("/" in k for k in below) > len(below):
                 return self._level(item)  # most keys are below prefixes: those are the boundaries
-            ranges = _Ranges(self, item, rel, seen, below)
-            return ranges.start(pool, [first, second])
-        return self._step(item, rel, seen, [p for p in (first, second) if p is not None], pages)
+            return _Ranges(self, item, rel, seen, below).start(pool, got)
+        return self._step(item, rel, seen, got, pages)
 
     def _step(self, item: DirItem, rel: str, seen: set[str], got: list[Any], pages: Iterator[Any]) -> Listing:
         listing = Listing(item)
@@ -299,4 +304,14 @@ class _Ranges:
         return listing
 
 
-__all__ = ["FANOUT", "MAX_RANGES", "PAGE", "SPLIT_DEPTH", "ObstoreLister", "boundaries", "dir_row", "file_row"]
+__all__ = [
+    "FANOUT",
+    "FLAT_PAGES",
+    "MAX_RANGES",
+    "PAGE",
+    "SPLIT_DEPTH",
+    "ObstoreLister",
+    "boundaries",
+    "dir_row",
+    "file_row",
+]
