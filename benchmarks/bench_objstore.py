@@ -11,7 +11,8 @@ here and counted), the server's CPU meanwhile (``/proc``), and the requests the 
 rclone's time / pfs's: above 1 means pfs is faster.  Each upload goes to a bucket of its own (moto's listings
 cost O(keys in the bucket)); S3 -> S3 copies within the source bucket, where both tools copy server-side.
 Usage: ``.venv/bin/python benchmarks/bench_objstore.py --nas [--objects 5000 --prefixes 100 --size 2048]
-[--big 2 --big-mib 1024] [--huge 1000000] [--rounds 1] [--only scan,down,up,s3s3,big,huge] [--json FILE]``.
+[--big 2 --big-mib 1024] [--huge 1000000] [--rounds 1] [--only scan,down,up,s3s3,big,huge] [--json FILE]``;
+``bench_objstore.py --table FILE`` prints the markdown table of a ``--json`` file.
 """
 
 from __future__ import annotations
@@ -151,7 +152,26 @@ def make_big(root: Path, n: int, mib: int) -> None:
                 f.write(block[j % 997 :] + block[: j % 997])  # each MiB differs
 
 
+def table(path: Path) -> str:
+    """The markdown table of a ``--json`` file (one row per job and round)."""
+    rows = ["| job | pfs s | rclone s | rclone/pfs | CPU per object pfs / rclone, ms | server CPU pfs / rclone, s "
+            "| requests pfs / rclone | host busy % |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        p, c, n = r["pfs"], r["rclone"], r["objects"]
+        rows.append(
+            f"| {r['job']} | {p['wall_s']:.2f} | {c['wall_s']:.2f} | **{c['wall_s'] / p['wall_s']:.2f}x** "
+            f"| {1000 * p['cpu_s'] / n:.3g} / {1000 * c['cpu_s'] / n:.3g} | {p['server_cpu_s']:.2f} / "
+            f"{c['server_cpu_s']:.2f} | {p['requests']:,} / {c['requests']:,} "
+            f"| {p['host_busy_pct']:.0f} / {c['host_busy_pct']:.0f} |"
+        )
+    return "\n".join(rows)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:
+        print(table(Path(sys.argv[2])))
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--nas", action="store_true", help="servers in the nas namespace, behind its delay link")
     ap.add_argument("--objects", type=int, default=5000)
@@ -214,7 +234,8 @@ def main() -> None:
             with server(cmd, log, host, port, a.nas) as srv:
                 env = {"AWS_ENDPOINT_URL": ep, "RCLONE_CONFIG": str(conf)}
                 print(f"# {a.huge:,} keys side by side (huge/flat/k0000000...), s3_listing_server.py", flush=True)
-                pair("list 1M keys", a.huge, lambda r: pfs + ["scan", "s3://huge/flat", "-o", str(work / f"h{r}")],
+                pair(f"list {a.huge:,} keys", a.huge,
+                     lambda r: pfs + ["scan", "s3://huge/flat", "-o", str(work / f"h{r}")],
                      lambda r: [rclone, "lsf", "-R", "--checkers", "64", "huge:huge/flat"], srv, log, env)  # fmt: skip
         if only & {"scan", "down", "up", "s3s3", "big"}:
             port = free_port() if not a.nas else 9000
