@@ -167,6 +167,10 @@ def test_cp_s3_to_s3_in_one_bucket_is_copied_by_the_store_and_across_buckets_by_
     assert other.exit_code == 0, other.failure_samples
     assert store_objects(store_of("s3", "objss2", s3_server), "dst") == objs
     assert open_uploads(s3fs_fs, "objss") == open_uploads(s3fs_fs, "objss2") == []
+    ranged = copy("s3://objss/src/", "s3://objss/big", client=dask_client, storage_options=s3_server,
+                  dst_storage_options=s3_server, split_size=MiB)  # fmt: skip
+    assert ranged.exit_code == 0 and ranged.ranges == 0  # over the split size, still one CopyObject each
+    assert store_objects(store, "big") == objs
     # in one bucket no byte comes through pfs: the store copies (CopyObject); the object appears whole
     spec = CopySpec("s3", "objss/src", "s3", "objss/one", token="t", src_options=s3_server, dst_options=s3_server)
     dst = destination_of(spec)
