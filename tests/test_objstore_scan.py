@@ -33,7 +33,7 @@ KEYS = [
 @pytest.fixture(autouse=True)
 def small_pages(monkeypatch):
     monkeypatch.setattr(objstore, "PAGE", 50)  # pages of 50 keys: a few hundred keys make many
-    monkeypatch.setattr(objstore, "FLAT_PAGES", 2)  # split after two of them
+    monkeypatch.setattr(objstore, "FLAT_PAGES", 2)  # split after two of them (and a third)
 
 
 def walked(lister) -> list[tuple]:

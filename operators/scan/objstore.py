@@ -152,12 +152,16 @@ class ObstoreLister:
                 if page is None:
                     break
                 got.append(page)
+            if len(got) == FLAT_PAGES and len(got[-1]) >= PAGE:  # full: one more tells whether there is more
+                page = next(pages, None)
+                if page is not None:
+                    got.append(page)
         except Exception as exc:
             listing = Listing(item)
             listing.error = exc
             return listing
         take_ops(max(1, len(got)))
-        if len(got) == FLAT_PAGES and len(got[-1]) >= PAGE:  # more pages than that: listed concurrently
+        if len(got) > FLAT_PAGES:  # more pages than that: listed concurrently
             prefix = self.full(rel)
             below = [m["path"][len(prefix) :].lstrip("/") for page in got for m in page]
             if rel.count("/") + 1 <= SPLIT_DEPTH and 2 * sum("/" in k for k in below) > len(below):
