@@ -372,10 +372,12 @@ def test_big_file_to_s3_is_a_parallel_multipart_upload(tmp_path, dask_client, s3
     s3fs_fs.invalidate_cache()
     assert s3fs_fs.info("mpu-bucket/tree/d/big.bin")["ETag"].strip('"').endswith("-6")  # completed from 6 parts
     assert _open_uploads(s3fs_fs, "mpu-bucket") == []
-    # S3 to S3 in the same store: UploadPartCopy, the bytes never leave the store
+    # S3 to S3 in the same store, another bucket: UploadPartCopy, the bytes never leave the store (within one
+    # bucket it is one CopyObject: tests/test_objstore_cp.py)
+    s3fs_fs.makedirs("mpu-bucket2", exist_ok=True)
     same = copy(
         "s3://mpu-bucket/tree/",
-        "s3://mpu-bucket/copy",
+        "s3://mpu-bucket2/copy",
         client=dask_client,
         storage_options=s3_server,
         dst_storage_options=s3_server,
@@ -384,11 +386,11 @@ def test_big_file_to_s3_is_a_parallel_multipart_upload(tmp_path, dask_client, s3
     assert same.exit_code == 0, same.failure_samples
     assert same.ranges == 3
     s3fs_fs.invalidate_cache()
-    assert s3fs_fs.info("mpu-bucket/copy/d/big.bin")["ETag"] == s3fs_fs.info("mpu-bucket/tree/d/big.bin")["ETag"]
-    down = copy("s3://mpu-bucket/copy/", tmp_path / "back", client=dask_client, storage_options=s3_server, **MPU)
+    assert s3fs_fs.info("mpu-bucket2/copy/d/big.bin")["ETag"] == s3fs_fs.info("mpu-bucket/tree/d/big.bin")["ETag"]
+    down = copy("s3://mpu-bucket2/copy/", tmp_path / "back", client=dask_client, storage_options=s3_server, **MPU)
     assert down.exit_code == 0, down.failure_samples
     assert tree_digest(tmp_path / "back") == tree_digest(src)  # sha256 of every file
-    assert _open_uploads(s3fs_fs, "mpu-bucket") == []
+    assert _open_uploads(s3fs_fs, "mpu-bucket") == _open_uploads(s3fs_fs, "mpu-bucket2") == []
 
 
 def test_failed_multipart_upload_is_aborted_and_resume_reuses_an_open_one(

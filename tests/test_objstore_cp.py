@@ -138,3 +138,114 @@ def test_cp_local_to_s3_on_obstore(tmp_path, s3_server, s3fs_fs, dask_client):
     res = copy(f"{tmp_path / 'src'}/", "s3://objup/t", client=dask_client, dst_storage_options=s3_server, **SMALL)
     assert res.exit_code == 0, res.failure_samples
     assert store_objects(store_of("s3", "objup", s3_server), "t") == objs
+
+
+def open_uploads(s3fs_fs, bucket: str) -> list[str]:
+    """The multipart uploads the store still holds open in ``bucket`` (S3 ListMultipartUploads)."""
+    return [u["Key"] for u in s3fs_fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads", [])]
+
+
+def test_cp_s3_to_s3_in_one_bucket_is_copied_by_the_store_and_across_buckets_by_bytes(
+    tmp_path, s3_server, s3fs_fs, dask_client, monkeypatch
+):
+    from operators.copy.obstore_destination import ObstoreDestination
+    from operators.copy.spec import Entry
+    from operators.copy.tasks import destination_of
+
+    for b in ("objss", "objss2"):
+        s3fs_fs.mkdir(b)
+    objs = objects()
+    objs["mid.bin"] = os.urandom(9 * MiB + 1)  # over a part, under the split: one object, not ranges
+    store = store_of("s3", "objss", s3_server)
+    put_all(store, "src", objs)
+    same = copy("s3://objss/src/", "s3://objss/dst", client=dask_client, storage_options=s3_server,
+                dst_storage_options=s3_server, split_size=64 * MiB)  # fmt: skip
+    assert same.exit_code == 0, same.failure_samples
+    assert store_objects(store, "dst") == objs
+    other = copy("s3://objss/src/", "s3://objss2/dst", client=dask_client, storage_options=s3_server,
+                 dst_storage_options=s3_server, split_size=64 * MiB)  # fmt: skip
+    assert other.exit_code == 0, other.failure_samples
+    assert store_objects(store_of("s3", "objss2", s3_server), "dst") == objs
+    assert open_uploads(s3fs_fs, "objss") == open_uploads(s3fs_fs, "objss2") == []
+    ranged = copy("s3://objss/src/", "s3://objss/big", client=dask_client, storage_options=s3_server,
+                  dst_storage_options=s3_server, split_size=MiB)  # fmt: skip
+    assert ranged.exit_code == 0 and ranged.ranges == 0  # over the split size, still one CopyObject each
+    assert store_objects(store, "big") == objs
+    # in one bucket no byte comes through pfs: the store copies (CopyObject); the object appears whole
+    spec = CopySpec("s3", "objss/src", "s3", "objss/one", token="t", src_options=s3_server, dst_options=s3_server)
+    dst = destination_of(spec)
+    assert isinstance(dst, ObstoreDestination)
+
+    def no_get(*a, **kw):
+        raise AssertionError("a GET in a same-bucket copy")
+
+    monkeypatch.setattr(obstore, "get", no_get)
+    dst.write_file(source_of(spec), Entry(b"mid.bin", "file", len(objs["mid.bin"])))
+    monkeypatch.undo()
+    assert bytes(obstore.get(store, "one/mid.bin").bytes()) == objs["mid.bin"]
+
+
+@pytest.mark.parametrize("split", ["1G", "16M"], ids=["whole-object-upload", "range-task-upload"])
+def test_ctrl_c_mid_upload_leaves_no_open_multipart_upload(tmp_path, s3_server, s3fs_fs, split):
+    """Ctrl-C (SIGINT to the process group) while big files go up as multipart uploads: each object is there
+    whole or not at all, and the store holds no open upload (obstore's whole-object uploads run to their end or
+    abort; the range tasks' uploads are aborted by the driver)."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import PFS, REPO
+
+    bucket = f"objint{split.lower()}"
+    s3fs_fs.mkdir(bucket)
+    src = tmp_path / "src"
+    src.mkdir()
+    sizes = {f"f{i}.bin": 40 * MiB + i for i in range(3)}
+    for name, size in sizes.items():
+        (src / name).write_bytes(os.urandom(size))
+    endpoint = s3_server["client_kwargs"]["endpoint_url"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AWS_ENDPOINT_URL": endpoint,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}  # fmt: skip
+    cmd = [*PFS, "cp", f"{src}/", f"s3://{bucket}/d", "--split-size", split, "--workers", "1"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not open_uploads(s3fs_fs, bucket) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None and open_uploads(s3fs_fs, bucket), "no upload open to interrupt"
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=180)
+    assert proc.returncode == 130
+    assert open_uploads(s3fs_fs, bucket) == []
+    s3fs_fs.invalidate_cache()
+    there = {p.rsplit("/", 1)[1]: s3fs_fs.info(p)["size"] for p in s3fs_fs.find(f"{bucket}/d")}
+    assert all(there[name] == sizes[name] for name in there)  # whole or absent
+
+
+def test_existing_objects_are_known_from_one_listing_per_prefix_not_a_head_each(tmp_path, s3_server, s3fs_fs, caplog):
+    import logging
+
+    from operators.copy.spec import Entry
+    from operators.copy.tasks import copy_files
+
+    s3fs_fs.mkdir("objexist")
+    store = store_of("s3", "objexist", s3_server)
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    names = [f"d/f{i:02d}" for i in range(30)]
+    for i, n in enumerate(names):
+        (src / n).write_bytes(b"x" * i)
+    obstore.put(store, "up/d/f01", b"x")  # the same size: skipped (--update)
+    obstore.put(store, "up/d/f02", b"other size")  # differs: kept, an error
+    entries = [Entry(n.encode(), "file", i) for i, n in enumerate(names)]
+    spec = CopySpec("file", str(src), "s3", "objexist/up", token="t", dst_options=s3_server, on_exist="skip")
+    with caplog.at_level(logging.INFO, logger="werkzeug"):
+        out = copy_files(spec, entries)
+    heads = [r for r in caplog.records if '"HEAD /objexist/' in r.getMessage()]
+    lists = [r for r in caplog.records if '"GET /objexist?' in r.getMessage()]
+    assert heads == [] and len(lists) == 1  # one listing of up/d for the chunk's 30 files
+    assert out.files == 29 and out.skipped == 1 and out.failures == []  # --update rewrites the differing one
+    assert bytes(obstore.get(store, "up/d/f02").bytes()) == b"xx" and bytes(obstore.get(store, "up/d/f29").bytes())
+    strict = CopySpec("file", str(src), "s3", "objexist/up", token="t2", dst_options=s3_server)
+    obstore.put(store, "up/d/f03", b"differs")
+    again = copy_files(strict, entries[3:4] + entries[1:2])
+    assert len(again.failures) == 1 and "exists and differs" in again.failures[0][1] and again.skipped == 1

@@ -18,6 +18,7 @@ from operators.copy.multipart import (
     abort_upload,
     complete_upload,
     has_multipart,
+    one_copy,
     plan_parts,
     start_upload,
     upload_range,
@@ -76,7 +77,7 @@ class BigFiles:
         """
         job, e = self.job, item.entry
         layout = plan_parts(e.size or 0, job.limits.split_size, job.limits.part_size)
-        if len(layout) == 1:  # a split size under S3's 5 MiB part minimum: one PUT does it
+        if len(layout) == 1 or one_copy(job.spec, e):  # one PUT (parts under S3's 5 MiB), or one CopyObject
             job.submit(copy_files, [e], entries=[e], cid=cid)
             return
         previous = job.done.get(f"{cid}.mpu", {}).get("upload_id")

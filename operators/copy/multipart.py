@@ -134,6 +134,18 @@ def _server_side(spec: CopySpec) -> bool:
     return spec.src_protocol in MULTIPART_PROTOCOLS and has_multipart(spec) and spec.src_options == spec.dst_options
 
 
+COPY_MAX = 5 << 30  # S3: the biggest object one CopyObject copies
+
+
+def one_copy(spec: CopySpec, e: Entry) -> bool:
+    """A big file the store copies in one request: within one bucket (one ``obstore`` store, so
+    ``operators.copy.obstore_destination`` copies it with CopyObject) and at most ``COPY_MAX`` bytes;
+    a multipart upload of ``UploadPartCopy`` parts only makes more requests of the same copy."""
+    if not (_server_side(spec) and (e.size or 0) <= COPY_MAX):
+        return False
+    return spec.src_root.lstrip("/").split("/", 1)[0] == spec.dst_root.lstrip("/").split("/", 1)[0]
+
+
 def upload_range(spec: CopySpec, e: Entry, upload: dict, parts: list[Part]) -> list[dict]:
     """Upload the parts of one byte range; returns their headers for the complete call.
 
