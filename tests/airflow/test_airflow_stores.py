@@ -21,8 +21,9 @@ from airflow.sdk import DAG, ObjectStoragePath, Param
 
 from airflow_pfs.operators import PfsCopyOperator, PfsRemoveOperator, PfsScanOperator
 
-ENDPOINT = os.environ["PFS_TEST_S3_ENDPOINT"]
-BUCKET = os.environ["PFS_TEST_S3_BUCKET"]
+# set by the test; a DAG folder parsed by another test's run must still import this file cleanly
+ENDPOINT = os.environ.get("PFS_TEST_S3_ENDPOINT", "http://127.0.0.1:9")
+BUCKET = os.environ.get("PFS_TEST_S3_BUCKET", "unset")
 OPTIONS = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": ENDPOINT}}
 
 with DAG(
