@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -26,22 +27,26 @@ from tests.conftest import PFS, REPO, make_balanced, make_tree, run_pfs, tree_di
 MiB = 1 << 20
 
 
-def journal_lines(dst) -> int:
-    """Chunks journaled so far in ``dst``: a local destination (its ``.pfs-journal-*``) or the cache's
-    journal directory (``$XDG_CACHE_HOME/pfs/journals``, where a store destination's journal is)."""
-    files = glob.glob(os.path.join(dst, ".pfs-journal-*", "done.jsonl"))
-    files = files or glob.glob(os.path.join(dst, "*", "done.jsonl"))
+def lines(pattern: str) -> int:
+    """Lines (journaled chunks) of the first file ``pattern`` matches, 0 while there is none."""
+    files = glob.glob(pattern)
     if not files:
         return 0
     with open(files[0], "rb") as f:
         return f.read().count(b"\n")
 
 
-def killed_mid_copy(
-    args: list[str], dst: Path, env: dict | None = None, lines: int = 20
+def journal_lines(dst) -> int:
+    """Chunks journaled so far in ``dst``: a local destination (its ``.pfs-journal-*``) or the cache's
+    journal directory (``$XDG_CACHE_HOME/pfs/journals``, where a store destination's journal is)."""
+    return lines(os.path.join(dst, ".pfs-journal-*", "done.jsonl")) or lines(os.path.join(dst, "*", "done.jsonl"))
+
+
+def kill_when(
+    args: list[str], count: Callable[[], int], at_least: int, env: dict | None = None, timeout: float = 240
 ) -> tuple[subprocess.Popen, int]:
     """Run ``pfs ARGS`` in a session of its own and SIGKILL the session (the driver and its LocalCluster
-    together, like a lost client) once ``lines`` chunks are journaled in ``dst``; (the process, lines seen)."""
+    together, like a lost client) once ``count()`` reaches ``at_least``; (the process, the count seen)."""
     proc = subprocess.Popen(
         PFS + args,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
@@ -50,20 +55,27 @@ def killed_mid_copy(
         start_new_session=True,
     )
     seen = 0
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            seen = journal_lines(dst)
-            if seen >= lines:
+            seen = count()
+            if seen >= at_least:
                 break
             time.sleep(0.02)
-        assert proc.poll() is None, f"the copy finished before it could be killed: {proc.stderr.read()[-2000:]!r}"
-        assert seen >= lines, "no chunks journaled in time"
+        assert proc.poll() is None, f"the job finished before it could be killed: {proc.stderr.read()[-2000:]!r}"
+        assert seen >= at_least, "no chunks journaled in time"
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return proc, seen
+
+
+def killed_mid_copy(
+    args: list[str], dst: Path, env: dict | None = None, lines: int = 20
+) -> tuple[subprocess.Popen, int]:
+    """``pfs ARGS`` SIGKILLed with its LocalCluster once ``lines`` chunks are journaled in ``dst``."""
+    return kill_when(args, lambda: journal_lines(dst), lines, env)
 
 
 def test_journal_survives_torn_lines_and_restarts(tmp_path):
@@ -121,37 +133,9 @@ def test_cp_driver_killed_then_resume_completes(tmp_path, stream):
 # ---------------------------------------------------------------- helpers for scan and rm
 
 
-def lines(pattern: str) -> int:
-    files = glob.glob(pattern)
-    if not files:
-        return 0
-    with open(files[0], "rb") as f:
-        return f.read().count(b"\n")
-
-
 def start_and_kill(args: list[str], pattern: str, at_least: int, env: dict | None = None) -> int:
     """Start the pfs CLI and SIGKILL it, with its LocalCluster, once the journal ``pattern`` has ``at_least`` lines."""
-    proc = subprocess.Popen(
-        PFS + args,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    seen = 0
-    deadline = time.monotonic() + 120
-    try:
-        while proc.poll() is None and time.monotonic() < deadline:
-            seen = lines(pattern)
-            if seen >= at_least:
-                break
-            time.sleep(0.02)
-        assert proc.poll() is None, f"the job finished before it could be killed: {proc.stderr.read()[-2000:]}"
-        assert seen >= at_least, "no chunks journaled in time"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    proc, seen = kill_when(args, lambda: lines(pattern), at_least, env, timeout=120)
     assert proc.returncode == -signal.SIGKILL
     return seen
 
