@@ -239,3 +239,21 @@ def test_remove_s3(tmp_path, dask_client, s3_server, s3fs_fs):
     assert fs.find("rmb") == ["rmb/keep/4.txt"]
     with pytest.raises(PfsError, match="bucket"):
         remove("s3://rmb", client=dask_client, storage_options=s3_server, confirm=guard)
+
+
+def test_rm_a_tree_on_another_fsspec_store_dry_run_then_for_real():
+    """A protocol other than S3/GCS/Azure goes through fsspec (operators.remove.fsspec.FsspecTreeRemover, on the
+    shared ListingTreeRemover): a dry run deletes nothing, then the tree goes and its sibling stays."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    for i in range(30):
+        fs.pipe(f"/rmtree/t/d{i % 3}/f{i}", b"x")
+    fs.pipe("/rmtree/keep.txt", b"k")
+    try:
+        assert remove("memory://rmtree/t", dry_run=True).exit_code == 0
+        assert len(fs.find("/rmtree/t")) == 30
+        assert remove("memory://rmtree/t").exit_code == 0
+        assert fs.find("/rmtree") == ["/rmtree/keep.txt"]
+    finally:
+        fs.rm("/rmtree", recursive=True)

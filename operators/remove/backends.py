@@ -318,6 +318,58 @@ def unpruned(prune: Prune | None, files: list[Row], kept: set[bytes]) -> list[Ro
     return keep
 
 
+class ListingTreeRemover:
+    """A ``walk`` Lister for a store: lists like a scan (``lister``) and deletes each listing's keys in bulk as it
+    goes, page by page.  What the obstore and fsspec tree removers share (the prune filter, the batches, the dry
+    run, the ops cap); a subclass says how one batch of keys is deleted (:meth:`delete`) and its size (``batch``)."""
+
+    batch = 1000  # keys per bulk delete request (S3's DeleteObjects maximum)
+
+    def __init__(self, spec: RemoveSpec, lister) -> None:
+        self.lister = lister
+        self.dry_run = spec.dry_run
+        self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
+        self.kept: set[bytes] = set()
+        self.counts = RmCounts()  # nothing here: removed keys come back as rows
+
+    def root_error_row(self, error: BaseException) -> Row:
+        return self.lister.root_error_row(error)
+
+    def close(self) -> None:
+        self.lister.close()
+
+    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
+        listing = self.lister.list_dir(item, pool)
+        self._take(listing, pool)
+        return listing
+
+    def _take(self, listing: Listing, pool: Executor) -> None:
+        """Queue the deletion of the listing's objects (and of each further page's, as the walk asks)."""
+        files = unpruned(self.prune, [r for r in listing.rows if r[2] != "directory"], self.kept)
+        listing.rows = [r for r in listing.rows if r[2] == "directory"]
+        for start in range(0, len(files), self.batch):
+            listing.pending.append(pool.submit(self.rm_batch, files[start : start + self.batch]))
+        more = listing.more
+        if more is not None:
+
+            def next_page() -> Listing:
+                got = more()
+                self._take(got, pool)
+                return got
+
+            listing.more = next_page
+
+    def rm_batch(self, rows: list[Row]) -> tuple[list[Row], list[DirItem]]:
+        if self.dry_run or not rows:
+            return rows, []
+        take_ops(len(rows))
+        return self.delete(rows), []
+
+    def delete(self, rows: list[Row]) -> list[Row]:
+        """Delete the keys of ``rows``; the rows back, each that failed with its error."""
+        raise NotImplementedError
+
+
 def pooled(spec: RemoveSpec, fn: Callable[[list], RmCounts], items: list) -> RmCounts:
     """``fn`` over ``items`` in batches of ``BATCH`` on the process's pool, the counts added up."""
 

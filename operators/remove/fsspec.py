@@ -3,16 +3,13 @@ requests, and a tree lister that deletes each listing's keys as it goes."""
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
-from operators.ratelimit import take_ops
-from operators.remove.backends import Entry, EntryRemover, pooled, unpruned
+from operators.remove.backends import Entry, EntryRemover, ListingTreeRemover, pooled
 from operators.remove.counts import FAILED, NONEMPTY, RmCounts
 from operators.rows import Row, with_error
 from operators.safety import resolve_under
 from operators.scan.remote import FLAT_PROTOCOLS, FsspecLister
-from operators.scan.walk import DirItem, Listing
 
 if TYPE_CHECKING:
     from operators.remove.tasks import RemoveSpec
@@ -83,40 +80,22 @@ class FsspecRemover(EntryRemover[str]):
         return counts
 
 
-class FsspecTreeRemover:
+class FsspecTreeRemover(ListingTreeRemover):
     """A ``walk`` Lister over fsspec: lists like a scan, deletes each listing's keys in bulk."""
+
+    batch = S3_BATCH
 
     def __init__(self, spec: RemoveSpec) -> None:
         tree = spec.prune is not None and spec.prune.needs_tree_walk  # prune prefixes instead of listing them
-        self.lister = FsspecLister(spec.protocol, spec.root, spec.storage_options, flat=False if tree else None)
-        self.dry_run = spec.dry_run
-        self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
-        self.kept: set[bytes] = set()
-        self.counts = RmCounts()  # nothing here: removed keys come back as rows
+        super().__init__(
+            spec, FsspecLister(spec.protocol, spec.root, spec.storage_options, flat=False if tree else None)
+        )
 
-    def root_error_row(self, error: BaseException) -> Row:
-        return self.lister.root_error_row(error)
-
-    def close(self) -> None:
-        self.lister.close()
-
-    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
-        listing = self.lister.list_dir(item, pool)
-        files = unpruned(self.prune, [r for r in listing.rows if r[2] != "directory"], self.kept)
-        dirs = [r for r in listing.rows if r[2] == "directory"]
-        listing.rows = dirs
-        for start in range(0, len(files), S3_BATCH):
-            listing.pending.append(pool.submit(self.rm_batch, files[start : start + S3_BATCH]))
-        return listing
-
-    def rm_batch(self, rows: list[Row]) -> tuple[list[Row], list[DirItem]]:
-        if self.dry_run or not rows:
-            return rows, []
-        take_ops(len(rows))
+    def delete(self, rows: list[Row]) -> list[Row]:
         try:
             self.lister.fs.rm([self.lister.full(r[0]) for r in rows])
         except FileNotFoundError:
             pass
         except Exception as exc:  # one bulk request: its failure is every key's
-            return [with_error(r, exc) for r in rows], []
-        return rows, []
+            return [with_error(r, exc) for r in rows]
+        return rows

@@ -17,18 +17,15 @@ key, so there is nothing to ``rmdir``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 import obstore
 
-from operators.ratelimit import take_ops
-from operators.remove.backends import Entry, EntryRemover, pooled, unpruned
+from operators.remove.backends import Entry, EntryRemover, ListingTreeRemover, pooled
 from operators.remove.counts import FAILED, RmCounts
 from operators.rows import Row, _ns, with_error
 from operators.safety import resolve_under
 from operators.scan.objstore import ObstoreLister
-from operators.scan.walk import DirItem, Listing
 from operators.stores import store_at
 
 if TYPE_CHECKING:
@@ -107,50 +104,18 @@ class ObstoreRemover(EntryRemover[str]):
         return gone
 
 
-class ObstoreTreeRemover:
-    """A ``walk`` Lister that lists like a scan and deletes each listing's keys in bulk as it goes."""
+class ObstoreTreeRemover(ListingTreeRemover):
+    """A ``walk`` Lister that lists like a scan (on obstore) and deletes each listing's keys in bulk as it goes."""
+
+    batch = DELETE_BATCH
 
     def __init__(self, spec: RemoveSpec) -> None:
         tree = spec.prune is not None and spec.prune.needs_tree_walk  # prune prefixes instead of listing them
-        self.lister = ObstoreLister(spec.protocol, spec.root, spec.storage_options, tree=tree)
-        self.dry_run = spec.dry_run
-        self.prune = spec.prune if spec.prune is not None and spec.prune.active else None
-        self.kept: set[bytes] = set()
-        self.counts = RmCounts()  # nothing here: removed keys come back as rows
+        super().__init__(spec, ObstoreLister(spec.protocol, spec.root, spec.storage_options, tree=tree))
 
-    def root_error_row(self, error: BaseException) -> Row:
-        return self.lister.root_error_row(error)
-
-    def close(self) -> None:
-        self.lister.close()
-
-    def list_dir(self, item: DirItem, pool: Executor) -> Listing:
-        listing = self.lister.list_dir(item, pool)
-        self._take(listing, pool)
-        return listing
-
-    def _take(self, listing: Listing, pool: Executor) -> None:
-        """Queue the deletion of the listing's objects (and of each further page's, as the walk asks)."""
-        files = unpruned(self.prune, [r for r in listing.rows if r[2] != "directory"], self.kept)
-        listing.rows = [r for r in listing.rows if r[2] == "directory"]
-        for start in range(0, len(files), DELETE_BATCH):
-            listing.pending.append(pool.submit(self.rm_batch, files[start : start + DELETE_BATCH]))
-        more = listing.more
-        if more is not None:
-
-            def next_page() -> Listing:
-                got = more()
-                self._take(got, pool)
-                return got
-
-            listing.more = next_page
-
-    def rm_batch(self, rows: list[Row]) -> tuple[list[Row], list[DirItem]]:
-        if self.dry_run or not rows:
-            return rows, []
-        take_ops(len(rows))
+    def delete(self, rows: list[Row]) -> list[Row]:
         failed = delete_keys(self.lister.store, [self.lister.full(r[0]) for r in rows])
-        return [with_error(r, failed[k]) if (k := self.lister.full(r[0])) in failed else r for r in rows], []
+        return [with_error(r, failed[k]) if (k := self.lister.full(r[0])) in failed else r for r in rows]
 
 
 __all__ = ["DELETE_BATCH", "ObstoreRemover", "ObstoreTreeRemover", "delete_keys"]
