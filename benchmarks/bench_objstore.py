@@ -80,6 +80,15 @@ def host_busy() -> tuple[float, float]:
     return sum(v) - v[3] - v[4], sum(v)
 
 
+def rclone_config(path: Path, remote: str, endpoint: str) -> Path:
+    """An rclone config naming ``remote`` as the S3 server at ``endpoint`` (the test keys pfs uses too)."""
+    path.write_text(
+        f"[{remote}]\ntype = s3\nprovider = Other\nendpoint = {endpoint}\naccess_key_id = testing\n"
+        "secret_access_key = testing\nregion = us-east-1\n"
+    )
+    return path
+
+
 @contextmanager
 def server(cmd: list[str], log: Path, host: str, port: int, nas: bool) -> Iterator[subprocess.Popen]:
     """A server process (in the ``nas`` namespace with ``nas``), its stderr in ``log``; stopped after."""
@@ -226,9 +235,7 @@ def main() -> None:
             port = free_port() if not a.nas else 9100
             ep = f"http://{host}:{port}"
             log = work / "listing.log"
-            conf = work / "rclone-huge.conf"
-            conf.write_text(f"[huge]\ntype = s3\nprovider = Other\nendpoint = {ep}\naccess_key_id = testing\n"
-                            "secret_access_key = testing\nregion = us-east-1\n")  # fmt: skip
+            conf = rclone_config(work / "rclone-huge.conf", "huge", ep)
             cmd = [sys.executable, str(HERE / "s3_listing_server.py"), "--host", host, "--port", str(port),
                    "--bucket", "huge", "--keys", str(a.huge)]  # fmt: skip
             with server(cmd, log, host, port, a.nas) as srv:
@@ -241,9 +248,7 @@ def main() -> None:
             port = free_port() if not a.nas else 9000
             ep = f"http://{host}:{port}"
             log = work / "moto.log"
-            conf = work / "rclone.conf"
-            conf.write_text(f"[moto]\ntype = s3\nprovider = Other\nendpoint = {ep}\naccess_key_id = testing\n"
-                            "secret_access_key = testing\nregion = us-east-1\n")  # fmt: skip
+            conf = rclone_config(work / "rclone.conf", "moto", ep)
             runner.env.update({"AWS_ENDPOINT_URL": ep, "RCLONE_CONFIG": str(conf)})
             rc = lambda *args: subprocess.run([rclone, *args], env=runner.env, check=True, capture_output=True)  # noqa: E731
             copy = [rclone, "copy", "--transfers", "64", "--checkers", "64"]
