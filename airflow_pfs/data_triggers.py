@@ -18,6 +18,7 @@ from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from dask_pfs.errors import PfsError
 
 from . import tree_changes
+from .defer_race import first_check_default, hold_until_settled
 from .manifests import PfsManifest
 
 
@@ -32,13 +33,19 @@ class PfsManifestTrigger(BaseTrigger):
     says so, or ``{"status": "error", "error"}`` for a where-clause that cannot run."""
 
     def __init__(
-        self, manifest: str, where: str | None = None, min_count: int | None = None, poll_interval: float = 60.0
+        self,
+        manifest: str,
+        where: str | None = None,
+        min_count: int | None = None,
+        poll_interval: float = 60.0,
+        first_check: float | None = None,
     ) -> None:
         super().__init__()
         self.manifest = manifest
         self.where = where
         self.min_count = min_count
         self.poll_interval = poll_interval
+        self.first_check = first_check_default() if first_check is None else first_check  # defer_race
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -48,10 +55,12 @@ class PfsManifestTrigger(BaseTrigger):
                 "where": self.where,
                 "min_count": self.min_count,
                 "poll_interval": self.poll_interval,
+                "first_check": self.first_check,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
         manifest = PfsManifest(self.manifest)
         where = (self.where or "").strip() or None  # a checked clause ends in a newline (its -- comment ends there)
         self.log.info("Waiting for manifest %s (where %s, min_count %s)", self.manifest, where, self.min_count)
@@ -59,9 +68,11 @@ class PfsManifestTrigger(BaseTrigger):
             try:
                 result = await asyncio.to_thread(manifest.ready, self.where, self.min_count)
             except AirflowException as exc:
+                await hold_until_settled(started, self.first_check)
                 yield TriggerEvent({"status": "error", "error": str(exc)})
                 return
             if result is not None:
+                await hold_until_settled(started, self.first_check)
                 yield TriggerEvent({"status": "ready", "result": result})
                 return
             await asyncio.sleep(self.poll_interval)

@@ -13,7 +13,6 @@ sign (``jobs.verified``) ends the wait with an error, never with a result.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,14 +24,7 @@ from dask_pfs.clusters.security import TlsFiles
 from dask_pfs.runtime.progress import describe
 
 from . import jobs
-
-
-def first_check_default() -> float:
-    """Seconds the trigger waits before its first look at the job (``PFS_DEFER_FIRST_CHECK``, 10): a trigger
-    that fires while the scheduler has not yet taken the deferring try's exit makes Airflow 3.3 fail the
-    resumed task ("finished with state success, but the task instance's state attribute is running",
-    apache/airflow#72716); a job deferred for seconds only does not need a triggerer anyway."""
-    return float(os.environ.get("PFS_DEFER_FIRST_CHECK", "10"))
+from .defer_race import first_check_default, hold_until_settled
 
 
 class PfsJobTrigger(BaseTrigger):
@@ -76,12 +68,14 @@ class PfsJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The client is closed before the event is yielded: the generator may never be resumed.
+        started = time.monotonic()
         try:
             async with self._client() as client:
                 payload = await self._wait(client)
         except (OSError, TimeoutError) as exc:  # the scheduler is unreachable: one line, not a traceback
             error = f"cannot reach the Dask scheduler {self.scheduler}: {type(exc).__name__}: {exc}"
             payload = {"status": jobs.ERROR, "name": self.name, "result": None, "error": error}
+        await hold_until_settled(started, self.first_check)  # airflow_pfs.defer_race
         yield TriggerEvent(payload)
 
     def _client(self) -> Client:
@@ -97,7 +91,6 @@ class PfsJobTrigger(BaseTrigger):
 
     async def _wait(self, client: Client) -> dict:
         started = last_log = time.monotonic()
-        await asyncio.sleep(self.first_check)
         while True:
             record = await _read_record(client, self.name, self.token)
             if record.get("state") == jobs.FORGED:

@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -160,6 +161,33 @@ def test_manifest_trigger(client, tmp_path):
         assert bad["status"] == "error" and "no_such_column" in bad["error"]
 
     asyncio.run(scenario())
+
+
+def test_manifest_trigger_fires_no_sooner_than_the_settle_window(client, tmp_path, monkeypatch):
+    """A manifest complete when the trigger starts: the event waits out ``first_check`` (Airflow 3.3 fails a
+    resumed task whose trigger fires before the scheduler drained the deferring try's exit,
+    airflow_pfs.defer_race), and comes at once with 0. A bad PFS_DEFER_FIRST_CHECK is refused."""
+    from airflow_pfs.data_triggers import PfsManifestTrigger
+
+    tree, manifest = tmp_path / "tree", tmp_path / "manifest"
+    make_tree(tree)
+    scan(tree, manifest, client=client)
+
+    async def first_event(trigger: PfsManifestTrigger) -> tuple[dict, float]:
+        t0 = time.monotonic()
+        event = await anext(trigger.run())
+        return event.payload, time.monotonic() - t0
+
+    held, waited = asyncio.run(
+        first_event(PfsManifestTrigger(str(manifest), None, 1, poll_interval=0.05, first_check=2))
+    )
+    assert held["status"] == "ready" and waited >= 2.0, waited
+    at_once, soon = asyncio.run(first_event(PfsManifestTrigger(str(manifest), None, 1, first_check=0)))
+    assert at_once["status"] == "ready" and soon < 1.5, soon
+    assert PfsManifestTrigger(str(manifest)).serialize()[1]["first_check"] == 0  # this suite's setting
+    monkeypatch.setenv("PFS_DEFER_FIRST_CHECK", "soon")
+    with pytest.raises(ValueError, match="PFS_DEFER_FIRST_CHECK='soon'"):
+        PfsManifestTrigger(str(manifest))
 
 
 def test_partitions(client, tmp_path, monkeypatch):

@@ -206,6 +206,22 @@ class Deployment:
         return str(content)
 
 
+    def failure_report(self, dag_id: str, run_id: str) -> str:
+        """What a failed run leaves to read: each failed task's own log (its last try), then the
+        processes' log tails. The deployment's directory is gone once the module ends."""
+        parts = [f"states: {self.states(dag_id, run_id)}"]
+        for ti in self.task_instances(dag_id, run_id):
+            if ti["state"] != "failed":
+                continue
+            try:
+                text = self.log(dag_id, run_id, ti["task_id"], max(1, ti.get("try_number") or 1), ti["map_index"])
+            except urllib.error.HTTPError as exc:
+                text = f"(no log: HTTP {exc.code})"
+            parts.append(f"--- task log of {ti['task_id']}[{ti['map_index']}]\n{text}")
+        parts.append(self.log_tail(120))
+        return "\n".join(parts)
+
+
 def stop_all(procs: list[subprocess.Popen]) -> None:
     """SIGTERM each process group (each was started in a session of its own), SIGKILL what is left after 10 s."""
     for proc in procs:

@@ -110,7 +110,7 @@ def _most_at_once(intervals: list[tuple[float, float]]) -> int:
 def _wait_state(dep: Deployment, dag_id: str, run_id: str, task_id: str, wanted: str, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while (state := dep.states(dag_id, run_id).get(task_id)) != wanted:
-        assert state not in ("failed", "upstream_failed"), dep.states(dag_id, run_id)
+        assert state not in ("failed", "upstream_failed"), dep.failure_report(dag_id, run_id)
         assert time.monotonic() < deadline, f"{task_id} still {state}\n{dep.log_tail()}"
         time.sleep(1)
 
@@ -129,7 +129,7 @@ def test_sensor_deferred_then_mapped_copies_at_once(deployment: Deployment):
     run_pfs("scan", src, "-o", manifest, "--scheduler", dep.dask, "--no-progress", check=True)  # type: ignore[attr-defined]
     run = dep.wait_run("pfs_wait_for_manifest", run_id, timeout=900)
     states = dep.states("pfs_wait_for_manifest", run_id)
-    assert run["state"] == "success", (states, dep.log_tail())
+    assert run["state"] == "success", dep.failure_report("pfs_wait_for_manifest", run_id)
     parts = [ti for ti in dep.task_instances("pfs_wait_for_manifest", run_id) if ti["task_id"] == "copy_part"]
     assert len(parts) == 8 and all(ti["state"] == "success" for ti in parts), states
     assert _most_at_once([_interval(ti) for ti in parts]) >= 2, "mapped copies ran one at a time"
@@ -240,7 +240,7 @@ def test_embedded_cluster_tasks_log_clean(deployment: Deployment):
     dep.wait_dag("pfs_deploy_local")
     run_id = dep.trigger("pfs_deploy_local", {"src": str(src), "dst": str(dst)})
     run = dep.wait_run("pfs_deploy_local", run_id)
-    assert run["state"] == "success", (dep.states("pfs_deploy_local", run_id), dep.log_tail())
+    assert run["state"] == "success", dep.failure_report("pfs_deploy_local", run_id)
     assert tree_digest(dst) == tree_digest(src)
     for task_id in ("scan", "copy"):
         log = dep.log("pfs_deploy_local", run_id, task_id)
