@@ -187,8 +187,8 @@ def test_cp_s3_to_s3_in_one_bucket_is_copied_by_the_store_and_across_buckets_by_
 
 @pytest.mark.parametrize("split", ["1G", "16M"], ids=["whole-object-upload", "range-task-upload"])
 def test_ctrl_c_mid_upload_leaves_no_open_multipart_upload(tmp_path, s3_server, s3fs_fs, split):
-    """Ctrl-C (SIGINT to the process group) while big files go up as multipart uploads: each object is there
-    whole or not at all, and the store holds no open upload (obstore's whole-object uploads run to their end or
+    """Ctrl-C (SIGINT to the process group) while big files go up as multipart uploads: pfs alone says so
+    ("pfs: interrupted", exit 130), each object is there whole or not at all, and the store holds no open upload (obstore's whole-object uploads run to their end or
     abort; the range tasks' uploads are aborted by the driver)."""
     import signal
     import subprocess
@@ -213,8 +213,14 @@ def test_ctrl_c_mid_upload_leaves_no_open_multipart_upload(tmp_path, s3_server, 
         time.sleep(0.05)
     assert proc.poll() is None and open_uploads(s3fs_fs, bucket), "no upload open to interrupt"
     os.killpg(proc.pid, signal.SIGINT)
-    proc.communicate(timeout=180)
+    stopped = time.monotonic()
+    _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130
+    # the driver stops the job: no embedded worker takes the Ctrl-C (a forkserver's worker did: its nanny's
+    # KeyboardInterrupt traceback, its task broken and waited for 30 s; clusters/embedded_worker.py)
+    assert err.decode().strip().splitlines()[-1:] == ["pfs: interrupted"], err.decode()[-3000:]
+    assert b"Traceback" not in err and b"still running" not in err, err.decode()[-3000:]
+    assert time.monotonic() - stopped < 25
     assert open_uploads(s3fs_fs, bucket) == []
     s3fs_fs.invalidate_cache()
     there = {p.rsplit("/", 1)[1]: s3fs_fs.info(p)["size"] for p in s3fs_fs.find(f"{bucket}/d")}

@@ -155,6 +155,7 @@ def connect(options: ClusterOptions | None = None) -> Iterator[Client]:
             # Set for the whole run, not just the start: a nanny restarting a killed worker reads it again.
             method = start_method()
             config = {"distributed.worker.multiprocessing-method": method, **WORKER_CONFIG}
+            config["distributed.worker.preload"] = ["dask_pfs.clusters.embedded_worker"]  # Ctrl-C is the driver's
             config["distributed.scheduler.worker-ttl"] = worker_ttl()  # a hung worker's tasks go elsewhere
             stack.enter_context(dask.config.set(config))
             if method == "fork":
