@@ -188,8 +188,9 @@ def test_cp_s3_to_s3_in_one_bucket_is_copied_by_the_store_and_across_buckets_by_
 @pytest.mark.parametrize("split", ["1G", "16M"], ids=["whole-object-upload", "range-task-upload"])
 def test_ctrl_c_mid_upload_leaves_no_open_multipart_upload(tmp_path, s3_server, s3fs_fs, split):
     """Ctrl-C (SIGINT to the process group) while big files go up as multipart uploads: pfs alone says so
-    ("pfs: interrupted", exit 130), each object is there whole or not at all, and the store holds no open upload (obstore's whole-object uploads run to their end or
-    abort; the range tasks' uploads are aborted by the driver)."""
+    ("pfs: interrupted", exit 130), each object is there whole or not at all, and the store holds no open
+    upload (obstore's whole-object uploads run to their end or abort; the range tasks' uploads are aborted
+    by the driver)."""
     import signal
     import subprocess
     import time
