@@ -350,8 +350,10 @@ def fail(message: str, code: int = 2) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The ``pfs`` console script; exits the process (see :func:`exit_now`)."""
+    from dask_pfs import interrupts
     from operators import pandas_gate
 
+    interrupts.install()  # a Ctrl-C never lands inside DuckDB's or pyarrow's module start (an abort)
     pandas_gate.refuse_implicit()  # no command uses pandas: pyarrow's own import of it is 0.3-0.5 s of CPU
     exit_now(run(argv))
 

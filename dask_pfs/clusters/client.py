@@ -201,10 +201,12 @@ def ctrl_c_for_the_driver() -> Iterator[None]:
     import signal
     import threading
 
+    from dask_pfs.interrupts import raises_keyboard_interrupt
+
     main = threading.current_thread() is threading.main_thread()
     held: list[int] = []
     previous = signal.getsignal(signal.SIGINT) if main else None
-    deferring = previous is signal.default_int_handler
+    deferring = raises_keyboard_interrupt(previous)
     if deferring:  # another thread of the driver may take the signal meanwhile: only noted, not raised mid-start
         signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
