@@ -205,7 +205,6 @@ class Deployment:
             return "\n".join(json.dumps(c) if not isinstance(c, str) else c for c in content)
         return str(content)
 
-
     def failure_report(self, dag_id: str, run_id: str) -> str:
         """What a failed run leaves to read: each failed task's own log (its last try), then the
         processes' log tails. The deployment's directory is gone once the module ends."""
