@@ -29,7 +29,8 @@ class PfsManifestSensor(BaseSensorOperator):
     :param where: a DuckDB condition over manifest rows (e.g. ``"type = 'file' AND name LIKE '%.h5'"``);
         the sensor then also waits until it selects ``min_count`` rows.
     :param min_count: rows ``where`` must select (default 1 when ``where`` is given).
-    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param deferrable: wait in the triggerer instead of a worker slot (its event comes no sooner than
+        ``PFS_DEFER_FIRST_CHECK`` seconds after deferring: ``airflow_pfs.defer_race``).
     :param poke_interval: seconds between checks (both modes).
     :param allowed_roots: the manifest must lie under one of these (after resolving ``..`` and links), or
         the task fails before reading it; not templated, so a run's conf cannot widen it.
