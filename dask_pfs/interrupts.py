@@ -8,8 +8,9 @@ Python code a native extension calls while it initialises (DuckDB's nanobind mod
 
 :func:`install` (the console script's, ``cli.main``) puts a handler in place of Python's default one that
 raises the same KeyboardInterrupt, except while an extension module is being created or executed: then the
-signal is sent again a moment later, until the import is over.  A SIGINT the command inherited as ignored
-(``nohup``, a background job of a script) stays ignored; Python callers of ``cli.run`` keep their own handler.
+signal is sent again a moment later, until the import is over; several taken there are one interrupt then.
+A SIGINT the command inherited as ignored (``nohup``, a background job of a script) stays ignored; Python
+callers of ``cli.run`` keep their own handler.
 """
 
 from __future__ import annotations
@@ -37,14 +38,29 @@ def raises_keyboard_interrupt(handler: object) -> bool:
     return handler is signal.default_int_handler or handler is on_sigint
 
 
+_owed = False  # a Ctrl-C taken inside an extension's start and not raised yet: one, however many came
+_retrying = False  # a retry is on its way (one at a time: several would each raise once the import is over)
+
+
 def on_sigint(signum: int, frame: FrameType | None) -> None:
+    global _owed, _retrying
     if in_native_init(frame):
-        # the signal again in a moment, to this handler again: the import is over by then, or it waits once more
-        timer = threading.Timer(RETRY_SECONDS, os.kill, (os.getpid(), signal.SIGINT))
-        timer.daemon = True
-        timer.start()
+        _owed = True
+        if not _retrying:  # the signal again in a moment, to this handler again: the import is over by then, or not
+            _retrying = True
+            timer = threading.Timer(RETRY_SECONDS, _retry)
+            timer.daemon = True
+            timer.start()
         return
+    _owed = False  # raised now: a retry still on its way sends nothing (no second interrupt in the cleanup)
     raise KeyboardInterrupt
+
+
+def _retry() -> None:
+    global _retrying
+    _retrying = False  # before the signal: its handler may need the next retry
+    if _owed:
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def in_native_init(frame: FrameType | None) -> bool:
