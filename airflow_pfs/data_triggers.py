@@ -64,18 +64,19 @@ class PfsManifestTrigger(BaseTrigger):
         manifest = PfsManifest(self.manifest)
         where = (self.where or "").strip() or None  # a checked clause ends in a newline (its -- comment ends there)
         self.log.info("Waiting for manifest %s (where %s, min_count %s)", self.manifest, where, self.min_count)
+        event: dict[str, Any]
         while True:
             try:
                 result = await asyncio.to_thread(manifest.ready, self.where, self.min_count)
             except AirflowException as exc:
-                await hold_until_settled(started, self.first_check)
-                yield TriggerEvent({"status": "error", "error": str(exc)})
-                return
+                event = {"status": "error", "error": str(exc)}
+                break
             if result is not None:
-                await hold_until_settled(started, self.first_check)
-                yield TriggerEvent({"status": "ready", "result": result})
-                return
+                event = {"status": "ready", "result": result}
+                break
             await asyncio.sleep(self.poll_interval)
+        await hold_until_settled(started, self.first_check)  # airflow_pfs.defer_race
+        yield TriggerEvent(event)
 
 
 class PfsTreeChangedTrigger(BaseEventTrigger):
