@@ -181,8 +181,8 @@ class CopyJob:
     def run(self, m: Manifest, begin_journal: Callable[[], None]) -> None:
         links = self.spec.dst_local
         self.rows = rows = CopyRows(m, self.where, self.limits.split_size, links, tuple(self.streamed_parts))
-        self.timed("check", rows.check_paths)
-        self.timed("check", lambda: self.totals.update(rows.totals()))
+        self.timed("check", rows.check_paths)  # with the totals and the census the phases consult: one query
+        self.totals.update(rows.totals())
         begin_journal()
         self.progress.start(f"copy {self.target.src.url} -> {self.target.dst.url}")
         try:
@@ -210,6 +210,8 @@ class CopyJob:
 
     def record_scan_errors(self) -> None:
         assert self.rows is not None
+        if not self.rows.has_scan_errors():
+            return
         for batch in self.batches(self.rows.scan_errors_sql()):
             paths, errors = batch.column(0).to_pylist(), batch.column(1).to_pylist()
             self.fail([(path, "failed", f"scan: {error}") for path, error in zip(paths, errors, strict=True)])
@@ -237,12 +239,14 @@ class CopyJob:
     def phase_dirs(self) -> None:
         if self.group is not None:  # before anything is written: the last part settles (and cleans) its directories
             Ledger(self.group).add(self.where)
-        if self.spec.dst_has_dirs:
-            assert self.rows is not None
+        assert self.rows is not None
+        if self.spec.dst_has_dirs and self.rows.has_dirs():
             self.in_chunks("dirs", make_dirs, self.rows.dirs_sql(), DIR_CHUNK)
 
     def phase_files(self) -> None:
         assert self.rows is not None
+        if not self.rows.has_files():
+            return
         planner = Planner(self.limits, split=self.spec.dst_local or has_multipart(self.spec))
         for batch in self.batches(self.rows.files_sql()):
             for e in entries_from_batch(batch, self.target.rename):
@@ -268,6 +272,8 @@ class CopyJob:
 
     def phase_links(self) -> None:
         assert self.rows is not None
+        if not self.rows.has_links():
+            return
         buf: list[tuple[Entry, bytes]] = []
         for batch in self.batches(self.rows.links_sql()):
             for e, first in zip(entries_from_batch(batch), link_firsts(batch), strict=True):
@@ -307,7 +313,8 @@ class CopyJob:
                 # no part of this job is left running: its temp files there are stale (a killed
                 # part's); another job's, or a user's file named like one, are not ours to remove
                 cleanup = replace(self.spec, sweep_temps=True, check_existing=True)
-                self.in_chunks("cleanup", make_dirs, rows.dirs_sql(), DIR_CHUNK, rows, cleanup)
+                if rows.has_dirs():
+                    self.in_chunks("cleanup", make_dirs, rows.dirs_sql(), DIR_CHUNK, rows, cleanup)
                 pinned = PinnedRoot(self.spec.dst_root)  # and in the root itself (no manifest row)
                 try:
                     pinned.remove_stale_temps(b"", self.spec.token)
@@ -321,7 +328,8 @@ class CopyJob:
     def settle(self, rows: CopyRows | None) -> None:
         """Modes and times of the directories of ``rows`` (deepest first), then the destination root's."""
         assert rows is not None
-        self.in_chunks("dirmeta", set_dir_meta, rows.dirs_sql(descending=True), DIR_CHUNK, rows)
+        if rows.has_dirs():
+            self.in_chunks("dirmeta", set_dir_meta, rows.dirs_sql(descending=True), DIR_CHUNK, rows)
         if self.target.make_root and self.spec.src_local and os.path.isdir(self.target.src.path):
             s = os.stat(self.target.src.path)
             root = Entry(b"", "directory", 0, s.st_mtime_ns, s.st_atime_ns, s.st_mode, s.st_uid, s.st_gid)

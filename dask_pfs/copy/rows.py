@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -23,6 +24,7 @@ from operators.names import UnsafePathError, check_relative, to_bytes
 META = "path, path_raw, type, size, epoch_us(mtime) AS mtime_us, epoch_us(atime) AS atime_us, mode, uid, gid"
 UNSAFE = r"'(^/|//|(^|/)\.\.?(/|$)|/$|\x00)'"
 REST = "pfs_rest"  # the rows a streamed copy did not take (``CopyRows._name_rest``)
+_COPYABLE = "error IS NULL AND type <> 'directory'"  # a row the files and links phases may take
 
 
 class CopyRows:
@@ -37,6 +39,7 @@ class CopyRows:
         self.split_size = split_size
         self.links = links  # hard links are recreated (POSIX destinations)
         self.streamed_parts = streamed_parts  # parts whose streamable rows a streamed copy took
+        self._census: Census | None = None
         if streamed_parts:
             self._name_rest()
 
@@ -119,13 +122,36 @@ class CopyRows:
 
     # checks and counts over every selected row ----------------------------
 
+    def census(self) -> Census:
+        """What the phases need to know of every selected row, in one query (asked once): each DuckDB
+        query costs milliseconds before its first row, and a small job is mostly such fixed costs."""
+        if self._census is None:
+            rest = (
+                f", (SELECT count(*) FROM {REST} AS m WHERE {self.sel.condition} AND {_COPYABLE}) AS rest"
+                if self.streamed_parts
+                else f", count(*) FILTER (WHERE {_COPYABLE}) AS rest"
+            )
+            sql = (
+                f"WITH {self.cte(True)} SELECT "
+                f"min(path) FILTER (WHERE path = '' OR regexp_matches(path, {UNSAFE})) AS unsafe, "
+                "count(*) FILTER (WHERE path_raw IS NOT NULL) AS raw, "
+                f"count(*) FILTER (WHERE {_COPYABLE}) AS entries, "
+                "coalesce(sum(size) FILTER (WHERE error IS NULL AND type = 'file'), 0) AS file_bytes, "
+                "count(*) FILTER (WHERE type = 'directory') AS dirs, "
+                "count(*) FILTER (WHERE error IS NOT NULL AND type <> 'directory') AS scan_errors, "
+                f"count(*) FILTER (WHERE {_COPYABLE} AND nlink > 1 AND ino IS NOT NULL) AS linked{rest} FROM sel"
+            )
+            unsafe, *counts = self.sel.fetch(sql)[0]
+            self._census = Census(unsafe, *map(int, counts))
+        return self._census
+
     def check_paths(self) -> None:
         """Refuse the whole job if any selected row (or link target of a hard link) could escape."""
-        bad = self.sel.fetch(
-            f"WITH {self.cte(True)} SELECT path FROM sel WHERE path = '' OR regexp_matches(path, {UNSAFE}) LIMIT 1"
-        )
-        if bad:
-            raise PfsError(f"manifest row with an unsafe path {bad[0][0]!r}; refusing to copy anything")
+        c = self.census()
+        if c.unsafe is not None:
+            raise PfsError(f"manifest row with an unsafe path {c.unsafe!r}; refusing to copy anything")
+        if not c.raw:
+            return  # every name is its text, which UNSAFE checked
         raw_paths = f"WITH {self.cte(True)} SELECT path, path_raw FROM sel WHERE path_raw IS NOT NULL"
         for batch in self.batches(raw_paths):
             for text, raw in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
@@ -135,8 +161,40 @@ class CopyRows:
                     raise PfsError(f"manifest row with an unsafe path: {exc}; refusing to copy anything") from None
 
     def totals(self) -> dict[str, int]:
-        t = self.sel.totals()
-        return {"total_files": t["entries"], "total_bytes": t["file_bytes"]}
+        c = self.census()
+        return {"total_files": c.entries, "total_bytes": c.file_bytes}
+
+    # whether a phase's query can return a row (False only where the census proves it cannot) ---------
+
+    def has_scan_errors(self) -> bool:
+        return self.census().scan_errors > 0
+
+    def has_dirs(self) -> bool:
+        """A selection (``where``) adds the directories above its rows, which it need not hold itself."""
+        return self.where is not None or self.census().dirs > 0
+
+    def has_files(self) -> bool:
+        return self.census().rest > 0
+
+    def has_links(self) -> bool:
+        return self.links and self.census().linked > 1  # a group of hard links is two rows or more
+
+
+class Census(NamedTuple):
+    """Counts over every selected row (:meth:`CopyRows.census`).  ``unsafe``: the first path that could
+    escape, if any; ``raw``: rows whose name is not UTF-8 (``path_raw``); ``entries`` and ``file_bytes``:
+    the readable non-directories and their regular files' bytes; ``dirs``; ``scan_errors``: non-directory
+    rows the scan could not read; ``linked``: readable rows with other hard links; ``rest``: readable
+    non-directories a streamed copy did not take (all of them when nothing was streamed)."""
+
+    unsafe: str | None
+    raw: int
+    entries: int
+    file_bytes: int
+    dirs: int
+    scan_errors: int
+    linked: int
+    rest: int
 
 
 def streamable(split_size: int) -> str:
