@@ -129,3 +129,29 @@ def test_a_one_file_copy_asks_no_query_of_a_phase_with_nothing_to_do(tmp_path):
         assert rows.totals() == {"total_files": 1, "total_bytes": 1}
     finally:
         rows.close()
+
+
+def test_a_selection_borrows_a_connection_only_within_its_access_rules(tmp_path):
+    """A streamed copy's phases select on the streamer's connection (one database, not two): the
+    borrowed connection stays its owner's, and a manifest outside its locked directories is refused
+    by DuckDB itself, as any read there is."""
+    import duckdb
+
+    from dask_pfs.manifests.sql import connect
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    mine = open_manifest(_scan(tmp_path / "a", _one_file))
+    other = open_manifest(_scan(tmp_path / "b", _nested))
+    con = connect(dirs=[mine.local_dir])
+    try:
+        sel = Selection(mine, on=con)
+        assert not sel.owned and sel.count() == 1
+        sel.close()
+        assert con.execute("SELECT 42").fetchall() == [(42,)]  # still open: its owner closes it
+        with pytest.raises(duckdb.PermissionException):
+            Selection(other, on=con)
+        with Selection(mine, "path = 'f'", on=con) as sel:  # a user's clause, checked and probed as ever
+            assert sel.count() == 1
+    finally:
+        con.close()

@@ -41,6 +41,7 @@ from operators.copy.tasks import CopySpec, Entry, Outcome, copy_files, link_file
 from operators.journal import Journal
 
 if TYPE_CHECKING:
+    import duckdb
     from distributed import Client
 
 DIR_CHUNK = 1_000  # directories per task
@@ -80,6 +81,7 @@ class CopyJob:
         self.streamed_parts: list[str] = []  # manifest parts whose streamable rows were copied during the scan
         self.streamed_files = 0
         self.streaming = False  # the scan reports progress meanwhile
+        self.streamed_on: duckdb.DuckDBPyConnection | None = None  # the streamed copy's connection
         self.rows: CopyRows | None = None
         self.group = group  # the shared lock of a part of a group (``copy.group``), else None
         self.dirs_failed: set[str] = set()
@@ -150,9 +152,11 @@ class CopyJob:
 
     # streaming (copy while the scan walks) ---------------------------------
 
-    def start_streaming(self) -> None:
-        """Chunks come in while the scan walks (and reports progress): :meth:`stream_part`."""
+    def start_streaming(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Chunks come in while the scan walks (and reports progress): :meth:`stream_part`.  ``con``: the
+        streamer's connection, locked to the manifest's directory; the phases select there too."""
         self.streaming = True
+        self.streamed_on = con
 
     def stream_part(self, name: str, chunks: Iterator[Chunk]) -> None:
         """Copy a part's streamable rows: chunks named after the part and their place in it, so a resumed
@@ -180,7 +184,8 @@ class CopyJob:
 
     def run(self, m: Manifest, begin_journal: Callable[[], None]) -> None:
         links = self.spec.dst_local
-        self.rows = rows = CopyRows(m, self.where, self.limits.split_size, links, tuple(self.streamed_parts))
+        parts = tuple(self.streamed_parts)
+        self.rows = rows = CopyRows(m, self.where, self.limits.split_size, links, parts, on=self.streamed_on)
         self.timed("check", rows.check_paths)  # with the totals and the census the phases consult: one query
         self.totals.update(rows.totals())
         begin_journal()

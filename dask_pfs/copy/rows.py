@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
@@ -18,6 +18,9 @@ from dask_pfs.manifests.manifest import Manifest, Selection
 from dask_pfs.manifests.spread import spread_order
 from dask_pfs.manifests.sql import Filter, literal
 from operators.names import UnsafePathError, check_relative, to_bytes
+
+if TYPE_CHECKING:
+    import duckdb
 
 # the columns operators.copy.plan.entries_from_batch reads; times in microseconds (the manifest's unit): in
 # nanoseconds a 64-bit integer ends in 2262, and epoch_ns() of a later mtime failed the whole copy
@@ -31,10 +34,17 @@ class CopyRows:
     """The rows of ``manifest`` that ``where`` selects, and the queries of the copy phases over them."""
 
     def __init__(
-        self, manifest: Manifest, where: Filter | None, split_size: int, links: bool, streamed_parts: tuple[str, ...]
+        self,
+        manifest: Manifest,
+        where: Filter | None,
+        split_size: int,
+        links: bool,
+        streamed_parts: tuple[str, ...],
+        on: duckdb.DuckDBPyConnection | None = None,
     ) -> None:
+        """``on``: a locked connection that reads the manifest's directory (``Selection``'s)."""
         self.m = manifest
-        self.sel = Selection(manifest, where)  # the where-clause runs only on its locked connection
+        self.sel = Selection(manifest, where, on)  # the where-clause runs only on a locked connection
         self.where = self.sel.where
         self.split_size = split_size
         self.links = links  # hard links are recreated (POSIX destinations)

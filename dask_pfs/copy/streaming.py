@@ -28,7 +28,7 @@ class Streamer:
         self.job = job
         self.manifest_dir = manifest_dir
         self.con = connect(dirs=[manifest_dir])  # pfs's own SQL over parts of a manifest still being written
-        job.start_streaming()
+        job.start_streaming(self.con)
 
     def close(self) -> None:
         """Free the connection (``Selection.close`` says why not to leave it to the collector)."""

@@ -25,7 +25,7 @@ from dask_pfs.errors import IncompleteManifestError, Named, NotAManifestError, O
 from dask_pfs.manifests.caps import Cap
 from dask_pfs.manifests.relations import MANIFEST_PREFIX
 from dask_pfs.manifests.root import root_identity
-from dask_pfs.manifests.sql import Filter, file_table, literal, utf8, where_filter, write_parquet
+from dask_pfs.manifests.sql import Filter, file_table, literal, read_also, utf8, where_filter, write_parquet
 from dask_pfs.manifests.sql import connect as locked
 from dask_pfs.manifests.sql_probe import probe_manifest
 from dask_pfs.manifests.sql_run import deadline
@@ -43,7 +43,7 @@ from operators.schema import (
 )
 
 if TYPE_CHECKING:
-    pass
+    import duckdb
 
 JOURNAL_PREFIX = ".pfs-journal-"  # a job's journal kept in the manifest directory (docs/journal.md)
 BATCH_ROWS = 20_000  # rows per record batch streamed out of DuckDB
@@ -231,7 +231,11 @@ class Selection:
     before anything is done.
     """
 
-    def __init__(self, manifest: Manifest, where: str | Filter | None = None) -> None:
+    def __init__(
+        self, manifest: Manifest, where: str | Filter | None = None, on: duckdb.DuckDBPyConnection | None = None
+    ) -> None:
+        """``on``: a locked connection that reads ``manifest``'s directory already (``sql.read_also``), used
+        and left open (its owner closes it) when the selection reads nothing else."""
         self.manifest: Manifest | None = manifest
         self.filter = where_filter(where)
         self.option = (
@@ -241,22 +245,31 @@ class Selection:
         self.relation = manifest.relation_sql()
         if self.filter is not None and self.filter.user:  # a clause pfs did not write: first in a bounded child
             probe_manifest(manifest, self.sql("count(*)"), self.filter.reads)
-        self.con = locked(manifest, reads=self.filter.reads if self.filter else ())
+        reads = self.filter.reads if self.filter else ()
+        self.owned = on is None or bool(reads) or not manifest.is_local
+        if self.owned:
+            self.con = locked(manifest, reads=reads)
+        else:
+            assert on is not None
+            read_also(on, manifest)
+            self.con = on
 
     @classmethod
     def of_file(cls, path: str) -> Selection:
         """Every row of one Parquet file pfs wrote (a frozen selection), in stored order."""
         sel = cls.__new__(cls)
         sel.manifest, sel.filter, sel.where, sel.option = None, None, None, None
-        sel.con = locked(reads=[path])
+        sel.con, sel.owned = locked(reads=[path]), True
         sel.relation = file_table(path)
         return sel
 
     def close(self) -> None:
         """Free the connection now.  A DuckDB database left to the garbage collector may be freed in a
         process forked later (an Airflow listener's process pool): its destructor then joins threads the
-        child does not have and the child spins on SIGSEGV.  Owners close their selections when done."""
-        self.con.close()
+        child does not have and the child spins on SIGSEGV.  Owners close their selections when done; a borrowed
+        connection (``on``) is its owner's to close."""
+        if self.owned:
+            self.con.close()
 
     def __enter__(self) -> Selection:
         return self
