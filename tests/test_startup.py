@@ -129,6 +129,41 @@ def test_the_forked_probe_keeps_the_bounds(tmp_path, one_row, env, clause, said)
     assert not [cmd for cmd in seen["started"] if "dask_pfs.manifests.sql_probe" in cmd]
 
 
+OVERLAP = r"""
+import os, sys
+from dask_pfs.manifests.manifest import open_manifest
+from dask_pfs.manifests.sql_probe import probe_manifest
+m = open_manifest(sys.argv[1])
+class Opened:
+    closed = False
+    def close(self):
+        self.closed = True
+children = []
+def connecting(opened):
+    with open(f"/proc/self/task/{os.getpid()}/children") as f:
+        children.append(len(f.read().split()))
+    return opened
+ok = probe_manifest(m, "SELECT count(*) FROM " + m.relation_sql(), connecting=lambda: connecting(Opened()))
+bad = Opened()
+try:
+    probe_manifest(m, "SELECT no_such_column FROM " + m.relation_sql(), connecting=lambda: connecting(bad))
+except Exception as exc:
+    print(type(exc).__name__)
+print(type(ok).__name__, ok.closed, bad.closed, children)
+"""
+
+
+def test_the_commands_own_connection_opens_while_its_probe_runs(tmp_path, one_row):
+    """A DuckDB database costs ~25 ms to open: the query's own connection is opened while the forked probe
+    runs on the other core (a probe child exists then), returned when the probe finished, and closed when
+    the probe refused the clause (nothing is left to the garbage collector)."""
+    out = subprocess.run(
+        [sys.executable, "-c", OVERLAP, str(one_row)], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["PfsError", "Opened False True [1, 1]"], out.stdout
+
+
 NUMPY_LATER = r"""
 import json, sys
 from operators import pandas_gate

@@ -120,8 +120,8 @@ def query_cmd(manifest, where, select, order, limit, fmt, output, allow_incomple
         m = _open(manifest, allow_incomplete)
         check_parts(m)  # a damaged part: exit 2 naming it, not rows read wrong
         sql = select_sql(m, where, select, order, limit)
-        probe_manifest(m, sql)  # the user's clauses run to the end in a bounded child first
-        con = connect(m)
+        # the user's clauses run to the end in a bounded child first; this process's connection opens meanwhile
+        con = probe_manifest(m, sql, connecting=lambda: connect(m))
     if fmt == "parquet":
         write_parquet(con, sql, output)  # pyarrow writes: the locked connection cannot
         return

@@ -243,10 +243,14 @@ class Selection:
         )  # a user's clause: name it
         self.where = str(self.filter) if self.filter else None
         self.relation = manifest.relation_sql()
-        if self.filter is not None and self.filter.user:  # a clause pfs did not write: first in a bounded child
-            probe_manifest(manifest, self.sql("count(*)"), self.filter.reads)
         reads = self.filter.reads if self.filter else ()
         self.owned = on is None or bool(reads) or not manifest.is_local
+        probed = self.sql("count(*)") if self.filter is not None and self.filter.user else None
+        if probed is not None and self.owned:  # a clause pfs did not write: first in a bounded child
+            self.con = probe_manifest(manifest, probed, reads, connecting=lambda: locked(manifest, reads=reads))
+            return
+        if probed is not None:  # (a borrowed connection is never handed to the probe: it would close it)
+            probe_manifest(manifest, probed, reads)
         if self.owned:
             self.con = locked(manifest, reads=reads)
         else:

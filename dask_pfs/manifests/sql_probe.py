@@ -25,7 +25,6 @@ without their credentials: their clauses are bounded by the in-process limits on
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -34,8 +33,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol, TypeVar, overload
 
 from dask_pfs.errors import PfsError
 from dask_pfs.manifests.sql_run import memory_limit, threads, timeout
@@ -62,31 +61,73 @@ def limit_bytes(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def probe_manifest(manifest: Manifest, sql: str, reads: Iterable[str] = ()) -> None:
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+_PROBED: set[tuple[str, str, str, tuple[str, ...]]] = set()  # queries probed over the same files in this process
+
+
+@overload
+def probe_manifest(manifest: Manifest, sql: str, reads: Iterable[str] = ...) -> None: ...
+@overload
+def probe_manifest(manifest: Manifest, sql: str, reads: Iterable[str], connecting: Callable[[], C]) -> C: ...
+@overload
+def probe_manifest(manifest: Manifest, sql: str, *, connecting: Callable[[], C]) -> C: ...
+
+
+def probe_manifest(
+    manifest: Manifest, sql: str, reads: Iterable[str] = (), connecting: Callable[[], C] | None = None
+) -> C | None:
     """:func:`probe` of ``sql`` over a local ``manifest`` (and the files ``reads``); once per process
-    for the same query (a job builds its selection more than once)."""
-    if manifest.is_local:
-        _probe_once(sql, json.dumps(manifest.tables(), sort_keys=True), (manifest.local_dir,), tuple(reads))
+    for the same query (a job builds its selection more than once).  ``connecting``: opens the
+    connection the query will run on, while the probe runs (returned; closed if the probe fails)."""
+    if not manifest.is_local:  # bounded by the in-process limits only (module docstring)
+        return connecting() if connecting is not None else None
+    key = (sql, json.dumps(manifest.tables(), sort_keys=True), manifest.local_dir, tuple(reads))
+    if key in _PROBED:
+        return connecting() if connecting is not None else None
+    con = probe(sql, (manifest.local_dir,), reads, manifest.tables(), connecting)
+    _PROBED.add(key)  # after it finished: a probe that raised is asked again by a retry
+    return con
 
 
-@functools.cache
-def _probe_once(sql: str, tables: str, dirs: tuple[str, ...], reads: tuple[str, ...]) -> None:
-    probe(sql, dirs, reads, json.loads(tables))  # raising: not cached, so a retry probes again
-
-
-def probe(sql: str, dirs: Iterable[str], reads: Iterable[str] = (), tables: Tables | None = None) -> None:
+def probe(
+    sql: str,
+    dirs: Iterable[str],
+    reads: Iterable[str] = (),
+    tables: Tables | None = None,
+    connecting: Callable[[], C] | None = None,
+) -> C | None:
     """Run ``sql`` to the end in a limited child process (see the module docstring); PfsError when it
     does not finish there.  The child's connection is ``sql.connect(reads=, dirs=, tables=)``: the
-    same relations under the same names (the local manifests' ``Manifest.tables``) and the same locks."""
+    same relations under the same names (the local manifests' ``Manifest.tables``) and the same locks.
+
+    ``connecting`` opens the caller's own connection for the query meanwhile: a DuckDB database costs
+    ~25 ms to open, and a forked child runs on the other core (the connection reads nothing before the
+    probe has finished; one that failed is closed).  It is returned."""
     job: dict[str, object] = {"sql": sql, "dirs": list(dirs), "reads": list(reads), "tables": dict(tables or {})}
     room = limit_bytes(memory_limit())
     limit = timeout()
-    if _fork_ready():
-        job["as"] = _mapped() + room + FORK_HEADROOM
-        code, err = _forked(job, limit)
-    else:
-        job["as"] = room + HEADROOM
-        code, err = _spawned(job, limit)
+    opened: list[C] = []
+    try:
+        if _fork_ready():
+            job["as"] = _mapped() + room + FORK_HEADROOM
+            code, err = _forked(job, limit, lambda: opened.append(connecting()) if connecting else None)
+        else:
+            job["as"] = room + HEADROOM
+            code, err = _spawned(job, limit)
+        _refuse(code, err)
+        return opened[0] if opened else connecting() if connecting is not None else None
+    except BaseException:
+        for con in opened:
+            con.close()
+        raise
+
+
+def _refuse(code: int, err: str) -> None:
+    """PfsError for a probe that did not finish (exit ``code``, its error text ``err``)."""
     if code != 0:
         lines = [line for line in err.splitlines() if line.strip()]
         why = lines[-1].removeprefix("pfs-probe: ") if lines else f"the query process ended with {code}"
@@ -136,8 +177,9 @@ def _mapped() -> int:
     raise OSError("no VmSize in /proc/self/status")
 
 
-def _forked(job: dict, limit: float) -> tuple[int, str]:
-    """Run the probe in a fork of this one-thread process; (exit status, its error text)."""
+def _forked(job: dict, limit: float, meanwhile: Callable[[], object]) -> tuple[int, str]:
+    """Run the probe in a fork of this one-thread process, ``meanwhile()`` here as it runs; (exit status,
+    its error text)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns, never touches this process's buffered streams
@@ -156,6 +198,7 @@ def _forked(job: dict, limit: float) -> tuple[int, str]:
     ends = time.monotonic() + limit if limit else None
     status: int | None = None
     try:
+        meanwhile()
         while True:
             wait = None if ends is None else max(0.0, ends - time.monotonic())
             if not select.select([r], [], [], wait)[0]:
