@@ -454,6 +454,9 @@ def test_differential_served_and_own_process_agree_under_every_context(warm, tmp
     m = tmp_path / "m"
     pfs({**warm, "PFS_SERVER": "off"}, "scan", src, "-o", m, "--no-progress", check=True)
     start(warm)
+    # LC_ALL and TZ are in a server's key: started here, not left to the first command's background start
+    # (on a loaded host that server was not up before the context's last command: nothing served to compare)
+    start({**warm, "LC_ALL": "C.UTF-8", "TZ": "Asia/Tokyo"})
     commands = {
         "query": ["query", m, "--format", "csv", "--select", "path, size", "--order", "path"],
         "query fd 3": ["query", m, "--format", "csv", "--select", "path", "--output=/dev/fd/3"],
