@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -23,7 +24,7 @@ from operators.core.pool import get_pool
 from operators.names import to_bytes
 from operators.scan.local import LocalLister
 from operators.scan.walk import Budget, walk
-from operators.schema import MARKER_NAME, SCHEMA
+from operators.schema import MARKER_NAME, SCHEMA, micros
 from tests.conftest import make_balanced, make_tree, run_pfs
 
 SMALL_TASKS = ScanTuning(max_entries=100, max_seconds=0.2, first_seconds=0.05, max_dirs_per_task=4)
@@ -72,7 +73,9 @@ def test_scan_tree_counts_types_and_symlinks_not_followed(tmp_path, dask_client)
     assert got["top.jpg"]["parent"] == "" and got["top.jpg"]["depth"] == 1
     st = os.lstat(src / "a/b/c.txt")
     assert got["a/b/c.txt"]["ino"] == st.st_ino and got["a/b/c.txt"]["mode"] == st.st_mode
-    assert got["a/b/c.txt"]["mtime"].timestamp() == pytest.approx(st.st_mtime, abs=1e-6)
+    # whole microseconds, truncated (operators.schema.micros): a float st_mtime rounds and missed by 1 us + 1 ulp
+    mtime = got["a/b/c.txt"]["mtime"]
+    assert (mtime - datetime.fromtimestamp(0, UTC)) // timedelta(microseconds=1) == micros(st.st_mtime_ns)
     assert all(r["error"] is None and r["path_raw"] is None for r in got.values())
     info = json.loads((tmp_path / "m" / MARKER_NAME).read_text())
     assert info["schema_version"] == 2 and info["root"] == str(src)
