@@ -136,11 +136,8 @@ class CopyRows:
         """What the phases need to know of every selected row, in one query (asked once): each DuckDB
         query costs milliseconds before its first row, and a small job is mostly such fixed costs."""
         if self._census is None:
-            rest = (
-                f", (SELECT count(*) FROM {REST} AS m WHERE {self.sel.condition} AND {_COPYABLE}) AS rest"
-                if self.streamed_parts
-                else f", count(*) FILTER (WHERE {_COPYABLE}) AS rest"
-            )
+            # the copyable rows a streamed copy left (nothing streamed: every one, the entries, below)
+            rest = f", (SELECT count(*) FROM {REST} AS m WHERE {self.sel.condition} AND {_COPYABLE}) AS rest"
             sql = (
                 f"WITH {self.cte(True)} SELECT "
                 f"min(path) FILTER (WHERE path = '' OR regexp_matches(path, {UNSAFE})) AS unsafe, "
@@ -149,10 +146,12 @@ class CopyRows:
                 "coalesce(sum(size) FILTER (WHERE error IS NULL AND type = 'file'), 0) AS file_bytes, "
                 "count(*) FILTER (WHERE type = 'directory') AS dirs, "
                 "count(*) FILTER (WHERE error IS NOT NULL AND type <> 'directory') AS scan_errors, "
-                f"count(*) FILTER (WHERE {_COPYABLE} AND nlink > 1 AND ino IS NOT NULL) AS linked{rest} FROM sel"
+                f"count(*) FILTER (WHERE {_COPYABLE} AND nlink > 1 AND ino IS NOT NULL) AS linked"
+                f"{rest if self.streamed_parts else ''} FROM sel"
             )
             unsafe, *counts = self.sel.fetch(sql)[0]
-            self._census = Census(unsafe, *map(int, counts))
+            census = Census(unsafe, *map(int, counts))
+            self._census = census if self.streamed_parts else census._replace(rest=census.entries)
         return self._census
 
     def check_paths(self) -> None:
@@ -204,7 +203,7 @@ class Census(NamedTuple):
     dirs: int
     scan_errors: int
     linked: int
-    rest: int
+    rest: int = 0
 
 
 def streamable(split_size: int) -> str:

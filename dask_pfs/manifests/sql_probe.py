@@ -85,10 +85,11 @@ def probe_manifest(
     connection the query will run on, while the probe runs (returned; closed if the probe fails)."""
     if not manifest.is_local:  # bounded by the in-process limits only (module docstring)
         return connecting() if connecting is not None else None
-    key = (sql, json.dumps(manifest.tables(), sort_keys=True), manifest.local_dir, tuple(reads))
+    tables = manifest.tables()  # lists the parts: once
+    key = (sql, json.dumps(tables, sort_keys=True), manifest.local_dir, tuple(reads))
     if key in _PROBED:
         return connecting() if connecting is not None else None
-    con = probe(sql, (manifest.local_dir,), reads, manifest.tables(), connecting)
+    con = probe(sql, (manifest.local_dir,), reads, tables, connecting)
     _PROBED.add(key)  # after it finished: a probe that raised is asked again by a retry
     return con
 
