@@ -7,6 +7,7 @@ Each job runs in a fresh interpreter, so "no cluster" can be checked for real: a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -139,7 +140,7 @@ def test_dependencies_and_a_cluster_joining_a_long_job(dask_client):
             a, b = sub.future(abs, -1), sub.future(abs, -2)
             assert isinstance(a, HereFuture)
             sub.submit(max, a, b, 6, then=got.append)
-            time.sleep(0.6)
+            _spin(0.6)  # the driver busy past ``alone``: its interpreter lock can be the bound
             for i in range(6):
                 sub.submit(abs, -i, then=got.append)  # a builtin: the workers need not import this module
             sub.drain()
@@ -148,6 +149,38 @@ def test_dependencies_and_a_cluster_joining_a_long_job(dask_client):
     finally:
         client.close()
     assert sorted(got) == sorted([6, 0, 1, 2, 3, 4, 5])
+
+
+def _spin(seconds: float) -> None:
+    """Keep this process on a core for ``seconds`` (its CPU, not the wall clock: a loaded host gives less)."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_a_driver_that_mostly_waits_gets_no_cluster_until_it_works(dask_client, caplog):
+    """Past ``alone`` seconds a driver that used under half a core (its tasks wait on storage or a server)
+    keeps the job: workers would wait too, for their start-up's CPU.  Once it works (a window with a core
+    busy), the cluster joins."""
+    client = HereClient(ClusterOptions(scheduler=dask_client.scheduler.address), slots=2, processes=False, alone=0.5)
+    got: list[int] = []
+    try:
+        with caplog.at_level(logging.INFO, logger="pfs.here"), Submitter(client, "test") as sub:  # type: ignore[arg-type]
+            sub.submit(time.sleep, 0.8, then=lambda _r: None)  # a task waiting, the driver idle, past ``alone``
+            sub.drain()
+            for i in range(4):
+                sub.submit(abs, -i, then=got.append)
+            sub.drain()
+            assert client.joined is None
+            assert "the driver mostly waiting" in caplog.text
+            _spin(1.2)  # a busy window (>= BUSY_WINDOW) since the last look
+            sub.submit(abs, -9, then=got.append)
+            sub.drain()
+            assert client.joined is not None
+            assert "the driver busy" in caplog.text
+    finally:
+        client.close()
+    assert sorted(got) == [0, 1, 2, 3, 9]
 
 
 def test_threads_bound_the_core_fan_out_of_concurrent_calls():

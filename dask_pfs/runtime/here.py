@@ -17,9 +17,13 @@ driver's side:
 A job on local disks still submitting after :data:`ALONE_SECONDS` starts the embedded cluster then
 (:func:`dask_pfs.clusters.client.connect`), and its later tasks go there, so a big job pays the start-up
 only when it is small beside the job: its worker processes add cores that the driver's one interpreter
-lock cannot use.  A job with helper processes never does: they are as many as the embedded cluster's
-workers, with as many tasks each, so the cluster would bring the same width for its start-up (1.2-2.5 s
-of CPU) and a pause in the job's I/O while it starts (2 s on a loaded host; docs/performance.md).
+lock cannot use.  Only if that lock can be the bound: the driver must have used at least
+:data:`JOIN_BUSY` of a core over the last window.  A driver that waits more than it works (an object
+store's server, a disk, the job's caps) would get workers that wait too, for their start-up's CPU (an
+S3 -> local copy of 3,000 objects on moto: 1.8 s more CPU and 2 s more wall with the join).
+A job with helper processes never does: they are as many as the embedded cluster's workers, with as
+many tasks each, so the cluster would bring the same width for its start-up (1.2-2.5 s of CPU)
+and a pause in the job's I/O while it starts (2 s on a loaded host; docs/performance.md).
 Tasks that take another task's result as an argument (a big file's finish task) run where that task
 ran, here if any of them did.
 """
@@ -51,6 +55,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("pfs.here")
 
 ALONE_SECONDS = 10.0  # as scan_here.DRIVER_SECONDS: past it a cluster's start-up is small beside the job
+# Cores the driver must have used over the last window for a cluster to join: below half of the one core its
+# interpreter lock allows, the lock is idle half the time and the job is bound elsewhere.
+JOIN_BUSY = 0.5
+BUSY_WINDOW = 1.0  # seconds: the shortest window the driver's CPU is measured over after the first
 
 
 def alone_seconds() -> float:
@@ -279,6 +287,9 @@ class HereClient:
         self.processes = processes
         self.alone = alone_seconds() if alone is None else alone
         self.t0 = time.monotonic()
+        self._window = (self.t0, time.process_time())  # (start, the process's CPU then) of the busy window
+        self._busy = 0.0  # cores the driver used over the last whole window
+        self._told_idle = False
         self.joined: Client | None = None  # the cluster that joined a long job
         self._stack = contextlib.ExitStack()
         self._helpers = [_Helper(per_helper) for _ in range(max(1, self.slots // per_helper))] if processes else []
@@ -356,13 +367,36 @@ class HereClient:
         if self.joined is None and self.limits and self._capped():
             return False  # the job-wide cap sets the pace, not the driver's cores: workers would only wait too
         if self.joined is None and time.monotonic() - self.t0 >= self.alone:
+            if not self._cpu_bound():
+                return False  # the driver waits more than it works: workers would only wait too
             from dask_pfs.clusters.client import connect
             from dask_pfs.runtime.limits import job_limits
 
-            log.info("the job goes on after %.0f s: starting a cluster for the rest", self.alone)
+            log.info(
+                "the job goes on after %.0f s, the driver busy (%.1f cores): starting a cluster for the rest",
+                self.alone,
+                self._busy,
+            )
             self.joined = client = self._stack.enter_context(connect(self.options))
             self._stack.enter_context(job_limits(client, self.limits))
         return self.joined is not None
+
+    def _cpu_bound(self) -> bool:
+        """Whether the driver used :data:`JOIN_BUSY` of a core or more over its last window: the first
+        from the job's start, each later one at least :data:`BUSY_WINDOW` long (a job can become bound by
+        the driver's CPU later, as its files grow smaller).  Process CPU: the native core's threads count."""
+        start, cpu0 = self._window
+        now, cpu = time.monotonic(), time.process_time()
+        if now - start >= min(BUSY_WINDOW, self.alone):
+            self._busy = (cpu - cpu0) / (now - start)
+            self._window = (now, cpu)
+        if self._busy >= JOIN_BUSY:
+            return True
+        if not self._told_idle:
+            self._told_idle = True
+            log.info("the job goes on after %.0f s, the driver mostly waiting (%.2f cores): no cluster", self.alone,
+                     self._busy)  # fmt: skip
+        return False
 
     def _capped(self) -> bool:
         """Whether, the time to join come, the job has waited on its caps for a tenth of it or more."""
