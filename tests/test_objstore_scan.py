@@ -16,6 +16,7 @@ from operators.scan.walk import Budget, walk
 from operators.schema import ROW_COLUMNS
 from operators.stores import store_of
 
+ERROR = ROW_COLUMNS.index("error")  # a listed row carries its etag after it (operators.rows.Row)
 KEYS = [
     "data/top.txt",
     "data/a/1.txt",
@@ -102,8 +103,8 @@ def test_a_failed_prefix_is_its_own_error(s3_server, s3_tree, monkeypatch):
 
     monkeypatch.setattr(objstore.obstore, "list", failing)
     rows = {r[0]: r for r in walked(ObstoreLister("s3", "objscan/data", s3_server))}
-    assert "injected listing failure" in rows["a"][-1]
-    assert "a/1.txt" not in rows and rows["z/4.txt"][-1] is None and "wide/f0000.dat" in rows
+    assert "injected listing failure" in rows["a"][ERROR]
+    assert "a/1.txt" not in rows and rows["z/4.txt"][ERROR] is None and "wide/f0000.dat" in rows
 
 
 def manifest_rows(path) -> dict[str, dict]:
@@ -217,8 +218,8 @@ def test_a_failed_range_is_its_prefix_error_and_the_rest_stays(s3_server, flat_b
     paths = [r[0] for r in rows]
     assert len(paths) == len(set(paths)) and failed
     by = {r[0]: r for r in rows}
-    assert "injected range failure" in by["er"][-1]  # the prefix listed by ranges carries the error
-    assert by["er/k000000"][-1] is None and by["er/~end"][-1] is None
+    assert "injected range failure" in by["er"][ERROR]  # the prefix listed by ranges carries the error
+    assert by["er/k000000"][ERROR] is None and by["er/~end"][ERROR] is None
 
 
 def test_scan_of_a_flat_bucket_on_a_cluster_has_every_key_once(tmp_path, s3_server, dask_client):
