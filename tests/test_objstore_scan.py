@@ -16,7 +16,8 @@ from operators.scan.walk import Budget, walk
 from operators.schema import ROW_COLUMNS
 from operators.stores import store_of
 
-ERROR = ROW_COLUMNS.index("error")  # a listed row carries its etag after it (operators.rows.Row)
+ERROR, TYPE = ROW_COLUMNS.index("error"), ROW_COLUMNS.index("type")
+ETAG = len(ROW_COLUMNS)  # a listed row carries its etag after its ROW_COLUMNS (operators.rows.Row)
 KEYS = [
     "data/top.txt",
     "data/a/1.txt",
@@ -68,7 +69,22 @@ def test_rows_are_the_fsspec_rows_on_the_same_bucket(s3_server, s3_tree):
         == len(old)
         == len(KEYS) - 1 + len({"a", "b", "b/c", "b/c/d", "b/c/d/e", "z", "wide", "wide/k", "flat", "flat/q"})
     )
-    assert new == old
+    assert new == old  # the etags too (s3fs's ETag): schema v3
+    etags = {r[0]: r[ETAG] for r in new if r[TYPE] == "file"}
+    assert etags == {r[0]: obstore.head(s3_tree, f"data/{r[0]}")["e_tag"] for r in new if r[TYPE] == "file"}
+    assert all(r[ETAG] is None for r in new if r[TYPE] == "directory")
+
+
+def test_a_backend_without_etags_lists_none():
+    """fsspec's memory file system has no entity tags: its rows' etag is null (as a POSIX tree's)."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/h45e-etag/a.txt": b"a", "/h45e-etag/d/b.txt": b"bb"})
+    rows = walked(FsspecLister("memory", "/h45e-etag"))
+    assert {r[0] for r in rows} == {"a.txt", "d", "d/b.txt"}
+    assert all(len(r) < len(ROW_COLUMNS) + 1 or r[ETAG] is None for r in rows)
+    fs.rm("/h45e-etag", recursive=True)
 
 
 def test_tree_mode_gives_the_same_rows(s3_server, s3_tree):
