@@ -220,6 +220,21 @@ def test_rm_manifest_keeps_an_object_rewritten_in_the_same_second(bucket, tmp_pa
     assert bucket.keys(prefix) == {"x.txt": b"X"}  # the unchanged y.txt went
 
 
+def test_sync_update_dst_manifest_gives_copied_objects_no_etag_of_the_source(bucket, tmp_path, dask_client):
+    """A copied object's tag is the destination's own (Azure's never the source's): the updated destination
+    manifest leaves it null, not the source row's, which a later delete would take for another version."""
+    seed(bucket, "src")
+    bucket.put("dst/a.txt", b"a")  # unchanged: keeps the destination's own row, its tag with it
+    dm = tmp_path / "dm"
+    done = sync(bucket.url("src"), bucket.url("dst"), client=dask_client, storage_options=bucket.options,
+                dst_storage_options=bucket.options, dst_manifest=dm, update_dst_manifest=True)  # fmt: skip
+    assert done.exit_code == 0 and done.counts["new"] >= len(TREE) - 1, done.failure_samples
+    rows = {r["path"]: r for r in open_manifest(dm).to_arrow(where="type = 'file'").to_pylist()}
+    assert set(rows) == set(TREE)
+    assert rows["a.txt"]["etag"] == obstore.head(bucket.store, "dst/a.txt")["e_tag"]
+    assert all(r["etag"] is None for p, r in rows.items() if p != "a.txt")
+
+
 def _as_v2(manifest) -> None:
     """Rewrite a manifest as schema version 2 wrote it: no ``etag`` column."""
     for part in manifest.glob("part-*.parquet"):
