@@ -9,9 +9,12 @@ from typing import Any
 import pyarrow as pa
 
 from operators.names import decode
-from operators.schema import ROW_COLUMNS, SCHEMA, TIME_UNIT_NS, TYPES, XATTR_COLUMNS
+from operators.schema import LISTED_COLUMNS, ROW_COLUMNS, ROW_WIDTH, SCHEMA, TABLE_COLUMNS, TIME_UNIT_NS, TYPES
 
-Row = tuple  # values in ROW_COLUMNS order
+# Values in ROW_COLUMNS order (what the compiled core's rows hold), maybe followed by LISTED_COLUMNS values (a
+# store's etag: ``row_from_info``, ``operators.scan.objstore.file_row``): a table makes those null where a row
+# stops before them.  Read a row's values by their index in ROW_COLUMNS, never from its end.
+Row = tuple
 
 _I_PATH = ROW_COLUMNS.index("path")
 _I_ERROR = ROW_COLUMNS.index("error")
@@ -110,7 +113,25 @@ def row_from_info(rel: str, info: dict[str, Any]) -> Row:
         None,
         None,
         None,
+        etag_of(info) if kind == "file" else None,
     )
+
+
+def etag_of(info: dict[str, Any]) -> str | None:
+    """The entity tag of an object (s3fs: ``ETag``; gcsfs, adlfs: ``etag``; obstore's ``ObjectMeta``: ``e_tag``)
+    as :func:`http_etag` writes it, or None where the backend has none (sftp, memory, local)."""
+    for key in ("ETag", "etag", "e_tag"):
+        value = info.get(key)
+        if value is not None:
+            return http_etag(value)
+    return None
+
+
+def http_etag(tag: Any) -> str:
+    """An entity tag as an HTTP ``ETag`` header (a HEAD) gives it: quoted.  A store's listing may not quote it
+    (Azure's ``<Etag>`` does not, its HEAD does): the manifest holds one form, the one a HEAD reports."""
+    tag = str(tag)
+    return tag if tag.startswith(('"', 'W/"')) else f'"{tag}"'
 
 
 def _int(value: Any) -> int | None:
@@ -185,9 +206,13 @@ class RowBuffer:
 def rows_to_table(rows: list[Row]) -> pa.Table:
     import pyarrow.compute as pc  # on first use: ~30-50 ms of imports a 1-file job does not need
 
+    names = ROW_COLUMNS
+    if any(len(r) != len(ROW_COLUMNS) for r in rows):  # some rows carry LISTED_COLUMNS: the others' are null
+        names = ROW_COLUMNS + LISTED_COLUMNS
+        rows = [r if len(r) == ROW_WIDTH else _padded(r) for r in rows]
     # lists, not tuples: pyarrow 26 converts a tuple of str ~1000x slower than a list
-    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in ROW_COLUMNS]
-    data = dict(zip(ROW_COLUMNS, columns, strict=True))
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in names]
+    data = dict(zip(names, columns, strict=True))
     paths = pa.array(data["path"], pa.string())
     split = pc.split_pattern(paths, "/", max_splits=None, reverse=False)
     depth = pc.cast(pc.list_value_length(split), pa.int32())
@@ -199,7 +224,7 @@ def rows_to_table(rows: list[Row]) -> pa.Table:
         "parent": parent,
         "depth": depth,
     }
-    for col in ROW_COLUMNS:
+    for col in names:
         if col == "path":
             continue
         field = SCHEMA.field(col)
@@ -214,6 +239,13 @@ def rows_to_table(rows: list[Row]) -> pa.Table:
     n = len(paths)
     table = pa.table([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type) for f in SCHEMA], schema=SCHEMA)
     return table.sort_by("path") if len(rows) > 1 else table
+
+
+def _padded(row: Row) -> Row:
+    """``row`` with nulls for the LISTED_COLUMNS it stops before; a row of another width is refused."""
+    if len(row) not in (len(ROW_COLUMNS), ROW_WIDTH):
+        raise ValueError(f"a row of {len(row)} values: {len(ROW_COLUMNS)} or {ROW_WIDTH} expected")
+    return row + (None,) * (ROW_WIDTH - len(row))
 
 
 def _name_of(paths: pa.Array) -> pa.Array:
@@ -250,7 +282,7 @@ def sink_table(sink: Any, sort: bool = False) -> pa.Table:
     parents = pa.Array.from_buffers(pa.string(), n_parents, [None, p_offsets, p_data])
     for field in SCHEMA:
         name, kind = field.name, field.type
-        if name in ("checksum", *XATTR_COLUMNS):
+        if name in ("checksum", *TABLE_COLUMNS):
             arrays.append(pa.nulls(n, kind))
             continue
         bufs = cols[name]

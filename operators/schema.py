@@ -1,4 +1,4 @@
-"""Manifest schema v2: one row per entry under the scan root.
+"""Manifest schema v3: one row per entry under the scan root.
 
 This module owns the schema: writers build tables with :data:`SCHEMA` and readers check
 ``schema_version`` in ``_manifest.json`` against :data:`SCHEMA_VERSION`.  The README's
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
-# v1 lacks the columns of ``scan --xattrs`` (xattrs, has_acl): its readers add them as nulls
-# (``dask_pfs.manifests.manifest.Manifest.relation_sql``, ``Manifest.dataset``).
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+# v1 lacks the columns of ``scan --xattrs`` (xattrs, has_acl), v1 and v2 the ``etag``: a manifest's readers add
+# the columns it lacks as nulls (``dask_pfs.manifests.relations._with_current_columns``, ``Manifest.dataset``).
+READABLE_VERSIONS = (1, 2, 3)
 MARKER_NAME = "_manifest.json"
 PART_PREFIX = "part-"
 PART_SUFFIX = ".parquet"
@@ -38,6 +38,14 @@ _DICT = pa.dictionary(pa.int32(), pa.string())
 XATTR = pa.struct([("name", pa.string()), ("digest", pa.string()), ("value", pa.binary())])
 XATTRS = pa.list_(XATTR)
 XATTR_COLUMNS = ("xattrs", "has_acl")
+# What a listing knows of an entry beyond its stat: an object's entity tag (S3's, GCS's and Azure's ETag, as the
+# store gives it; null on POSIX and where a backend has none), which names the version of the object, where its
+# size and last-modified second do not (``operators.remove.backends._changed``).  A lister may append these
+# values to its rows (``operators.rows.Row``); the compiled core's rows never have them (null in its tables).
+LISTED_COLUMNS = ("etag",)
+# Columns no row builder of the core fills: null in its tables, filled per table (xattrs) or from the rows a
+# Python lister made (LISTED_COLUMNS).
+TABLE_COLUMNS = (*XATTR_COLUMNS, *LISTED_COLUMNS)
 
 SCHEMA = pa.schema(
     [
@@ -63,11 +71,14 @@ SCHEMA = pa.schema(
         pa.field("error", pa.string()),
         pa.field("xattrs", XATTRS),
         pa.field("has_acl", pa.bool_()),
+        pa.field("etag", pa.string()),
     ],
     metadata={b"pfs.schema_version": str(SCHEMA_VERSION).encode()},
 )
 
 COLUMNS = tuple(SCHEMA.names)
-# Columns a row builder fills; name/parent/depth are derived from path when the table is built.
-# xattrs/has_acl are filled per table (operators.xattrs), null unless the scan asked for them.
-ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("name", "parent", "depth", *XATTR_COLUMNS))
+# Columns every row builder fills (the core's 17 values a row); name/parent/depth are derived from path when the
+# table is built.  xattrs/has_acl are filled per table (operators.xattrs), null unless the scan asked for them;
+# a row may be followed by LISTED_COLUMNS values (ROW_WIDTH in all), null where it is not.
+ROW_COLUMNS = tuple(c for c in COLUMNS if c not in ("name", "parent", "depth", *TABLE_COLUMNS))
+ROW_WIDTH = len(ROW_COLUMNS) + len(LISTED_COLUMNS)

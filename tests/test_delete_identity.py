@@ -17,6 +17,7 @@ import pytest
 
 import operators._native as _native
 from dask_pfs import PfsError, copy, remove, scan, sync
+from operators.remove.backends import _changed
 from tests.conftest import make_tree, tree_digest
 
 
@@ -63,6 +64,22 @@ def test_identity_rule_is_the_cores_and_never_compares_the_device():
     assert "ctime" in _native.rm_identity_changed((file, 1, 2, 3, 4000), (file, 1, 2, 3, 5000))
     assert "inode" in _native.rm_identity_changed((file, 1, 2, 3, 4), (file, 1, 2, 9, 4))
     assert _native.rm_identity_changed((file, 1, 2, 3, 4), (file, 1, None, None, None)) is None  # an object store
+
+
+def test_identity_rule_compares_an_objects_etag_where_the_row_has_one():
+    """On a store size and last-modified second may match another version: the entity tag tells it (schema
+    v3); quoting differences are not a change, and a row without a tag (v2) keeps the size/mtime rule."""
+    row = ("k", None, "file", 1, 5_000_000_000, None, None, '"abc"')
+    assert _changed(row, "file", 1, 5_000_000_000, None, None, '"abc"') is None
+    assert _changed(row, "file", 1, 5_000_000_000, None, None, "abc") is None  # the same tag, unquoted
+    why = _changed(row, "file", 1, 5_000_000_000, None, None, '"abd"')
+    assert why is not None and "etag" in why and "replaced since the scan" in why
+    assert "size" in str(_changed(row, "file", 2, 5_000_000_000, None, None, '"abc"'))  # a tag is not all there is
+    assert _changed(row, "file", 1, 5_000_000_000, None, None, None) is None  # the store reported none
+    v2 = ("k", None, "file", 1, 5_000_000_000, None, None, None)
+    assert _changed(v2, "file", 1, 5_000_000_000, None, None, '"abd"') is None
+    assert _changed(v2[:5], "file", 1, 5_000_000_000, None, None, '"abd"') is None  # rm FILE: a 5-value entry
+    assert _changed(v2, "file", 1, 6_000_000_000, None, None, '"abd"') is not None
 
 
 def _rewrite_column(manifest, column: str, old: str, new: str) -> None:

@@ -158,6 +158,7 @@ def every_row(m: Path, out: Path) -> str:
 
     rows = ds.dataset(str(m), format="parquet").to_table(
         columns=["path", "path_raw", "name", "parent", "type", "size", "mtime", "ino", "ctime", "depth", "error"]
+        + ["etag"]
     )
     pq.write_table(rows, out)
     from operators.journal import file_digest

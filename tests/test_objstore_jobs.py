@@ -15,11 +15,12 @@ import obstore
 import pyarrow.parquet as pq
 import pytest
 
-from dask_pfs import copy, remove, scan, sync, verify
+from dask_pfs import copy, open_manifest, remove, scan, sync, verify
 from operators.copy.tasks import TEMP_MARK
 from operators.ratelimit import Limits
 from operators.remove.objstore import ObstoreRemover
 from operators.remove.tasks import RemoveSpec
+from operators.schema import MARKER_NAME
 from operators.stores import store_of
 from tests.conftest import azure_request, make_tree, run_pfs
 from tests.test_objstore_cp import MiB, local_files, objects, put_all, store_objects
@@ -173,6 +174,92 @@ def test_rm_manifest_keeps_what_was_replaced_since_the_scan(bucket, tmp_path, da
     done = remove(manifest=out, client=dask_client, storage_options=bucket.options)
     assert (done.removed_files, done.skipped_changed, done.skipped_missing, done.failed) == (len(want) - 2, 1, 1, 0)
     assert bucket.keys("t") == {"a.txt": b"A", "new.txt": b"not in the manifest"}
+
+
+def test_scan_records_each_objects_etag_as_head_reports_it(bucket, tmp_path, dask_client):
+    """Schema v3: a file row's ``etag`` is the store's entity tag, the one a HEAD gives (directories, implied
+    by prefixes, have none); a root that is one object too."""
+    want = seed(bucket, "e")
+    assert scan(bucket.url("e"), tmp_path / "m", client=dask_client, storage_options=bucket.options).errors == 0
+    rows = {r["path"]: r for r in pq.read_table(tmp_path / "m").to_pylist()}
+    heads = {p: obstore.head(bucket.store, f"e/{p}")["e_tag"] for p in want}
+    assert all(heads.values())
+    assert {p: rows[p]["etag"] for p in want} == heads
+    assert all(r["etag"] is None for r in rows.values() if r["type"] == "directory")
+    one = scan(bucket.url("e/d/b.txt"), tmp_path / "one", client=dask_client, storage_options=bucket.options)
+    assert one.errors == 0
+    assert [r["etag"] for r in pq.read_table(tmp_path / "one").to_pylist()] == [heads["d/b.txt"]]
+
+
+def _next_second_starts() -> None:
+    """Sleep until just after a second begins (the store's clock is this host's)."""
+    time.sleep(1 - time.time() % 1 + 0.01)
+
+
+def test_rm_manifest_keeps_an_object_rewritten_in_the_same_second(bucket, tmp_path, dask_client):
+    """An object rewritten after the scan with the same size within the same last-modified second (a store's
+    times have seconds) looks like the scanned one by size and time: its entity tag tells, and rm keeps it."""
+    for attempt in range(6):  # the scan and the rewrite must fit in the second the object was written in
+        prefix = f"same{attempt}"
+        _next_second_starts()
+        bucket.put(f"{prefix}/x.txt", b"1")
+        bucket.put(f"{prefix}/y.txt", b"2")
+        first = obstore.head(bucket.store, f"{prefix}/x.txt")
+        out = tmp_path / f"m{attempt}"
+        assert scan(bucket.url(prefix), out, client=dask_client, storage_options=bucket.options).errors == 0
+        bucket.put(f"{prefix}/x.txt", b"X")  # another object under the same key, of the same size
+        now = obstore.head(bucket.store, f"{prefix}/x.txt")
+        if int(now["last_modified"].timestamp()) == int(first["last_modified"].timestamp()):
+            break
+    else:
+        pytest.fail("the rewrite never landed in the scanned object's second (a loaded host?)")
+    assert now["size"] == first["size"] and now["e_tag"] != first["e_tag"]
+    done = remove(manifest=out, client=dask_client, storage_options=bucket.options)
+    assert (done.removed_files, done.skipped_changed, done.failed) == (1, 1, 0), done.samples
+    assert "etag" in str(done.samples)
+    assert bucket.keys(prefix) == {"x.txt": b"X"}  # the unchanged y.txt went
+
+
+def test_sync_update_dst_manifest_gives_copied_objects_no_etag_of_the_source(bucket, tmp_path, dask_client):
+    """A copied object's tag is the destination's own (Azure's never the source's): the updated destination
+    manifest leaves it null, not the source row's, which a later delete would take for another version."""
+    seed(bucket, "src")
+    bucket.put("dst/a.txt", b"a")  # unchanged: keeps the destination's own row, its tag with it
+    dm = tmp_path / "dm"
+    done = sync(bucket.url("src"), bucket.url("dst"), client=dask_client, storage_options=bucket.options,
+                dst_storage_options=bucket.options, dst_manifest=dm, update_dst_manifest=True)  # fmt: skip
+    assert done.exit_code == 0 and done.counts["new"] >= len(TREE) - 1, done.failure_samples
+    rows = {r["path"]: r for r in open_manifest(dm).to_arrow(where="type = 'file'").to_pylist()}
+    assert set(rows) == set(TREE)
+    assert rows["a.txt"]["etag"] == obstore.head(bucket.store, "dst/a.txt")["e_tag"]
+    assert all(r["etag"] is None for p, r in rows.items() if p != "a.txt")
+
+
+def _as_v2(manifest) -> None:
+    """Rewrite a manifest as schema version 2 wrote it: no ``etag`` column."""
+    for part in manifest.glob("part-*.parquet"):
+        pq.write_table(pq.read_table(part).drop_columns(["etag"]), part)
+    marker = manifest / MARKER_NAME
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "schema_version": 2}))
+
+
+def test_a_v2_manifest_of_a_store_is_still_read_by_query_and_rm(bucket, tmp_path, dask_client):
+    """Rows without a tag (schema v2) read with a null ``etag`` and are judged by size and time, as before."""
+    want = seed(bucket, "two")
+    out = tmp_path / "m"
+    assert scan(bucket.url("two"), out, client=dask_client, storage_options=bucket.options).errors == 0
+    _as_v2(out)
+    assert "etag" not in pq.read_schema(next(out.glob("part-*.parquet"))).names
+    m = open_manifest(out)
+    assert m.info["schema_version"] == 2
+    assert m.to_arrow(where="type = 'file' AND etag IS NULL").num_rows == len(want)
+    q = run_pfs("query", out, "--where", "etag IS NULL AND path = 'a.txt'", check=True)
+    assert "a.txt" in q.stdout
+    time.sleep(1.1)  # past the store's last-modified second
+    bucket.put("two/a.txt", b"A")  # same size, a later second: the time tells
+    done = remove(manifest=out, client=dask_client, storage_options=bucket.options)
+    assert (done.removed_files, done.skipped_changed, done.failed) == (len(want) - 1, 1, 0)
+    assert bucket.keys("two") == {"a.txt": b"A"}
 
 
 def test_rm_manifest_rows_on_obstore_missing_skipped_paths_kept_below_root(bucket):

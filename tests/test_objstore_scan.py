@@ -16,6 +16,8 @@ from operators.scan.walk import Budget, walk
 from operators.schema import ROW_COLUMNS
 from operators.stores import store_of
 
+ERROR, TYPE = ROW_COLUMNS.index("error"), ROW_COLUMNS.index("type")
+ETAG = len(ROW_COLUMNS)  # a listed row carries its etag after its ROW_COLUMNS (operators.rows.Row)
 KEYS = [
     "data/top.txt",
     "data/a/1.txt",
@@ -67,7 +69,22 @@ def test_rows_are_the_fsspec_rows_on_the_same_bucket(s3_server, s3_tree):
         == len(old)
         == len(KEYS) - 1 + len({"a", "b", "b/c", "b/c/d", "b/c/d/e", "z", "wide", "wide/k", "flat", "flat/q"})
     )
-    assert new == old
+    assert new == old  # the etags too (s3fs's ETag): schema v3
+    etags = {r[0]: r[ETAG] for r in new if r[TYPE] == "file"}
+    assert etags == {r[0]: obstore.head(s3_tree, f"data/{r[0]}")["e_tag"] for r in new if r[TYPE] == "file"}
+    assert all(r[ETAG] is None for r in new if r[TYPE] == "directory")
+
+
+def test_a_backend_without_etags_lists_none():
+    """fsspec's memory file system has no entity tags: its rows' etag is null (as a POSIX tree's)."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/h45e-etag/a.txt": b"a", "/h45e-etag/d/b.txt": b"bb"})
+    rows = walked(FsspecLister("memory", "/h45e-etag"))
+    assert {r[0] for r in rows} == {"a.txt", "d", "d/b.txt"}
+    assert all(len(r) < len(ROW_COLUMNS) + 1 or r[ETAG] is None for r in rows)
+    fs.rm("/h45e-etag", recursive=True)
 
 
 def test_tree_mode_gives_the_same_rows(s3_server, s3_tree):
@@ -102,8 +119,8 @@ def test_a_failed_prefix_is_its_own_error(s3_server, s3_tree, monkeypatch):
 
     monkeypatch.setattr(objstore.obstore, "list", failing)
     rows = {r[0]: r for r in walked(ObstoreLister("s3", "objscan/data", s3_server))}
-    assert "injected listing failure" in rows["a"][-1]
-    assert "a/1.txt" not in rows and rows["z/4.txt"][-1] is None and "wide/f0000.dat" in rows
+    assert "injected listing failure" in rows["a"][ERROR]
+    assert "a/1.txt" not in rows and rows["z/4.txt"][ERROR] is None and "wide/f0000.dat" in rows
 
 
 def manifest_rows(path) -> dict[str, dict]:
@@ -217,8 +234,8 @@ def test_a_failed_range_is_its_prefix_error_and_the_rest_stays(s3_server, flat_b
     paths = [r[0] for r in rows]
     assert len(paths) == len(set(paths)) and failed
     by = {r[0]: r for r in rows}
-    assert "injected range failure" in by["er"][-1]  # the prefix listed by ranges carries the error
-    assert by["er/k000000"][-1] is None and by["er/~end"][-1] is None
+    assert "injected range failure" in by["er"][ERROR]  # the prefix listed by ranges carries the error
+    assert by["er/k000000"][ERROR] is None and by["er/~end"][ERROR] is None
 
 
 def test_scan_of_a_flat_bucket_on_a_cluster_has_every_key_once(tmp_path, s3_server, dask_client):

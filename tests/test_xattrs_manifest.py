@@ -23,7 +23,7 @@ from dask_pfs.errors import PfsError
 from dask_pfs.manifests.manifest import open_manifest
 from dask_pfs.manifests.sql import connect
 from dask_pfs.scan.api import scan
-from operators.schema import MARKER_NAME, XATTR_COLUMNS
+from operators.schema import LISTED_COLUMNS, MARKER_NAME, SCHEMA_VERSION, XATTR_COLUMNS
 from tests.conftest import can_xattr, have, make_tree, run_pfs
 
 BIN = bytes(range(256))  # exactly the inline limit: the value is kept
@@ -71,7 +71,7 @@ def test_scan_records_names_digests_small_values_and_acls(tree, tmp_path, dask_c
     out = tmp_path / "m"
     result = scan(tree, out, dask_client, xattrs=True)
     assert result.errors == 0
-    assert open_manifest(out).has_xattrs and open_manifest(out).info["schema_version"] == 2
+    assert open_manifest(out).has_xattrs and open_manifest(out).info["schema_version"] == SCHEMA_VERSION
     got = rows(out)
     f = by_name(got["f"]["xattrs"])
     assert list(f) == sorted(f) and set(f) == {"user.small", "user.bin", "user.big"}
@@ -176,10 +176,10 @@ def test_sync_copies_an_entry_whose_attribute_changed(tree, tmp_path, dask_clien
 
 
 def _as_v1(manifest: Path) -> None:
-    """Rewrite a manifest as the previous schema wrote it: no xattrs columns, schema_version 1."""
+    """Rewrite a manifest as schema version 1 wrote it: no xattrs columns (nor the etag of version 3)."""
     for part in manifest.glob("part-*.parquet"):
         table = pq.read_table(part)
-        pq.write_table(table.drop_columns(list(XATTR_COLUMNS)), part)
+        pq.write_table(table.drop_columns([*XATTR_COLUMNS, *LISTED_COLUMNS]), part)
     marker = manifest / MARKER_NAME
     info = json.loads(marker.read_text())
     info["schema_version"] = 1

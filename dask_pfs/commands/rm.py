@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 @click.option(
     "--ignore-changes",
     is_flag=True,
-    help="Remove manifest entries even if they changed since the scan (type, size, mtime, inode or ctime).",
+    help="Remove manifest entries even if they changed since the scan (type, size, mtime, inode, ctime or ETag).",
 )
 @click.option("--log", help="Parquet log of failed and skipped entries (default: MANIFEST/_rm-failures.parquet).")
 @click.option("--chunk-files", type=click.IntRange(1), default=2000, show_default=True, help="Manifest rows per task.")

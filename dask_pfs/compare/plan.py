@@ -285,8 +285,9 @@ def check_plan(p: Plan, s_loc: Location, d_loc: Location, src_m: str, dst_m: str
 def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool, xattrs: bool = False) -> None:
     """Rewrite the destination manifest from the plan: what the destination holds after the sync.
 
-    Copied entries take the source's row (same size, mtime, mode) with ``ino``, ``dev`` and
-    ``ctime`` unknown (null); unchanged entries keep the destination's row; extras stay unless
+    Copied entries take the source's row (same size, mtime, mode) with ``ino``, ``dev``, ``ctime``
+    and ``etag`` unknown (null: the copy's own, not the source's, which a later delete would take for
+    another version); unchanged entries keep the destination's row; extras stay unless
     they were deleted.  ``xattrs``: the copy kept attributes, so the copied rows' attributes are
     the destination's too (the manifest records them when both manifests did).
     """
@@ -297,7 +298,8 @@ def update_manifest(p: Plan, src_m: str, dst_m: str, dst_url: str, deleted: bool
     con = connect(s, d, reads=[p.file, part])
     kept = "action = 'unchanged'" + ("" if deleted else " OR (action = 'extra' AND NOT remove_first)")
     sql = (
-        f"SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime) "
+        "SELECT * REPLACE (NULL::UBIGINT AS ino, NULL::UBIGINT AS dev, NULL::TIMESTAMPTZ AS ctime, "
+        "NULL::VARCHAR AS etag) "
         f"FROM {s.relation_sql()} AS m WHERE {p.where(COPY_CONDITION)} "
         f"UNION ALL SELECT * FROM {d.relation_sql()} AS m "
         f"WHERE {p.where(kept)} ORDER BY path"

@@ -397,7 +397,8 @@ def open_manifest(
         return Manifest(url, {"root": None, "complete": False}, False, storage_options)
     version = info.get("schema_version")
     if version not in READABLE_VERSIONS:
-        raise PfsError(f"{url}: manifest schema version {version}, this pfs reads version {SCHEMA_VERSION}")
+        readable = ", ".join(str(v) for v in READABLE_VERSIONS)
+        raise PfsError(f"{url}: manifest schema version {version}, this pfs reads versions {readable}")
     return Manifest(url, info, True, storage_options)
 
 

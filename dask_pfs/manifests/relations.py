@@ -64,7 +64,8 @@ def create_views(con: duckdb.DuckDBPyConnection, tables: Tables, optional: Itera
 
 def _with_current_columns(rel: duckdb.DuckDBPyRelation, schema: pa.Schema) -> duckdb.DuckDBPyRelation:
     """``rel`` with the schema's columns an older manifest lacks as nulls (schema version 1 had no
-    ``xattrs``/``has_acl``): every query pfs or a user writes reads one set of columns."""
+    ``xattrs``/``has_acl``, versions 1 and 2 no ``etag``: each added at the schema's end, so they come in
+    its order): every query pfs or a user writes reads one set of columns."""
     missing = [f for f in schema if f.name not in rel.columns]
     if not missing:
         return rel

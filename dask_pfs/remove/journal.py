@@ -105,10 +105,12 @@ ROW_DAMAGE = (
 # (``operators.remove.backends.Entry``; the rule itself is the core's ``Expect::differs``)
 # A name of a hard-link group (nlink > 1) is matched without its ctime: removing another name of the group
 # (the same job, or sync --delete of a group the source no longer has) changes the ctime of the names left;
-# its inode number still says whether it is the entry the manifest saw.
+# its inode number still says whether it is the entry the manifest saw.  An object's entity tag (etag, schema
+# v3; null in older manifests, whose views add it: ``manifests.relations``) tells a version the size and the
+# last-modified second do not.
 IDENTITY_COLUMNS = (
     "path, path_raw, type, size, epoch_us(mtime) AS mtime_us, ino, "
-    "CASE WHEN nlink > 1 THEN NULL ELSE epoch_us(ctime) END AS ctime_us"
+    "CASE WHEN nlink > 1 THEN NULL ELSE epoch_us(ctime) END AS ctime_us, etag"
 )
 
 
@@ -121,7 +123,7 @@ def files_sql(sel: Selection) -> str:
 
 
 # what removing checks (IDENTITY_COLUMNS, ROW_DAMAGE)
-FROZEN_COLUMNS = "path, path_raw, name, parent, type, size, mtime, ino, ctime, nlink, depth, error"
+FROZEN_COLUMNS = "path, path_raw, name, parent, type, size, mtime, ino, ctime, nlink, depth, error, etag"
 
 
 def freeze(sel: Selection, jr: Journal) -> tuple[Selection, str]:
@@ -166,11 +168,12 @@ def _not_selected(sel: Selection, path: str) -> int:
     con = locked(sel.manifest, reads=[path, *(sel.filter.reads if sel.filter else ())])
     sql = (
         f"SELECT count(*) FROM {file_table(path)} AS f ANTI JOIN "
-        f"({sel.sql('path, path_raw, name, parent, type, size, mtime, ino, ctime, depth', also='error IS NULL')}) AS s "
-        "ON f.path = s.path AND f.path_raw IS NOT DISTINCT FROM s.path_raw AND f.type = s.type "
+        f"({sel.sql('path, path_raw, name, parent, type, size, mtime, ino, ctime, depth, etag', also='error IS NULL')})"
+        " AS s ON f.path = s.path AND f.path_raw IS NOT DISTINCT FROM s.path_raw AND f.type = s.type "
         "AND f.size IS NOT DISTINCT FROM s.size AND f.mtime IS NOT DISTINCT FROM s.mtime AND f.depth = s.depth "
         "AND f.name = s.name AND f.parent = s.parent "
-        "AND f.ino IS NOT DISTINCT FROM s.ino AND f.ctime IS NOT DISTINCT FROM s.ctime"
+        "AND f.ino IS NOT DISTINCT FROM s.ino AND f.ctime IS NOT DISTINCT FROM s.ctime "
+        "AND f.etag IS NOT DISTINCT FROM s.etag"
     )
     return int(con.execute(sql).fetchall()[0][0])
 

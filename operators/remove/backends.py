@@ -37,18 +37,26 @@ BATCH = 64  # entries per pool job: a few syscalls each, so jobs stay cheap to s
 
 P = TypeVar("P", bytes, str)  # where an entry is: a local path, or a URL
 
-# one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns, ino, ctime ns);
-# ino and ctime may be left off (None: not compared), as for one named file (``rm FILE``)
-ENTRY_COLUMNS = ("path", "path_raw", "type", "size", "mtime_us", "ino", "ctime_us")  # times in us: any year
+# one manifest row as the driver ships it: (path, path_raw, type, size, mtime ns, ino, ctime ns, etag);
+# ino, ctime and etag may be left off (None: not compared), as for one named file (``rm FILE``)
+ENTRY_COLUMNS = ("path", "path_raw", "type", "size", "mtime_us", "ino", "ctime_us", "etag")  # times in us: any year
 Entry = (
     tuple[str, bytes | None, str, int | None, int | None]
     | tuple[str, bytes | None, str, int | None, int | None, int | None, int | None]
+    | tuple[str, bytes | None, str, int | None, int | None, int | None, int | None, str | None]
 )
+# what a backend's ``look`` reports of what is there now: (type, size, mtime ns, ino, ctime ns, etag), None: not known
+Found = tuple[str, int | None, int | None, int | None, int | None, str | None]
 
 
 def identity(entry: Entry) -> tuple[int | None, int | None]:
     """(ino, ctime ns) of a row, None where it does not say."""
     return (entry[5], entry[6]) if len(entry) > 5 else (None, None)
+
+
+def entry_etag(entry: Entry) -> str | None:
+    """The entity tag the manifest has for a row (a store's object scanned at schema v3), None where it has none."""
+    return entry[7] if len(entry) > 7 else None
 
 
 class EntryRemover(Generic[P]):
@@ -87,8 +95,8 @@ class EntryRemover(Generic[P]):
         """Where ``rel`` is (checked to stay below the root)."""
         raise NotImplementedError
 
-    def look(self, where: P) -> tuple[str, int | None, int | None, int | None, int | None]:
-        """(type, size, mtime ns, ino, ctime ns; None: not reported) of what is there now;
+    def look(self, where: P) -> Found:
+        """(type, size, mtime ns, ino, ctime ns, etag; None: not reported) of what is there now;
         FileNotFoundError when nothing is."""
         raise NotImplementedError
 
@@ -385,8 +393,32 @@ def pooled(spec: RemoveSpec, fn: Callable[[list], RmCounts], items: list) -> RmC
 
 
 def _changed(
-    entry: Entry, kind: str, size: int | None, mtime_ns: int | None, ino: int | None = None, ctime_ns: int | None = None
+    entry: Entry,
+    kind: str,
+    size: int | None,
+    mtime_ns: int | None,
+    ino: int | None = None,
+    ctime_ns: int | None = None,
+    etag: str | None = None,
 ) -> str | None:
-    """The identity rule, the core's (``Expect::differs``), on what another file system reported."""
+    """The identity rule on what another file system reported: the core's (``Expect::differs``: type, size,
+    mtime, inode, ctime, each where both sides know it), then the entity tag where the row and the store both
+    have one: an object rewritten with the same size within the same second (a store's last-modified has
+    seconds) has another tag, so it is not the object the scan saw.  A row without one (a schema v1/v2
+    manifest, a backend without tags) is judged by the rest alone."""
     want = (KIND_CODES.get(entry[2], 255), entry[3], entry[4], *identity(entry))
-    return _native.rm_identity_changed(want, (KIND_CODES.get(kind, 255), size, mtime_ns, ino, ctime_ns))
+    why = _native.rm_identity_changed(want, (KIND_CODES.get(kind, 255), size, mtime_ns, ino, ctime_ns))
+    if why is None:
+        was = entry_etag(entry)
+        if was is not None and etag is not None and _tag(was) != _tag(etag):
+            return f"etag {was} -> {etag}: replaced since the scan"
+    return why
+
+
+def _tag(etag: str) -> str:
+    """An entity tag without its quotes and weak mark (``W/"x"`` and ``x`` are the same tag): a store may quote
+    it in a listing and not in a HEAD's header, or the reverse."""
+    etag = etag.strip()
+    if etag.startswith("W/"):
+        etag = etag[2:]
+    return etag.strip('"')

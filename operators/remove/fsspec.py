@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from operators.remove.backends import Entry, EntryRemover, ListingTreeRemover, pooled
+from operators.remove.backends import Entry, EntryRemover, Found, ListingTreeRemover, pooled
 from operators.remove.counts import FAILED, NONEMPTY, RmCounts
-from operators.rows import Row, with_error
+from operators.rows import Row, etag_of, with_error
 from operators.safety import resolve_under
 from operators.scan.remote import FLAT_PROTOCOLS, FsspecLister
 
@@ -37,15 +37,10 @@ class FsspecRemover(EntryRemover[str]):
         resolve_under(self.spec.root_bytes, rel)  # refuses '..' and absolute paths
         return self.spec.remote(rel)
 
-    def look(self, url: str) -> tuple[str, int | None, int | None, int | None, int | None]:
+    def look(self, url: str) -> Found:
         info = self.fs.info(url)  # object stores report no mtime, inode or ctime here: not compared
-        return (
-            {"file": "file", "directory": "directory"}.get(info.get("type"), "other"),
-            info.get("size"),
-            None,
-            None,
-            None,
-        )
+        kind = {"file": "file", "directory": "directory"}.get(info.get("type"), "other")
+        return kind, info.get("size"), None, None, None, etag_of(info) if kind == "file" else None
 
     def unlink_now(self, found: list[tuple[bytes, str, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
         """One bulk request: its failure is every key's."""

@@ -2,12 +2,15 @@
 
 Manifest rows (``rm --manifest``) are each looked at again with a HEAD (unless changes are ignored) and
 kept when the object is not the one the scan saw: the identity rule is the one every backend uses
-(``operators.remove.backends._changed``, the core's), on the size and last-modified time the store
+(``operators.remove.backends._changed``), on the size, last-modified time and entity tag (ETag) the store
 reports, the values the scan wrote.  Times are compared to the whole second on both sides: a HEAD's
 ``Last-Modified`` header has seconds only, while a listing may have milliseconds (GCS's does), and the
-same object must not look replaced.  The rest go in bulk deletes (S3's DeleteObjects; one request
-an object on GCS and Azure, which ``obstore`` keeps many of in flight); a bulk request that fails is
-retried one object at a time, so that each object gets its own error and the others still go.
+same object must not look replaced.  So the tag is what tells an object rewritten with the same size within
+the same second; a row without one (a manifest of schema v1 or v2) is judged on size and time alone.
+
+The rest go in bulk deletes (S3's DeleteObjects; one request an object on GCS and Azure, which ``obstore``
+keeps many of in flight); a bulk request that fails is retried one object at a time, so that each object
+gets its own error and the others still go.
 
 A tree (``rm URL``) is listed by the scan's lister (``operators.scan.objstore.ObstoreLister``) and each
 listing's keys are deleted as they come.  An object store has no directories: a prefix goes with its last
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import obstore
 
-from operators.remove.backends import Entry, EntryRemover, ListingTreeRemover, pooled
+from operators.remove.backends import Entry, EntryRemover, Found, ListingTreeRemover, pooled
 from operators.remove.counts import FAILED, RmCounts
 from operators.rows import Row, _ns, with_error
 from operators.safety import resolve_under
@@ -88,10 +91,10 @@ class ObstoreRemover(EntryRemover[str]):
         name = rel.decode("utf-8", "surrogateescape")
         return f"{self.key}/{name}" if self.key else name
 
-    def look(self, key: str) -> tuple[str, int | None, int | None, int | None, int | None]:
+    def look(self, key: str) -> Found:
         meta = obstore.head(self.store, key)  # FileNotFoundError when it is gone
         mtime = _ns(meta["last_modified"])
-        return "file", meta["size"], None if mtime is None else mtime - mtime % SECOND, None, None
+        return "file", meta["size"], None if mtime is None else mtime - mtime % SECOND, None, None, meta.get("e_tag")
 
     def unlink_now(self, found: list[tuple[bytes, str, int]], counts: RmCounts) -> list[tuple[bytes, int]]:
         failed = delete_keys(self.store, [key for _, key, _ in found])

@@ -7,7 +7,8 @@ Three kinds of task, all returning counters and a bounded list of problems, neve
   handled inside the task are removed there, deepest first; the others go back to the driver.
 - :func:`unlink_entries` removes non-directory manifest rows, skipping entries that are not the
   ones the scan saw (type, size, mtime, inode, ctime from the ``lstat`` made anyway: the core's
-  ``Expect::differs``) unless told to ignore changes.
+  ``Expect::differs``; on an object store also the entity tag: ``operators.remove.backends._changed``)
+  unless told to ignore changes.
 - :func:`rmdir_entries` removes directories (one depth level at a time, driven from outside);
   a directory that is still not empty is left and counted, not failed.
 
@@ -40,12 +41,16 @@ from operators.rows import Row
 from operators.safety import check_paths, row_damage
 from operators.scan.prune import STOP, Prune
 from operators.scan.walk import Budget, DirItem, walk
+from operators.schema import ROW_COLUMNS
 from operators.stores import is_store
 
 if TYPE_CHECKING:
     import fsspec
 
     from operators.remove.objstore import ObstoreRemover
+
+
+_ERROR = ROW_COLUMNS.index("error")  # a listed row may carry more values after it (operators.rows.Row)
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,8 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
         rows, buf.rows = buf.rows, []
         for row in rows:
             rel = rel_of(row)
-            if row[-1] is not None:
-                counts.problem(rel, FAILED, row[-1])
+            if row[_ERROR] is not None:
+                counts.problem(rel, FAILED, row[_ERROR])
                 if row[2] == "directory":
                     failed_dirs.append(rel)
             elif row[2] == "directory":
@@ -249,7 +254,7 @@ def check_batch(spec: RemoveSpec, batch: pa.RecordBatch) -> Checked:
 
 def unlink_batch(spec: RemoveSpec, batch: pa.RecordBatch | pa.Table) -> RmCounts:
     """The unlink pass over one Arrow batch of manifest rows (path, path_raw, type, size, mtime us,
-    ino, ctime us: ``dask_pfs.remove.journal.IDENTITY_COLUMNS``)."""
+    ino, ctime us, etag: ``dask_pfs.remove.journal.IDENTITY_COLUMNS``)."""
     cols = [batch.column(n).to_pylist() for n in ENTRY_COLUMNS]
     for i in (4, 6):  # microseconds, any year, to the entries' ns
         cols[i] = [None if us is None else us * 1000 for us in cols[i]]

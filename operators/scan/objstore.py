@@ -42,7 +42,7 @@ import obstore
 from operators.checksum import checksum_object
 from operators.objmeta import object_metadata
 from operators.ratelimit import take_ops
-from operators.rows import Row, error_row, row_from_info
+from operators.rows import Row, error_row, http_etag, row_from_info
 from operators.scan.walk import DirItem, Listing
 from operators.stores import store_at
 
@@ -53,16 +53,17 @@ MAX_RANGES = 8  # key ranges of one prefix listed at once (more only added CPU: 
 FANOUT = 16  # ranges one cut makes at most
 
 
-_NONE12 = (None,) * 12  # atime ... the last column: nothing an object has
+_NONE12 = (None,) * 12  # atime ... error: nothing an object has
 
 
 def file_row(rel: str, meta: Any) -> Row:
-    """The row of an object (its ``ObjectMeta``): the same values s3fs's info gives a file
-    (``row_from_info``), built directly: a million-key listing makes a million of them."""
-    t = meta["last_modified"]
+    """The row of an object (its ``ObjectMeta``), its entity tag appended (``operators.schema.LISTED_COLUMNS``):
+    the same values ``row_from_info`` gives a file, built directly: a million-key listing makes a million of them."""
+    t, tag = meta["last_modified"], meta.get("e_tag")
     if getattr(t, "tzinfo", None) is None:
-        return row_from_info(rel, {"type": "file", "size": meta["size"], "mtime": t})
-    return (rel, None, "file", meta["size"], int(t.timestamp() * 1_000_000) * 1000, *_NONE12)
+        return row_from_info(rel, {"type": "file", "size": meta["size"], "mtime": t, "e_tag": tag})
+    ns = int(t.timestamp() * 1_000_000) * 1000
+    return (rel, None, "file", meta["size"], ns, *_NONE12, None if tag is None else http_etag(tag))
 
 
 def dir_row(rel: str) -> Row:
