@@ -77,6 +77,11 @@ def with_error(row: Row, error: BaseException | str) -> Row:
     return tuple(values)
 
 
+def error_of(row: Row) -> str | None:
+    """The error a row records (None: the entry was read), wherever its values end (``Row``)."""
+    return row[_I_ERROR]
+
+
 def describe_error(error: BaseException | str) -> str:
     if isinstance(error, str):
         return error

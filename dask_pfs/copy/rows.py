@@ -137,7 +137,11 @@ class CopyRows:
         query costs milliseconds before its first row, and a small job is mostly such fixed costs."""
         if self._census is None:
             # the copyable rows a streamed copy left (nothing streamed: every one, the entries, below)
-            rest = f", (SELECT count(*) FROM {REST} AS m WHERE {self.sel.condition} AND {_COPYABLE}) AS rest"
+            rest = (
+                f", (SELECT count(*) FROM {REST} AS m WHERE {self.sel.condition} AND {_COPYABLE}) AS rest"
+                if self.streamed_parts
+                else ""
+            )
             sql = (
                 f"WITH {self.cte(True)} SELECT "
                 f"min(path) FILTER (WHERE path = '' OR regexp_matches(path, {UNSAFE})) AS unsafe, "
@@ -146,8 +150,7 @@ class CopyRows:
                 "coalesce(sum(size) FILTER (WHERE error IS NULL AND type = 'file'), 0) AS file_bytes, "
                 "count(*) FILTER (WHERE type = 'directory') AS dirs, "
                 "count(*) FILTER (WHERE error IS NOT NULL AND type <> 'directory') AS scan_errors, "
-                f"count(*) FILTER (WHERE {_COPYABLE} AND nlink > 1 AND ino IS NOT NULL) AS linked"
-                f"{rest if self.streamed_parts else ''} FROM sel"
+                f"count(*) FILTER (WHERE {_COPYABLE} AND nlink > 1 AND ino IS NOT NULL) AS linked{rest} FROM sel"
             )
             unsafe, *counts = self.sel.fetch(sql)[0]
             census = Census(unsafe, *map(int, counts))

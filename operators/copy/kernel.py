@@ -102,11 +102,17 @@ def _sendfile(src_fd: int, dst_fd: int, start: int, end: int | None) -> int:
 
 def _pread_pwrite(src_fd: int, dst_fd: int, pos: int, count: int) -> int:
     data = os.pread(src_fd, count, pos)
-    view = memoryview(data)
-    written = 0
-    while written < len(data):
-        written += os.pwrite(dst_fd, view[written:], pos + written)
+    pwrite_all(dst_fd, data, pos)
     return len(data)
+
+
+def pwrite_all(fd: int, data: object, pos: int) -> int:
+    """All of ``data`` (bytes or any buffer: a store's chunk) into ``fd`` at ``pos``, however short each
+    ``pwrite`` is; the position after it."""
+    view, done = memoryview(data), 0  # type: ignore[arg-type]
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], pos + done)
+    return pos + len(view)
 
 
 def is_sparse(st: os.stat_result) -> bool:

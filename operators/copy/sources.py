@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from operators.copy.attrs import refusals
-from operators.copy.kernel import copy_range, is_sparse
+from operators.copy.kernel import copy_range, is_sparse, pwrite_all
 from operators.copy.spec import CopySpec, Entry, local_path, remote_path, with_stat
 from operators.core.dirfd import OpenDirs
 from operators.objmeta import (
@@ -210,11 +210,7 @@ class FsspecSource:
             data = self.fs.cat_file(src, start=pos, end=min(end, pos + STREAM_BLOCK))
             if not data:
                 break
-            view = memoryview(data)
-            done = 0
-            while done < len(data):
-                done += os.pwrite(dfd, view[done:], pos + done)
-            pos += len(data)
+            pos = pwrite_all(dfd, data, pos)
 
     def send(self, fs: fsspec.AbstractFileSystem, e: Entry, target: str, keep: bool) -> Refused:
         """Stream ``e`` to ``target`` on ``fs`` (``keep``: with its S3 metadata as it is)."""
@@ -273,7 +269,7 @@ class ObstoreSource:
         got = obstore.get(self.store, self._key(e))
         pos = 0
         for chunk in got.stream(min_chunk_size=STREAM_BLOCK):  # straight to fd: no file object (5 syscalls a file)
-            pos = _pwrite_all(fd, chunk, pos)
+            pos = pwrite_all(fd, chunk, pos)
         meta = self._metadata(got.attributes) if self.spec.xattrs and self.keeps_metadata else {}
         refusals(dst.fd_meta(fd, e) + (set_local(fd, meta) if meta else []))  # fails the file
         return e
@@ -297,7 +293,7 @@ class ObstoreSource:
         got = obstore.get(self.store, self._key(e), options={"range": (offset, offset + length)})
         pos = offset
         for chunk in got.stream(min_chunk_size=STREAM_BLOCK):
-            pos = _pwrite_all(dfd, chunk, pos)
+            pos = pwrite_all(dfd, chunk, pos)
         if pos != offset + length:
             raise OSError(f"{self.path(e.rel)}: read {pos - offset} of {length} bytes at {offset}; the object changed")
 
@@ -319,14 +315,6 @@ class ObstoreSource:
             for chunk in got.stream(min_chunk_size=STREAM_BLOCK):
                 g.write(chunk)
         return []
-
-
-def _pwrite_all(fd: int, chunk: object, pos: int) -> int:
-    """All of ``chunk`` (bytes or a buffer: obstore's chunks) into ``fd`` at ``pos``; the position after it."""
-    view, done = memoryview(chunk), 0  # type: ignore[arg-type]
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], pos + done)
-    return pos + len(view)
 
 
 Source = LocalSource | FsspecSource | ObstoreSource

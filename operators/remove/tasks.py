@@ -37,20 +37,16 @@ from operators.remove.backends import ENTRY_COLUMNS, Entry, LocalRemover
 from operators.remove.counts import FAILED, SAMPLES, RmCounts
 from operators.remove.fsspec import FsspecRemover
 from operators.root_identity import RootIdentity, host_pin, job_pin
-from operators.rows import Row
+from operators.rows import Row, error_of
 from operators.safety import check_paths, row_damage
 from operators.scan.prune import STOP, Prune
 from operators.scan.walk import Budget, DirItem, walk
-from operators.schema import ROW_COLUMNS
 from operators.stores import is_store
 
 if TYPE_CHECKING:
     import fsspec
 
     from operators.remove.objstore import ObstoreRemover
-
-
-_ERROR = ROW_COLUMNS.index("error")  # a listed row may carry more values after it (operators.rows.Row)
 
 
 @dataclass(frozen=True)
@@ -145,8 +141,8 @@ def remove_tree_chunk(spec: RemoveSpec, items: list[DirItem], budget: Budget) ->
         rows, buf.rows = buf.rows, []
         for row in rows:
             rel = rel_of(row)
-            if row[_ERROR] is not None:
-                counts.problem(rel, FAILED, row[_ERROR])
+            if (error := error_of(row)) is not None:
+                counts.problem(rel, FAILED, error)
                 if row[2] == "directory":
                     failed_dirs.append(rel)
             elif row[2] == "directory":
