@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from dask_pfs import IncompleteManifestError, PfsError, open_manifest, scan
+from dask_pfs.runtime.submitter import WalkTuning, next_slice
 from dask_pfs.scan.api import ScanTuning
 from operators.core.pool import get_pool
 from operators.names import to_bytes
@@ -227,13 +229,76 @@ def test_directory_swapped_for_symlink_after_listing_is_not_followed(tmp_path):
     assert listing.vanished and listing.rows == [] and listing.subdirs == [] and listing.error is None
 
 
-def _walk_local(root: Path, budget: Budget):
+def _walk_local(root: Path, budget: Budget, items: list | None = None, descend: int | None = None):
     lister = LocalLister(str(root))
     lister.descend = min(lister.descend, budget.max_entries // 16)  # as scan_chunk sizes it
+    if descend is not None:  # 0: a directory a listing, as on a network mount
+        lister.descend = descend
     try:
-        return walk(lister, [(b"", None)], get_pool(8), 8, budget, lambda buf: buf.take_table())
+        return walk(lister, items or [(b"", None)], get_pool(8), 8, budget, lambda buf: buf.take_table())
     finally:
         lister.close()
+
+
+def _fanned(root: Path, fanout: int = 5, depth: int = 3) -> Path:
+    """``fanout`` directories a level, ``depth`` levels (5, 25, 125), a file in each."""
+    level = [root]
+    for _ in range(depth):
+        level = [d / f"d{i}" for d in level for i in range(fanout)]
+        for d in level:
+            d.mkdir(parents=True)
+            (d / "f").write_text("x")
+    return root
+
+
+def test_a_walk_with_idle_workers_to_feed_hands_its_directories_back_early(tmp_path):
+    """``share_dirs`` (a cluster's idle workers): with its whole time budget left, the walk starts no more
+    directories once it holds that many and hands them back; the same budget without it walks the tree."""
+    tree = _fanned(tmp_path / "t")
+    tally, frontier = _walk_local(tree, Budget(10**6, 60), descend=0)
+    assert tally.directories == 155 and frontier == []
+    tally, frontier = _walk_local(tree, Budget(10**6, 60, share_dirs=10), descend=0)
+    assert len(frontier) >= 10 and tally.directories < 155, (tally.directories, len(frontier))
+    rest, left = _walk_local(tree, Budget(10**6, 60), items=frontier, descend=0)
+    assert left == [] and tally.directories + rest.directories == 155  # nothing lost, nothing twice
+    assert tally.files + rest.files == 155
+    # what it was handed it always starts, however many: 25 directories with share_dirs=2
+    handed = [(b"d%d/d%d" % (i, j), None) for i in range(5) for j in range(5)]
+    tally, frontier = _walk_local(tree, Budget(10**6, 60, share_dirs=2), items=handed, descend=0)
+    assert tally.files == 25 and len(frontier) == 125
+
+
+def test_next_slice_shares_early_only_while_workers_wait_for_a_task():
+    tuning = WalkTuning()
+    root = deque([(b"", None)])
+    _, budget = next_slice(root.copy(), 0, 24, 12, tuning, workers=3)
+    assert budget.max_seconds == tuning.first_seconds and budget.share_dirs == 3  # a directory for each host
+    _, budget = next_slice(root.copy(), 0, 24, 12, tuning)  # one worker process: nothing to spread to
+    assert budget.max_seconds == tuning.first_seconds and budget.share_dirs == 0
+    _, budget = next_slice(root.copy(), 2, 24, 12, tuning, workers=3)  # two tasks out and this one: a host each
+    assert budget.share_dirs == 0
+    four = deque((b"d%d" % i, None) for i in range(4))
+    _, budget = next_slice(four, 0, 24, 12, tuning, workers=3)  # three left for three hosts: a short budget only
+    assert budget.max_seconds == tuning.first_seconds and budget.share_dirs == 0
+    wide = deque((b"d%d" % i, None) for i in range(40))
+    _, budget = next_slice(wide, 0, 24, 12, tuning, workers=3)  # enough directories for every slot
+    assert budget.max_seconds == tuning.max_seconds and budget.share_dirs == 0
+
+
+def test_a_small_tree_is_spread_over_every_worker_process(tmp_path, dask_client):
+    """A tree one task would walk whole within its first budget (on main: one task, one worker of two) is
+    handed out over both worker processes of the cluster.  On a local disk a listing job walks on below
+    its directory for 4,096 entries (``operators.scan.local.DESCEND``): five directories of 2,000 files."""
+    from distributed import get_task_stream
+
+    tree = tmp_path / "t"
+    for i in range(5):
+        make_tree(tree / f"d{i}", {f"f{j}": b"" for j in range(2000)})
+    with get_task_stream(client=dask_client) as stream:
+        res = scan(tree, tmp_path / "m", client=dask_client)
+    assert res.counts["files"] == 10_000, res.counts
+    workers = {r["worker"] for r in stream.data if str(r["key"]).startswith("pfs-scan-")}
+    assert workers == set(dask_client.nthreads()), (workers, res.tasks)
 
 
 def test_spent_budget_walks_on_down_a_chain_but_hands_back_a_shareable_frontier(tmp_path):

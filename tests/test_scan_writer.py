@@ -84,7 +84,9 @@ def test_small_flushes_make_sorted_parts_holding_every_row_once(tmp_path: Path):
     make_balanced(tmp_path / "src", dirs=20, files_per_dir=50)
     out = tmp_path / "out"
     out.mkdir()
-    spec = ScanSpec("file", str(tmp_path / "src"), str(out), flush_rows=40)
+    # two listings in flight, fixed: the auto-tuned limit is the process's, and earlier tests in it may have
+    # raised it so far that one task starts all 20 directories before its budget is spent (one task, 2 parts)
+    spec = ScanSpec("file", str(tmp_path / "src"), str(out), flush_rows=40, threads=2)
     # budgets of 400 entries: the core's steps descend 25 entries (scan_chunk), so flushes come often;
     # the frontier each task leaves goes to the next, as the driver's walk hands it on
     items, parts, entries = [(b"", None)], [], 0

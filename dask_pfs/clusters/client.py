@@ -270,5 +270,7 @@ def dashboard_link(client: Client) -> str | None:
         return None
 
 
-def total_task_slots(client: Client) -> int:
-    return max(1, sum(client.nthreads().values()))
+def cluster_shape(client: Client) -> tuple[int, int]:
+    """(worker processes, task slots: their threads) of ``client``'s cluster, from one call to the scheduler."""
+    nthreads = client.nthreads()
+    return len(nthreads), max(1, sum(nthreads.values()))

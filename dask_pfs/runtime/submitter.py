@@ -33,7 +33,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dask_pfs.clusters.client import ClusterOptions, connect, total_task_slots
+from dask_pfs.clusters.client import ClusterOptions, cluster_shape, connect
 from dask_pfs.clusters.stall import StalledError, Watch, storage_gone
 from dask_pfs.runtime import stopping
 from dask_pfs.runtime.here import HereClient, here_client
@@ -122,7 +122,7 @@ class Submitter:
         self.job = job
         self.run = run or new_run_id()
         self.per_slot = per_slot
-        self.slots = total_task_slots(client)
+        self.workers, self.slots = cluster_shape(client)
         self.limit = self.slots * per_slot
         self.tasks = 0  # submitted so far: the next task's number
         self.inflight = 0  # weight in flight
@@ -207,7 +207,7 @@ class Submitter:
 
     def make_room(self, weight: int) -> None:
         if isinstance(self.client, HereClient) and self.client.joined is not None:  # a cluster joined: more room
-            self.slots = total_task_slots(self.client)
+            self.workers, self.slots = cluster_shape(self.client)
             self.limit = self.slots * self.per_slot
         while self.inflight + weight > self.limit and self.inflight:
             self.take()
@@ -258,18 +258,24 @@ class WalkTuning:
 
 
 def next_slice(
-    frontier: deque[DirItem], inflight: int, max_inflight: int, slots: int, tuning: WalkTuning
+    frontier: deque[DirItem], inflight: int, max_inflight: int, slots: int, tuning: WalkTuning, workers: int = 1
 ) -> tuple[list[DirItem], Budget]:
     """Pop the next task's directories off ``frontier`` (non-empty, ``inflight < max_inflight``).
 
     Each task gets an even share of the frontier over the free slots (capped), and a short time
-    budget while the frontier is narrower than the cluster, so work spreads out quickly.
+    budget while the frontier is narrower than the cluster, so work spreads out quickly.  While it is
+    narrower than the cluster's ``workers`` (processes: hosts, or interpreters), a task also hands its
+    directories back as soon as it holds one for each worker left without a task (``Budget.share_dirs``):
+    each task walks many directories at once, so a small tree fitted in one task's short budget and kept
+    every other host idle (a 600-file tree at 1 ms: one task of 0.45 s on one host of three).
     """
     free = max_inflight - inflight
     per_task = max(1, min(tuning.max_dirs_per_task, math.ceil(len(frontier) / free)))
     items = [frontier.popleft() for _ in range(min(per_task, len(frontier)))]
     narrow = len(frontier) + inflight < slots
-    return items, Budget(tuning.max_entries, tuning.first_seconds if narrow else tuning.max_seconds)
+    seconds = tuning.first_seconds if narrow else tuning.max_seconds
+    unfed = workers - inflight - len(frontier)  # workers without a task once this one is out, and its own
+    return items, Budget(tuning.max_entries, seconds, share_dirs=max(2, unfed) if unfed > 1 else 0)
 
 
 def walk_frontier(
@@ -290,7 +296,7 @@ def walk_frontier(
 
     def fill() -> None:
         while frontier and sub.inflight < sub.limit:
-            items, budget = next_slice(frontier, sub.inflight, sub.limit, sub.slots, tuning)
+            items, budget = next_slice(frontier, sub.inflight, sub.limit, sub.slots, tuning, workers=sub.workers)
             n = sub.tasks
             fn, args = task(items, budget, n)
             sub.submit(fn, *args, then=functools.partial(back, items=items, n=n))

@@ -127,11 +127,17 @@ class Budget:
     A spent budget hands back only a frontier worth sharing: with one directory left and
     nothing in flight (a deep chain), the walk goes on, up to ``lone_seconds``, since a new
     task would cost a round trip to the scheduler and re-opening a deep path from the root.
+
+    ``share_dirs`` (0: never) is for a cluster with idle workers: once the walk has started every directory
+    it was handed and holds at least this many (waiting, or being listed: their subdirectories will wait),
+    it starts no more and hands back what waits as soon as the listings in flight are in, whatever is
+    left of its budget, so the driver can spread them over the idle workers.
     """
 
     max_entries: int = 50_000
     max_seconds: float = 1.0
     lone_seconds: float = 10.0
+    share_dirs: int = 0
 
 
 def walk(
@@ -159,6 +165,7 @@ def walk(
     tally = Tally()
     buf = RowBuffer(getattr(lister, "sink", None))  # a lister on the core writes its rows there
     pending: deque[DirItem] = deque(items)
+    handed, started = len(items), 0
     inflight: set[Future] = set()
     finished: queue.SimpleQueue[Future] = queue.SimpleQueue()  # O(1) per completion, unlike wait() on the set
     start = time.monotonic()
@@ -168,6 +175,8 @@ def walk(
         fut.add_done_callback(finished.put)
 
     def stop() -> bool:
+        if budget.share_dirs and started >= handed and len(pending) + len(inflight) >= budget.share_dirs:
+            return True
         elapsed = time.monotonic() - start
         if tally.entries < budget.max_entries and elapsed < budget.max_seconds:
             return False
@@ -232,6 +241,7 @@ def walk(
         cap = concurrency() if callable(concurrency) else concurrency
         while pending and len(inflight) < cap and not stop():
             item = pending.popleft()
+            started += 1
             submit(pool.submit(lister.list_dir, item, pool))
         if not inflight:
             break
