@@ -275,7 +275,8 @@ def next_slice(
     narrow = len(frontier) + inflight < slots
     seconds = tuning.first_seconds if narrow else tuning.max_seconds
     unfed = workers - inflight - len(frontier)  # workers without a task once this one is out, and its own
-    return items, Budget(tuning.max_entries, seconds, share_dirs=max(2, unfed) if unfed > 1 else 0)
+    # one directory for its own worker alone is no reason to hand back: the task walks on
+    return items, Budget(tuning.max_entries, seconds, share_dirs=unfed if unfed > 1 else 0)
 
 
 def walk_frontier(
